@@ -1,0 +1,424 @@
+"""Join material for a new node: bootstrap token, CA cert hash, first-boot script.
+
+The token and the rendered script are secrets. They live in Kubernetes Secrets; only the
+Secrets' names go back to the workflow (`BootstrapRefs`), and the compute activities read the
+script in-process with `read_user_data()` when they create the VM.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import json
+import logging
+import re
+import secrets
+import shlex
+import string
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from importlib import resources
+from typing import Any
+from urllib.parse import urlsplit
+
+import yaml
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from activities.kube import (
+    INVALID_CONFIGURATION,
+    MERGE_PATCH,
+    discard,
+    is_not_found,
+    read_secret_value,
+)
+from api import labels
+from api._base import SecretKeyRef
+from api.messages import BootstrapInput, BootstrapRefs
+from api.nodepool import Taint
+
+log = logging.getLogger(__name__)
+
+TOKEN_NAMESPACE = "kube-system"
+TOKEN_SECRET_TYPE = "bootstrap.kubernetes.io/token"
+TOKEN_GROUPS = "system:bootstrappers:kubeadm:default-node-token"
+TOKEN_ALPHABET = string.ascii_lowercase + string.digits
+TOKEN_PURPOSE = "bootstrap-token"
+SCRIPT_PURPOSE = "bootstrap-script"
+SCRIPT_KEY = "userdata"
+CLUSTER_INFO_NAMESPACE = "kube-public"
+CLUSTER_INFO_NAME = "cluster-info"
+# Hetzner's user_data limit, the smallest of the providers we support.
+MAX_USER_DATA_BYTES = 32 * 1024
+# A token this close to expiry is not reused: the VM might not boot before it lapses.
+MIN_REUSE_VALIDITY = timedelta(minutes=5)
+USER_DATA_TOO_LARGE = "UserDataTooLarge"
+
+_DNS_LABELISH = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,61}[a-z0-9])?$")
+_LABEL_KEY = re.compile(
+    r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
+)
+_LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
+_K8S_VERSION = re.compile(r"^v?(\d+)\.(\d+)\.(\d+)$")
+
+
+class _Template(string.Template):
+    # `@@{NAME}`: bash never writes `@@`, so the script needs no `$$` escaping.
+    delimiter = "@@"
+
+
+def _invalid(message: str) -> ApplicationError:
+    return ApplicationError(message, type=INVALID_CONFIGURATION, non_retryable=True)
+
+
+# --- pure helpers ---------------------------------------------------------------------------
+
+
+def ca_cert_hash(pem: bytes | str) -> str:
+    """kubeadm's discovery hash: `sha256:` + hex SHA-256 of the CA's DER SubjectPublicKeyInfo.
+
+    The same as `openssl x509 -pubkey -noout | openssl pkey -pubin -outform der | sha256sum`.
+    """
+    data = pem.encode() if isinstance(pem, str) else pem
+    cert = x509.load_pem_x509_certificate(data)
+    spki = cert.public_key().public_bytes(
+        serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
+    return "sha256:" + hashlib.sha256(spki).hexdigest()
+
+
+def new_token() -> tuple[str, str]:
+    """A kubeadm bootstrap token as (id, secret): `[a-z0-9]{6}` and `[a-z0-9]{16}`."""
+    token_id = "".join(secrets.choice(TOKEN_ALPHABET) for _ in range(6))
+    token_secret = "".join(secrets.choice(TOKEN_ALPHABET) for _ in range(16))
+    return token_id, token_secret
+
+
+def api_server_endpoint(host_api_server: str) -> str:
+    """`host:port` for kubeadm discovery from a URL or address (6443 when no port is given)."""
+    raw = host_api_server.strip()
+    parts = urlsplit(raw if "://" in raw else f"https://{raw}")
+    try:
+        port = parts.port
+    except ValueError:
+        raise _invalid(f"join.hostApiServer {raw!r} has an invalid port") from None
+    host = parts.hostname
+    if not host:
+        raise _invalid(f"join.hostApiServer {raw!r} has no host")
+    if ":" in host:  # IPv6 literal
+        host = f"[{host}]"
+    return f"{host}:{port or 6443}"
+
+
+def _yaml_str(value: str) -> str:
+    # A JSON string is a valid YAML double-quoted scalar, on one line (so it cannot end the
+    # heredoc) and with every special character escaped.
+    return json.dumps(value)
+
+
+def _render_taints(taints: list[Taint]) -> str:
+    items = []
+    for taint in taints:
+        fields = [f"key: {_yaml_str(taint.key)}"]
+        if taint.value is not None:
+            fields.append(f"value: {_yaml_str(taint.value)}")
+        fields.append(f"effect: {_yaml_str(taint.effect)}")
+        items.append("{" + ", ".join(fields) + "}")
+    return "[" + ", ".join(items) + "]"
+
+
+def _render_node_labels(node_labels: dict[str, str]) -> str:
+    for key, value in node_labels.items():
+        # kubelet's --node-labels is comma-separated `k=v`: only valid labels survive it.
+        if not _LABEL_KEY.match(key) or not _LABEL_VALUE.match(value):
+            raise _invalid(f"invalid node label {key}={value!r}")
+    return ",".join(f"{k}={v}" for k, v in sorted(node_labels.items()))
+
+
+def render_script(
+    *,
+    namespace: str,
+    claim_name: str,
+    kubernetes_version: str,
+    api_server: str,
+    token: str,
+    ca_hash: str,
+    node_labels: dict[str, str],
+    taints: list[Taint],
+    tailscale_auth_key: str | None,
+) -> str:
+    """The first-boot script, from `bootstrap.sh.tmpl` beside this module.
+
+    Values landing in shell are `shlex.quote`d; values in the join YAML are JSON-quoted.
+    """
+    if not _DNS_LABELISH.match(claim_name):
+        raise _invalid(f"claim name {claim_name!r} is not a valid node/host name")
+    if not _DNS_LABELISH.match(namespace):
+        raise _invalid(f"namespace {namespace!r} is not valid")
+    version = _K8S_VERSION.match(kubernetes_version.strip())
+    if not version:
+        raise _invalid(
+            f"bootstrap.kubernetesVersion {kubernetes_version!r} is not MAJOR.MINOR.PATCH"
+        )
+    major, minor, patch = version.groups()
+    template = _Template(
+        resources.files("activities").joinpath("bootstrap.sh.tmpl").read_text(encoding="utf-8")
+    )
+    script = template.substitute(
+        CLAIM_COMMENT=f"{namespace}/{claim_name}",
+        NODE_NAME=shlex.quote(claim_name),
+        K8S_VERSION=shlex.quote(f"{major}.{minor}.{patch}"),
+        K8S_MINOR=shlex.quote(f"{major}.{minor}"),
+        TAILSCALE_ENABLED="true" if tailscale_auth_key is not None else "false",
+        TAILSCALE_AUTHKEY=shlex.quote(tailscale_auth_key or ""),
+        API_SERVER_ENDPOINT=_yaml_str(api_server),
+        TOKEN=_yaml_str(token),
+        CA_CERT_HASH=_yaml_str(ca_hash),
+        NODE_NAME_YAML=_yaml_str(claim_name),
+        TAINTS=_render_taints(taints),
+        NODE_LABELS=_yaml_str(_render_node_labels(node_labels)),
+    )
+    size = len(script.encode())
+    if size > MAX_USER_DATA_BYTES:
+        raise ApplicationError(
+            f"first-boot script is {size} bytes, over the {MAX_USER_DATA_BYTES}-byte user-data "
+            "limit; reduce node labels/taints",
+            type=USER_DATA_TOO_LARGE,
+            non_retryable=True,
+        )
+    return script
+
+
+def _b64(value: str) -> str:
+    return base64.b64encode(value.encode()).decode()
+
+
+def _unb64(value: bytes | str | None) -> str:
+    if value is None:
+        return ""
+    try:
+        return base64.b64decode(value).decode()
+    except (binascii.Error, UnicodeDecodeError):
+        return ""
+
+
+def _rfc3339(value: datetime) -> str:
+    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _parse_rfc3339(value: str) -> datetime | None:
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def _secret_write_error(err: ApiException, what: str) -> ApplicationError:
+    """Keep the status, drop the body (it could echo the Secret we sent)."""
+    permanent = err.status in (400, 422)
+    return ApplicationError(
+        f"{what} failed: HTTP {err.status} {err.reason or ''}".strip(),
+        type=INVALID_CONFIGURATION if permanent else f"KubeApi{err.status or 'Error'}",
+        non_retryable=permanent,
+    )
+
+
+def read_user_data(core_api: client.CoreV1Api, refs: BootstrapRefs) -> str:
+    """The rendered first-boot script, for in-process use by the compute activities only.
+
+    Never return it from an activity: it would land in workflow history with its token.
+    """
+    return read_secret_value(
+        core_api, refs.namespace, SecretKeyRef(name=refs.script_secret, key=SCRIPT_KEY)
+    )
+
+
+class BootstrapActivities:
+    """`prepare_bootstrap` and `delete_bootstrap_secrets`; one instance per worker."""
+
+    def __init__(self, api_client: client.ApiClient) -> None:
+        self.api_client = api_client
+        self.core = client.CoreV1Api(api_client)
+
+    def activities(self) -> list[Callable[..., Any]]:
+        return [self.prepare_bootstrap, self.delete_bootstrap_secrets]
+
+    @staticmethod
+    def script_secret_name(claim_name: str) -> str:
+        return f"{claim_name}-bootstrap"
+
+    # --- activities -------------------------------------------------------------------------
+
+    @activity.defn(name="prepare_bootstrap")
+    def prepare_bootstrap(self, input: BootstrapInput) -> BootstrapRefs:
+        """Token Secret (reused when a valid one exists), CA hash, script Secret; names back."""
+        spec = input.node_class
+        api_server = api_server_endpoint(spec.join.host_api_server)
+        ca_hash = self._cluster_ca_hash()
+        auth_key: str | None = None
+        if spec.tailscale is not None:
+            auth_key = read_secret_value(
+                self.core, input.namespace, spec.tailscale.auth_key_secret_ref
+            )
+        token_secret_name, token, expires_at = self._ensure_token(
+            input.namespace, input.claim_name, spec.join.token_ttl_minutes
+        )
+        script = render_script(
+            namespace=input.namespace,
+            claim_name=input.claim_name,
+            kubernetes_version=spec.bootstrap.kubernetes_version,
+            api_server=api_server,
+            token=token,
+            ca_hash=ca_hash,
+            node_labels=input.labels,
+            taints=input.taints,
+            tailscale_auth_key=auth_key,
+        )
+        script_secret = self.script_secret_name(input.claim_name)
+        self._put_script(input.namespace, input.claim_name, script_secret, script)
+        log.info(
+            "bootstrap material for %s/%s ready (token secret %s/%s, script secret %s/%s)",
+            input.namespace,
+            input.claim_name,
+            TOKEN_NAMESPACE,
+            token_secret_name,
+            input.namespace,
+            script_secret,
+        )
+        return BootstrapRefs(
+            namespace=input.namespace,
+            token_secret=token_secret_name,
+            token_secret_namespace=TOKEN_NAMESPACE,
+            script_secret=script_secret,
+            token_expires_at=expires_at,
+        )
+
+    @activity.defn(name="delete_bootstrap_secrets")
+    def delete_bootstrap_secrets(self, refs: BootstrapRefs) -> None:
+        """Delete the token and script Secrets; already gone is fine."""
+        for namespace, name in (
+            (refs.token_secret_namespace, refs.token_secret),
+            (refs.namespace, refs.script_secret),
+        ):
+            try:
+                discard(self.core.delete_namespaced_secret(name, namespace, _preload_content=False))
+            except ApiException as err:
+                if not is_not_found(err):
+                    raise _secret_write_error(err, f"deleting Secret {namespace}/{name}") from None
+
+    # --- steps ------------------------------------------------------------------------------
+
+    def _cluster_ca_hash(self) -> str:
+        where = f"ConfigMap {CLUSTER_INFO_NAMESPACE}/{CLUSTER_INFO_NAME}"
+        try:
+            cm = self.core.read_namespaced_config_map(CLUSTER_INFO_NAME, CLUSTER_INFO_NAMESPACE)
+        except ApiException as err:
+            if is_not_found(err):
+                raise _invalid(
+                    f"{where} not found: the cluster must publish it (kubeadm does) for nodes "
+                    "to discover the API server's CA"
+                ) from None
+            raise
+        try:
+            kubeconfig = yaml.safe_load((cm.data or {})["kubeconfig"])
+            ca_b64 = kubeconfig["clusters"][0]["cluster"]["certificate-authority-data"]
+            return ca_cert_hash(base64.b64decode(ca_b64))
+        except (KeyError, IndexError, TypeError, ValueError, yaml.YAMLError, binascii.Error):
+            raise _invalid(
+                f"{where} has no usable kubeconfig "
+                "(clusters[0].cluster.certificate-authority-data, a base64 PEM certificate)"
+            ) from None
+
+    def _ensure_token(
+        self, namespace: str, claim_name: str, ttl_minutes: int
+    ) -> tuple[str, str, datetime]:
+        """(Secret name, token, expiry): an existing valid token of this claim, or a new one.
+
+        Reuse is what makes a retried activity keep one token per claim.
+        """
+        now = datetime.now(UTC)
+        selector = f"{labels.NODECLAIM}={claim_name},{labels.SECRET_PURPOSE}={TOKEN_PURPOSE}"
+        existing = self.core.list_namespaced_secret(TOKEN_NAMESPACE, label_selector=selector)
+        best: tuple[str, str, datetime] | None = None
+        for secret in existing.items or []:
+            data = secret.data or {}
+            token_id = _unb64(data.get("token-id"))
+            token_secret = _unb64(data.get("token-secret"))
+            expires = _parse_rfc3339(_unb64(data.get("expiration")))
+            name = secret.metadata.name if secret.metadata else None
+            if not (name and token_id and token_secret and expires):
+                continue
+            if expires - now < MIN_REUSE_VALIDITY or (
+                secret.metadata and secret.metadata.deletion_timestamp
+            ):
+                continue
+            if best is None or expires > best[2]:
+                best = (name, f"{token_id}.{token_secret}", expires)
+        if best is not None:
+            return best
+
+        token_id, token_secret = new_token()
+        expires_at = (now + timedelta(minutes=ttl_minutes)).replace(microsecond=0)
+        name = f"bootstrap-token-{token_id}"
+        body = client.V1Secret(
+            api_version="v1",
+            kind="Secret",
+            type=TOKEN_SECRET_TYPE,
+            metadata=client.V1ObjectMeta(
+                name=name,
+                namespace=TOKEN_NAMESPACE,
+                labels={labels.NODECLAIM: claim_name, labels.SECRET_PURPOSE: TOKEN_PURPOSE},
+            ),
+            data={
+                k: _b64(v)
+                for k, v in {
+                    "description": f"Cloudburst bootstrap token for NodeClaim {namespace}/{claim_name}",
+                    "token-id": token_id,
+                    "token-secret": token_secret,
+                    "expiration": _rfc3339(expires_at),
+                    "usage-bootstrap-authentication": "true",
+                    "usage-bootstrap-signing": "true",
+                    "auth-extra-groups": TOKEN_GROUPS,
+                }.items()
+            },
+        )
+        try:
+            discard(
+                self.core.create_namespaced_secret(TOKEN_NAMESPACE, body, _preload_content=False)
+            )
+        except ApiException as err:
+            raise _secret_write_error(err, f"creating Secret {TOKEN_NAMESPACE}/{name}") from None
+        return name, f"{token_id}.{token_secret}", expires_at
+
+    def _put_script(self, namespace: str, claim_name: str, name: str, script: str) -> None:
+        """Create-or-replace the script Secret (a retry may carry a different token)."""
+        secret_labels = {labels.NODECLAIM: claim_name, labels.SECRET_PURPOSE: SCRIPT_PURPOSE}
+        data = {SCRIPT_KEY: _b64(script)}
+        body = client.V1Secret(
+            api_version="v1",
+            kind="Secret",
+            type="Opaque",
+            metadata=client.V1ObjectMeta(name=name, namespace=namespace, labels=secret_labels),
+            data=data,
+        )
+        try:
+            discard(self.core.create_namespaced_secret(namespace, body, _preload_content=False))
+            return
+        except ApiException as err:
+            if err.status != 409:
+                raise _secret_write_error(err, f"creating Secret {namespace}/{name}") from None
+        patch = {"metadata": {"labels": secret_labels}, "data": data}
+        try:
+            discard(
+                self.core.patch_namespaced_secret(
+                    name, namespace, patch, _content_type=MERGE_PATCH, _preload_content=False
+                )
+            )
+        except ApiException as err:
+            raise _secret_write_error(err, f"updating Secret {namespace}/{name}") from None

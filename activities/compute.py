@@ -1,0 +1,163 @@
+"""Create, look up and delete VMs through a provider — the only activities that spend money.
+
+Each is idempotent: the claim name is the VM name and idempotency key, so a retry after a
+worker crash finds the VM the first attempt made instead of making a second one.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import timedelta
+from typing import Any
+
+from kubernetes import client as k8s
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from activities.bootstrap import read_user_data
+from activities.heartbeat import heartbeating
+from activities.kube import read_secret_value
+from activities.providers import provider_class
+from activities.providers.base import (
+    CapacityError,
+    FatalError,
+    Instance,
+    InstanceSpec,
+    Provider,
+    ProviderError,
+    RetryableError,
+)
+from api import labels
+from api.messages import CreateInstanceInput, InstanceInfo, InstanceRef
+from api.nodeclass import NodeClassSpec
+
+log = logging.getLogger(__name__)
+
+# Error types the workflow reacts to; they cross Temporal as ApplicationError.type.
+CAPACITY_ERROR = "CapacityError"
+PROVIDER_FATAL = "ProviderFatal"
+INVALID_CONFIGURATION = "InvalidConfiguration"
+NON_RETRYABLE_TYPES = [CAPACITY_ERROR, PROVIDER_FATAL, INVALID_CONFIGURATION]
+
+_DELETE_POLL_S = 0.5
+_DELETE_REREQUEST_S = 30.0
+
+
+class ComputeActivities:
+    def __init__(self, api_client: k8s.ApiClient) -> None:
+        self._core = k8s.CoreV1Api(api_client)
+
+    def activities(self) -> list[Callable[..., Any]]:
+        return [self.create_instance, self.get_instance, self.delete_instance]
+
+    @activity.defn(name="create_instance")
+    def create_instance(self, input: CreateInstanceInput) -> InstanceInfo:
+        offering = input.offering
+        provider = self._provider(input.offering.provider, input.namespace, input.node_class)
+        block = input.node_class.provider_block(offering.provider)
+        spec = InstanceSpec(
+            name=input.claim_name,
+            cluster_id=input.cluster_id,
+            node_pool=input.node_pool,
+            region=offering.region,
+            zone=offering.zone,
+            instance_type=offering.instance_type,
+            image=block.image,
+            user_data=read_user_data(self._core, input.bootstrap),
+            labels=_ownership_labels(input.cluster_id, input.node_pool, input.claim_name),
+        )
+        with heartbeating(details=lambda: f"creating {offering.key}"), _classified():
+            instance = provider.create(spec)
+        log.info("instance %s ready for claim %s", instance.id, input.claim_name)
+        return _info(instance)
+
+    @activity.defn(name="get_instance")
+    def get_instance(self, ref: InstanceRef) -> InstanceInfo | None:
+        provider = self._provider(ref.provider, ref.namespace, ref.node_class)
+        with _classified():
+            instance = self._find(provider, ref)
+        return _info(instance) if instance else None
+
+    @activity.defn(name="delete_instance")
+    def delete_instance(self, ref: InstanceRef) -> None:
+        """Delete the claim's VM and return only once the provider says it is gone."""
+        provider = self._provider(ref.provider, ref.namespace, ref.node_class)
+        with heartbeating(details=lambda: f"deleting VM of {ref.claim_name}"), _classified():
+            instance = self._find(provider, ref)
+            last_request = 0.0
+            while instance is not None:
+                # Deletion is asynchronous at every cloud; re-ask now and then in case the
+                # first request was lost, and return only when the VM is really gone.
+                if time.monotonic() - last_request > _DELETE_REREQUEST_S:
+                    provider.delete(instance.id)
+                    last_request = time.monotonic()
+                time.sleep(_DELETE_POLL_S)
+                instance = provider.get(instance.id)
+
+    def _provider(self, name: str, namespace: str, node_class: NodeClassSpec) -> Provider:
+        try:
+            block = node_class.provider_block(name)
+            cls = provider_class(name)
+        except KeyError:
+            raise ApplicationError(
+                f"NodeClass has no `{name}` block or no module supports it",
+                type=INVALID_CONFIGURATION,
+                non_retryable=True,
+            ) from None
+        ref = block.credential_ref()
+        credential = read_secret_value(self._core, namespace, ref) if ref else None
+        return cls(block, credential)
+
+    @staticmethod
+    def _find(provider: Provider, ref: InstanceRef) -> Instance | None:
+        if ref.instance_id:
+            return provider.get(ref.instance_id)
+        # The id is unknown when a create was interrupted: find the VM by the claim's label.
+        owned = provider.list_owned(ref.cluster_id)
+        return next((i for i in owned if i.labels.get(labels.NODECLAIM) == ref.claim_name), None)
+
+
+def _ownership_labels(cluster_id: str, node_pool: str, claim_name: str) -> dict[str, str]:
+    return {
+        labels.MANAGED: "true",
+        labels.CLUSTER: cluster_id,
+        labels.NODEPOOL: node_pool,
+        labels.NODECLAIM: claim_name,
+    }
+
+
+def _info(instance: Instance) -> InstanceInfo:
+    return InstanceInfo(
+        instance_id=instance.id,
+        name=instance.name,
+        provider=instance.provider,
+        region=instance.region,
+        instance_type=instance.instance_type,
+        state=instance.state.value,
+        created_at=instance.created_at,
+    )
+
+
+@contextmanager
+def _classified() -> Iterator[None]:
+    """Turns provider errors into Temporal errors the workflow and retry policy understand."""
+    try:
+        yield
+    except CapacityError as exc:
+        raise ApplicationError(
+            exc.message, exc.provider, type=CAPACITY_ERROR, non_retryable=True
+        ) from exc
+    except FatalError as exc:
+        raise ApplicationError(
+            exc.message, exc.provider, type=PROVIDER_FATAL, non_retryable=True
+        ) from exc
+    except RetryableError as exc:
+        delay = timedelta(seconds=exc.retry_after_s) if exc.retry_after_s else None
+        raise ApplicationError(
+            exc.message, exc.provider, type="ProviderRetryable", next_retry_delay=delay
+        ) from exc
+    except ProviderError as exc:
+        raise ApplicationError(exc.message, exc.provider, type="ProviderError") from exc

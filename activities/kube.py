@@ -1,0 +1,336 @@
+"""Cluster operations on a claim's node, through the `kubernetes` client.
+
+Every activity here is sync (the client blocks; the worker runs it in its thread pool) and
+idempotent: a retry after a crash finds the world half-changed and finishes the job.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import logging
+import threading
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from activities.heartbeat import heartbeating, raise_if_cancelled
+from api import labels
+from api._base import SecretKeyRef
+from api.messages import DrainInput, DrainResult, LabelNodeInput, NodeRef, NodeState
+
+log = logging.getLogger(__name__)
+
+INVALID_CONFIGURATION = "InvalidConfiguration"
+NODE_NOT_FOUND = "NodeNotFound"
+
+MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
+STRATEGIC_PATCH = "application/strategic-merge-patch+json"
+MERGE_PATCH = "application/merge-patch+json"
+
+
+def is_not_found(err: ApiException) -> bool:
+    return err.status == 404
+
+
+def read_secret_value(core: client.CoreV1Api, namespace: str, ref: SecretKeyRef) -> str:
+    """The value of one key of a Secret, decoded. `ref.namespace` overrides `namespace`.
+
+    A missing Secret or key is a configuration error nobody can retry away: it is raised as
+    non-retryable `InvalidConfiguration`, naming the Secret and key (never a value).
+    """
+    ns = ref.namespace or namespace
+    try:
+        secret = core.read_namespaced_secret(ref.name, ns)
+    except ApiException as err:
+        if is_not_found(err):
+            raise ApplicationError(
+                f"Secret {ns}/{ref.name} not found (referenced for key {ref.key!r})",
+                type=INVALID_CONFIGURATION,
+                non_retryable=True,
+            ) from None
+        raise _sanitized(err, f"reading Secret {ns}/{ref.name}") from None
+    data = secret.data or {}
+    if ref.key in data and data[ref.key] is not None:
+        try:
+            return base64.b64decode(data[ref.key]).decode()
+        except (binascii.Error, UnicodeDecodeError):
+            raise ApplicationError(
+                f"Secret {ns}/{ref.name} key {ref.key!r} is not valid base64 UTF-8 text",
+                type=INVALID_CONFIGURATION,
+                non_retryable=True,
+            ) from None
+    # A server that has not folded stringData into data yet (real servers always do).
+    string_data = secret.string_data or {}
+    if ref.key in string_data:
+        return string_data[ref.key]
+    raise ApplicationError(
+        f"Secret {ns}/{ref.name} has no key {ref.key!r}",
+        type=INVALID_CONFIGURATION,
+        non_retryable=True,
+    )
+
+
+def _sanitized(err: ApiException, what: str) -> ApplicationError:
+    """A retryable error that keeps the status but drops the response body.
+
+    Used around calls that touch Secrets: a body could echo what was sent.
+    """
+    return ApplicationError(
+        f"{what} failed: HTTP {err.status} {err.reason or ''}".strip(),
+        type=f"KubeApi{err.status or 'Error'}",
+    )
+
+
+def discard(response: Any) -> None:
+    """Drain and release a raw response (`_preload_content=False`) so its connection is reused."""
+    try:
+        response.read()
+        response.release_conn()
+    except Exception:  # best effort: the pool copes with an unreleased connection
+        log.debug("could not release response", exc_info=True)
+
+
+# --- pod classification ---------------------------------------------------------------------
+
+
+def is_daemonset_pod(pod: client.V1Pod) -> bool:
+    owners = (pod.metadata.owner_references if pod.metadata else None) or []
+    return any(owner.kind == "DaemonSet" for owner in owners)
+
+
+def is_mirror_pod(pod: client.V1Pod) -> bool:
+    annotations = (pod.metadata.annotations if pod.metadata else None) or {}
+    return MIRROR_ANNOTATION in annotations
+
+
+def is_finished_pod(pod: client.V1Pod) -> bool:
+    phase = pod.status.phase if pod.status else None
+    return phase in ("Succeeded", "Failed")
+
+
+def is_left_alone(pod: client.V1Pod) -> bool:
+    """Pods a drain never evicts and that do not make a node busy (kubectl drain's rules)."""
+    return is_daemonset_pod(pod) or is_mirror_pod(pod) or is_finished_pod(pod)
+
+
+def _is_terminating(pod: client.V1Pod) -> bool:
+    return bool(pod.metadata and pod.metadata.deletion_timestamp)
+
+
+def _pod_key(pod: client.V1Pod) -> str:
+    meta = pod.metadata
+    assert meta is not None
+    return meta.uid or f"{meta.namespace}/{meta.name}"
+
+
+def _aware(value: datetime) -> datetime:
+    return value if value.tzinfo else value.replace(tzinfo=UTC)
+
+
+class KubeActivities:
+    """Activities on Nodes and their pods. One instance per worker; thread-safe."""
+
+    def __init__(self, api_client: client.ApiClient) -> None:
+        self.api_client = api_client
+        self.core = client.CoreV1Api(api_client)
+        self.policy = client.PolicyV1Api(api_client)
+
+    def activities(self) -> list[Callable[..., Any]]:
+        return [
+            self.label_node,
+            self.cordon_node,
+            self.drain_node,
+            self.delete_node,
+            self.get_node_state,
+        ]
+
+    # --- helpers ----------------------------------------------------------------------------
+
+    def _read_node(self, name: str) -> client.V1Node | None:
+        try:
+            return self.core.read_node(name)
+        except ApiException as err:
+            if is_not_found(err):
+                return None
+            raise
+
+    def _pods_on(self, node_name: str) -> list[client.V1Pod]:
+        pods = self.core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node_name}")
+        return list(pods.items or [])
+
+    # --- activities -------------------------------------------------------------------------
+
+    @activity.defn(name="label_node")
+    def label_node(self, input: LabelNodeInput) -> None:
+        """Merge `input.labels` into the node's labels (existing other labels are kept)."""
+        try:
+            self.core.patch_node(
+                input.node_name,
+                {"metadata": {"labels": dict(input.labels)}},
+                _content_type=MERGE_PATCH,
+            )
+        except ApiException as err:
+            if is_not_found(err):
+                raise ApplicationError(
+                    f"node {input.node_name} not found", type=NODE_NOT_FOUND, non_retryable=True
+                ) from None
+            raise
+
+    @activity.defn(name="cordon_node")
+    def cordon_node(self, input: NodeRef) -> None:
+        """Taint the node `cloudburst.io/disrupted:NoSchedule` and mark it unschedulable."""
+        node = self._read_node(input.node_name)
+        if node is None:
+            return  # nothing left to cordon
+        spec = node.spec or client.V1NodeSpec()
+        tainted = any(
+            t.key == labels.DISRUPTED_TAINT and t.effect == "NoSchedule" for t in spec.taints or []
+        )
+        if tainted and spec.unschedulable:
+            return
+        patch: dict[str, Any] = {"spec": {"unschedulable": True}}
+        if not tainted:
+            # Strategic merge adds to the taints list by key instead of replacing the list,
+            # so taints other controllers put there meanwhile are kept.
+            patch["spec"]["taints"] = [{"key": labels.DISRUPTED_TAINT, "effect": "NoSchedule"}]
+        try:
+            self.core.patch_node(input.node_name, patch, _content_type=STRATEGIC_PATCH)
+        except ApiException as err:
+            if not is_not_found(err):
+                raise
+
+    @activity.defn(name="delete_node")
+    def delete_node(self, input: NodeRef) -> None:
+        try:
+            # Raw reply: a Status or the Node, depending on finalizers; we need neither.
+            discard(self.core.delete_node(input.node_name, _preload_content=False))
+        except ApiException as err:
+            if not is_not_found(err):
+                raise
+
+    @activity.defn(name="get_node_state")
+    def get_node_state(self, input: NodeRef) -> NodeState:
+        """Exists, Ready, and how many pods keep it busy (`pod_count`: all but DaemonSet,
+        mirror and finished pods; `empty` is `pod_count == 0`)."""
+        node = self._read_node(input.node_name)
+        if node is None:
+            return NodeState(exists=False, ready=False, empty=True, pod_count=0)
+        conditions = (node.status.conditions if node.status else None) or []
+        ready = any(c.type == "Ready" and c.status == "True" for c in conditions)
+        busy = [p for p in self._pods_on(input.node_name) if not is_left_alone(p)]
+        return NodeState(exists=True, ready=ready, empty=not busy, pod_count=len(busy))
+
+    @activity.defn(name="drain_node")
+    def drain_node(self, input: DrainInput) -> DrainResult:
+        """Evict every pod that needs it, respecting PDBs until `force_after`, then delete.
+
+        Progress (uids evicted/forced) is the heartbeat detail, so a retried attempt carries
+        on with the same counts instead of starting from zero.
+        """
+        evicted: set[str] = set()
+        forced: set[str] = set()
+        # The heartbeat thread reads the progress while this thread updates it.
+        lock = threading.Lock()
+        prior = activity.info().heartbeat_details
+        if prior and isinstance(prior[0], dict):
+            evicted.update(prior[0].get("evicted", []))
+            forced.update(prior[0].get("forced", []))
+        left_alone = 0
+        remaining = 0
+        # Pods the PDB refused, by key: monotonic time of the next attempt.
+        retry_at: dict[str, float] = {}
+        force_after = _aware(input.force_after)
+
+        def progress() -> dict[str, Any]:
+            with lock:
+                return {
+                    "evicted": sorted(evicted),
+                    "forced": sorted(forced),
+                    "remaining": remaining,
+                }
+
+        def result() -> DrainResult:
+            return DrainResult(evicted=len(evicted), forced=len(forced), left_alone=left_alone)
+
+        with heartbeating(interval_s=max(0.5, min(input.poll_interval_s, 5.0)), details=progress):
+            while True:
+                raise_if_cancelled()
+                if self._read_node(input.node_name) is None:
+                    return result()
+                pods = self._pods_on(input.node_name)
+                left_alone = sum(1 for p in pods if is_left_alone(p))
+                to_drain = [p for p in pods if not is_left_alone(p)]
+                with lock:
+                    remaining = len(to_drain)
+                if not to_drain:
+                    return result()
+                forcing = datetime.now(UTC) >= force_after
+                now = time.monotonic()
+                for pod in to_drain:
+                    raise_if_cancelled()
+                    key = _pod_key(pod)
+                    if forcing:
+                        if self._force_delete(pod) and key not in evicted:
+                            with lock:
+                                forced.add(key)
+                    elif _is_terminating(pod):
+                        continue  # already on its way out: wait for it
+                    elif retry_at.get(key, 0.0) <= now:
+                        outcome = self._evict(pod)
+                        if outcome == "evicted":
+                            with lock:
+                                evicted.add(key)
+                            retry_at.pop(key, None)
+                        elif outcome == "blocked":
+                            retry_at[key] = now + input.eviction_retry_s
+                activity.heartbeat(progress())
+                # Wakes early on cancellation; the loop top then raises.
+                activity.wait_for_cancelled_sync(input.poll_interval_s)
+
+    def _evict(self, pod: client.V1Pod) -> str:
+        """Ask the Eviction API; 'evicted', 'blocked' (PDB: 429) or 'gone' (404)."""
+        meta = pod.metadata
+        assert meta is not None and meta.name and meta.namespace
+        body = client.V1Eviction(
+            metadata=client.V1ObjectMeta(name=meta.name, namespace=meta.namespace)
+        )
+        try:
+            # The reply is a Status, which the client cannot deserialise as an Eviction.
+            response = self.core.create_namespaced_pod_eviction(
+                meta.name, meta.namespace, body, _preload_content=False
+            )
+        except ApiException as err:
+            if err.status == 429:
+                log.info(
+                    "eviction of %s/%s blocked by a disruption budget", meta.namespace, meta.name
+                )
+                return "blocked"
+            if is_not_found(err):
+                return "gone"
+            raise
+        discard(response)
+        return "evicted"
+
+    def _force_delete(self, pod: client.V1Pod) -> bool:
+        """Delete without a grace period (the grace was spent before `force_after`)."""
+        meta = pod.metadata
+        assert meta is not None and meta.name and meta.namespace
+        try:
+            discard(
+                self.core.delete_namespaced_pod(
+                    meta.name, meta.namespace, grace_period_seconds=0, _preload_content=False
+                )
+            )
+        except ApiException as err:
+            if is_not_found(err):
+                return False
+            raise
+        log.info("force-deleted pod %s/%s after the drain deadline", meta.namespace, meta.name)
+        return True

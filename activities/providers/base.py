@@ -1,0 +1,132 @@
+"""The provider interface and the typed errors every cloud module maps its SDK errors to.
+
+The workflow never sees a cloud SDK: it sees these error classes (as Temporal error types)
+and decides from them — retry, try the next offering, or fail with a message to fix.
+"""
+
+from __future__ import annotations
+
+import abc
+from datetime import datetime
+from enum import StrEnum
+from typing import ClassVar
+
+from pydantic import BaseModel
+
+from api.nodeclass import ProviderBlock
+
+
+class InstanceState(StrEnum):
+    PENDING = "pending"
+    RUNNING = "running"
+    STOPPING = "stopping"
+    TERMINATED = "terminated"
+
+
+class InstanceSpec(BaseModel):
+    """What to create. `name` is the claim name: the VM name and the idempotency key."""
+
+    name: str
+    cluster_id: str
+    node_pool: str
+    region: str
+    zone: str | None = None
+    instance_type: str
+    image: str | None = None
+    user_data: str
+    labels: dict[str, str] = {}
+
+
+class Instance(BaseModel):
+    id: str  # "provider/region/native-id"
+    name: str
+    provider: str
+    region: str
+    instance_type: str
+    state: InstanceState
+    labels: dict[str, str] = {}
+    created_at: datetime | None = None
+    private_ip: str | None = None
+    public_ip: str | None = None
+
+
+class InstanceType(BaseModel):
+    provider: str
+    name: str
+    vcpu: float
+    memory_gib: float
+    arch: str
+    regions: list[str]
+    price_eur_per_hour: float | None = None
+
+
+def instance_id(provider: str, region: str, native_id: str) -> str:
+    return f"{provider}/{region}/{native_id}"
+
+
+def split_instance_id(value: str) -> tuple[str, str, str]:
+    provider, region, native = value.split("/", 2)
+    return provider, region, native
+
+
+class Provider(abc.ABC):
+    """One cloud. Implementations are synchronous (every SDK is) and run in activity threads."""
+
+    name: ClassVar[str]
+
+    def __init__(self, block: ProviderBlock, credential: str | None) -> None:
+        self.block = block
+        self.credential = credential
+
+    @abc.abstractmethod
+    def create(self, spec: InstanceSpec) -> Instance:
+        """Create the VM, or return the one already made for `spec.name` (idempotent)."""
+
+    @abc.abstractmethod
+    def get(self, instance_id: str) -> Instance | None:
+        """The VM, or None when it is gone."""
+
+    @abc.abstractmethod
+    def list_owned(self, cluster_id: str) -> list[Instance]:
+        """Every VM labelled as ours for this cluster (orphan garbage collection)."""
+
+    @abc.abstractmethod
+    def delete(self, instance_id: str) -> None:
+        """Ask for deletion; succeeds if the VM is already gone. Callers confirm with get()."""
+
+    @abc.abstractmethod
+    def instance_types(self) -> list[InstanceType]:
+        """The provider's catalog, with hourly prices in EUR where the API has them."""
+
+
+class ProviderError(Exception):
+    """Base of the classified errors. The message must never contain a credential."""
+
+    def __init__(self, provider: str, message: str) -> None:
+        super().__init__(f"{provider}: {message}")
+        self.provider = provider
+        self.message = message
+
+
+class CapacityError(ProviderError):
+    """Out of capacity, quota exhausted, or outage: try the next offering, remember this one."""
+
+
+class RetryableError(ProviderError):
+    """Throttled, timed out, transient 5xx: the same call may succeed later."""
+
+    def __init__(self, provider: str, message: str, retry_after_s: float | None = None) -> None:
+        super().__init__(provider, message)
+        self.retry_after_s = retry_after_s
+
+
+class FatalError(ProviderError):
+    """Auth or invalid request: no retry helps. `fix` says which field or Secret to change."""
+
+    def __init__(self, provider: str, message: str, fix: str = "") -> None:
+        super().__init__(provider, f"{message}{f' — {fix}' if fix else ''}")
+        self.fix = fix
+
+
+class InstanceNotFoundError(ProviderError):
+    """The VM does not exist (any more)."""

@@ -1,0 +1,44 @@
+"""Shared base for resource models: camelCase on the wire, snake_case in Python."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict
+from pydantic.alias_generators import to_camel
+
+
+class CamelModel(BaseModel):
+    """A Kubernetes-style object part: camelCase fields, unknown fields refused.
+
+    Refusing unknown fields is what turns a typo in a manifest (`maxNode:`) into an error
+    naming the field instead of a silently ignored setting.
+    """
+
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        populate_by_name=True,
+        extra="forbid",
+        serialize_by_alias=True,
+    )
+
+
+class SecretKeyRef(CamelModel):
+    """A key of a Secret; the value is read inside an activity, never passed through Temporal."""
+
+    name: str
+    key: str
+    namespace: str | None = None
+
+
+class ObjectMeta(CamelModel):
+    """The part of Kubernetes metadata we read; the rest is kept but ignored."""
+
+    model_config = ConfigDict(extra="allow")
+
+    name: str
+    namespace: str = "default"
+    labels: dict[str, str] = {}
+    annotations: dict[str, str] = {}
+    uid: str | None = None
+    resource_version: str | None = None
+    generation: int | None = None
+    creation_timestamp: str | None = None

@@ -1,0 +1,18 @@
+"""Label, annotation and taint keys written on nodes, VMs and Secrets."""
+
+GROUP = "cloudburst.io"
+NODEPOOL = "cloudburst.io/nodepool"
+NODECLAIM = "cloudburst.io/nodeclaim"
+PROVIDER = "cloudburst.io/provider"
+REGION = "cloudburst.io/region"
+INSTANCE_TYPE = "cloudburst.io/instance-type"
+MANAGED = "cloudburst.io/managed"
+CLUSTER = "cloudburst.io/cluster"
+# Well-known Kubernetes labels set beside ours, so other tools understand the node.
+K8S_INSTANCE_TYPE = "node.kubernetes.io/instance-type"
+K8S_REGION = "topology.kubernetes.io/region"
+K8S_ARCH = "kubernetes.io/arch"
+# Put on a node when its claim starts deleting it, so that nothing new lands there.
+DISRUPTED_TAINT = "cloudburst.io/disrupted"
+# Secrets made for one claim carry this label so that leftovers can be found.
+SECRET_PURPOSE = "cloudburst.io/purpose"

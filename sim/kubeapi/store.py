@@ -1,0 +1,457 @@
+"""The object store: objects, one global resourceVersion, a bounded event log, watches.
+
+Stored objects are immutable once committed (every write builds a new dict), so readers can
+serialise them outside the lock and the event log can share them without copying.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import queue
+import random
+import re
+import threading
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from sim.kubeapi import errors
+from sim.kubeapi.errors import ApiError
+from sim.kubeapi.patch import STRATEGIC_PATCH, apply_patch
+from sim.kubeapi.resources import NAMESPACES, REGISTRY, ResourceType
+from sim.kubeapi.selectors import Predicate
+
+Obj = dict[str, Any]
+
+DEFAULT_LOG_SIZE = 10_000
+DEFAULT_WATCH_QUEUE = 10_000
+_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+_SUFFIX_CHARS = "bcdfghjklmnpqrstvwxz2456789"  # the alphabet of apiserver's generateName
+
+
+def now_rfc3339() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def meta(obj: Obj) -> Obj:
+    m = obj.get("metadata")
+    return m if isinstance(m, dict) else {}
+
+
+@dataclass
+class _Event:
+    rv: int
+    key: str  # ResourceType.key
+    type: str  # ADDED | MODIFIED | DELETED
+    obj: Obj
+    old: Obj | None  # previous state, for MODIFIED: lets selector watches see (un)matching
+
+
+@dataclass(eq=False)
+class Watcher:
+    """One watch stream's subscription. The HTTP handler drains `initial`, then `queue`."""
+
+    rt: ResourceType
+    namespace: str | None
+    labels: Predicate | None
+    fields: Predicate | None
+    queue: queue.Queue[tuple[str, Obj]]
+    initial: list[tuple[str, Obj]] = field(default_factory=list)
+    # Set when the watcher fell too far behind or the server stopped: the stream must end
+    # (the client then re-lists or re-watches from its last resourceVersion).
+    closed: bool = False
+
+    def matches(self, obj: Obj | None) -> bool:
+        if obj is None:
+            return False
+        if self.namespace is not None and meta(obj).get("namespace") != self.namespace:
+            return False
+        if self.labels is not None and not self.labels(obj):
+            return False
+        return self.fields is None or self.fields(obj)
+
+    def translate(self, ev: _Event) -> str | None:
+        """The event type this watcher sees, or None: selector changes become ADDED/DELETED."""
+        now = self.matches(ev.obj)
+        if ev.type != "MODIFIED":
+            return ev.type if now else None
+        was = self.matches(ev.old)
+        if now:
+            return "MODIFIED" if was else "ADDED"
+        return "DELETED" if was else None
+
+
+class Store:
+    """Thread-safe object store. One re-entrant lock guards everything."""
+
+    def __init__(self, log_size: int = DEFAULT_LOG_SIZE, watch_queue: int = DEFAULT_WATCH_QUEUE):
+        self.lock = threading.RLock()
+        self._rv = 0
+        # resource key -> namespace ("" when cluster-scoped) -> name -> object
+        self._objects: dict[str, dict[str, dict[str, Obj]]] = {}
+        self._log: deque[_Event] = deque(maxlen=log_size)
+        self._evicted_upto = 0  # every event with rv <= this has left the log
+        self._watchers: dict[str, set[Watcher]] = {}
+        self._watch_queue = watch_queue
+
+    # ---- reads -------------------------------------------------------------------------
+
+    @property
+    def resource_version(self) -> int:
+        return self._rv
+
+    def get(self, rt: ResourceType, namespace: str, name: str) -> Obj:
+        with self.lock:
+            obj = self._objects.get(rt.key, {}).get(namespace, {}).get(name)
+        if obj is None:
+            raise errors.not_found(rt, name)
+        return obj
+
+    def list_objects(
+        self,
+        rt: ResourceType,
+        namespace: str | None,
+        labels: Predicate | None = None,
+        fields: Predicate | None = None,
+    ) -> tuple[list[Obj], int]:
+        """Matching objects sorted by (namespace, name), and the current resourceVersion."""
+        with self.lock:
+            by_ns = self._objects.get(rt.key, {})
+            if namespace is None:
+                pools = [by_ns[ns] for ns in sorted(by_ns)]
+            else:
+                pools = [by_ns.get(namespace, {})]
+            items = [pool[name] for pool in pools for name in sorted(pool)]
+            rv = self._rv
+        if labels is not None:
+            items = [o for o in items if labels(o)]
+        if fields is not None:
+            items = [o for o in items if fields(o)]
+        return items, rv
+
+    # ---- writes ------------------------------------------------------------------------
+
+    def create(self, rt: ResourceType, namespace: str, body: Obj) -> Obj:
+        """Store a new object; `body` is owned by the store from here on."""
+        md = body.get("metadata")
+        if not isinstance(md, dict):
+            md = body["metadata"] = {}
+        if rt.namespaced:
+            if md.get("namespace") not in (None, "", namespace):
+                raise errors.bad_request(
+                    "the namespace of the provided object does not match the namespace sent on the request"
+                )
+            md["namespace"] = namespace
+        else:
+            md.pop("namespace", None)
+        body["kind"], body["apiVersion"] = rt.kind, rt.api_version
+        with self.lock:
+            if rt.namespaced and namespace not in self._objects.get(NAMESPACES.key, {}).get("", {}):
+                raise errors.not_found(NAMESPACES, namespace)
+            pool = self._objects.setdefault(rt.key, {}).setdefault(namespace, {})
+            name = md.get("name")
+            if not name and md.get("generateName"):
+                name = self._generate_name(pool, str(md["generateName"]))
+            self._validate_name(rt, name)
+            assert isinstance(name, str)
+            if name in pool:
+                raise errors.already_exists(rt, name)
+            md["name"] = name
+            md["uid"] = str(uuid.uuid4())
+            md["creationTimestamp"] = now_rfc3339()
+            md["generation"] = 1
+            for managed in ("deletionTimestamp", "deletionGracePeriodSeconds", "managedFields"):
+                md.pop(managed, None)
+            if rt.custom:
+                body.pop("status", None)  # a CR's status is written through /status only
+            _defaults(rt, body)
+            self._commit(rt, namespace, name, body, None)
+            return body
+
+    def update(
+        self,
+        rt: ResourceType,
+        namespace: str,
+        name: str,
+        change: Callable[[Obj], Obj],
+        subresource: str = "",
+        expect_rv: str | None = None,
+    ) -> Obj:
+        """Read-modify-write: `change(current)` returns the candidate; the server fixes it up.
+
+        Server-owned metadata is kept; `/status` keeps all but `.status`; a CR main-resource
+        write keeps `.status`. An update that leaves a deleting object without finalizers
+        removes it.
+        """
+        with self.lock:
+            old = self.get(rt, namespace, name)
+            new = change(old)
+            if not isinstance(new, dict):
+                raise errors.bad_request("the object must be a JSON object")
+            new_md = new.get("metadata")
+            if not isinstance(new_md, dict):
+                new_md = {}
+            if expect_rv and expect_rv != meta(old).get("resourceVersion"):
+                raise errors.conflict(rt, name, errors.STALE)
+            if subresource == "status":
+                new = dict(old) | {"status": new.get("status")}
+                if new["status"] is None:
+                    del new["status"]
+                return self._commit(rt, namespace, name, new, old)
+            new = dict(new)
+            new["kind"], new["apiVersion"] = rt.kind, rt.api_version
+            # A CR's main resource never writes status; a built-in one keeps it when the
+            # body leaves it out (a PUT of spec only), but may change it (lenient for tests).
+            if rt.custom or (rt.status_subresource and "status" not in new):
+                new.pop("status", None)
+                if "status" in old:
+                    new["status"] = old["status"]
+            md = dict(new_md)
+            old_md = meta(old)
+            for fixed in ("name", "namespace", "uid", "creationTimestamp", "generation"):
+                if fixed in old_md:
+                    md[fixed] = old_md[fixed]
+            for fixed in ("deletionTimestamp", "deletionGracePeriodSeconds"):
+                md.pop(fixed, None)
+                if fixed in old_md:
+                    md[fixed] = old_md[fixed]
+            if "deletionTimestamp" in md:
+                added = set(md.get("finalizers") or []) - set(old_md.get("finalizers") or [])
+                if added:
+                    raise errors.invalid(
+                        rt,
+                        name,
+                        "metadata.finalizers",
+                        "no new finalizers can be added if the object is being deleted",
+                    )
+            if _spec_of(new) != _spec_of(old):
+                md["generation"] = int(old_md.get("generation") or 1) + 1
+            new["metadata"] = md
+            if "deletionTimestamp" in md and not md.get("finalizers"):
+                return self._remove(rt, namespace, name, new)
+            return self._commit(rt, namespace, name, new, old)
+
+    def replace(
+        self, rt: ResourceType, namespace: str, name: str, body: Obj, subresource: str = ""
+    ) -> Obj:
+        md = meta(body)
+        if md.get("name") != name:
+            raise errors.invalid(
+                rt,
+                name,
+                "metadata.name",
+                f"the name of the object ({md.get('name')}) does not match the name on the URL ({name})",
+            )
+        if rt.namespaced and md.get("namespace") not in (None, "", namespace):
+            raise errors.bad_request(
+                "the namespace of the provided object does not match the namespace sent on the request"
+            )
+        rv = md.get("resourceVersion")
+        return self.update(
+            rt, namespace, name, lambda _old: body, subresource, str(rv) if rv else None
+        )
+
+    def patch(
+        self,
+        rt: ResourceType,
+        namespace: str,
+        name: str,
+        content_type: str,
+        patch: Any,
+        subresource: str = "",
+    ) -> Obj:
+        if rt.custom and content_type.split(";")[0].strip() == STRATEGIC_PATCH:
+            # What a real API server answers for custom resources.
+            raise ApiError(
+                415,
+                "UnsupportedMediaType",
+                "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml",
+            )
+        expect = meta(patch).get("resourceVersion") if isinstance(patch, dict) else None
+        return self.update(
+            rt,
+            namespace,
+            name,
+            lambda old: apply_patch(content_type, old, patch),
+            subresource,
+            str(expect) if expect else None,
+        )
+
+    def delete(
+        self,
+        rt: ResourceType,
+        namespace: str,
+        name: str,
+        preconditions: Obj | None = None,
+    ) -> tuple[Obj, bool]:
+        """Delete, or start deleting when finalizers remain. Returns (object, gone)."""
+        with self.lock:
+            old = self.get(rt, namespace, name)
+            md = meta(old)
+            pre = preconditions or {}
+            if pre.get("uid") and pre["uid"] != md.get("uid"):
+                raise errors.conflict(
+                    rt,
+                    name,
+                    f"Precondition failed: UID in precondition: {pre['uid']}, UID in object meta: {md.get('uid')}",
+                )
+            if pre.get("resourceVersion") and pre["resourceVersion"] != md.get("resourceVersion"):
+                raise errors.conflict(rt, name, errors.STALE)
+            if md.get("finalizers"):
+                if "deletionTimestamp" in md:
+                    return old, False
+                new = dict(old)
+                new["metadata"] = dict(
+                    md, deletionTimestamp=now_rfc3339(), deletionGracePeriodSeconds=0
+                )
+                return self._commit(rt, namespace, name, new, old), False
+            if rt is NAMESPACES:
+                self._delete_namespace_contents(name)
+            return self._remove(rt, namespace, name, dict(old)), True
+
+    def delete_collection(
+        self,
+        rt: ResourceType,
+        namespace: str | None,
+        labels: Predicate | None,
+        fields: Predicate | None,
+    ) -> list[Obj]:
+        with self.lock:
+            items, _ = self.list_objects(rt, namespace, labels, fields)
+            return [
+                self.delete(rt, meta(o).get("namespace") or "", meta(o)["name"])[0] for o in items
+            ]
+
+    # ---- watch -------------------------------------------------------------------------
+
+    def watch(
+        self,
+        rt: ResourceType,
+        namespace: str | None,
+        labels: Predicate | None,
+        fields: Predicate | None,
+        resource_version: str | None,
+    ) -> Watcher:
+        """Snapshot-and-subscribe under one lock hold, so no event falls in between.
+
+        No resourceVersion (or "0"): synthetic ADDED for every current match. Otherwise the
+        logged events after it; 410 Expired if the log no longer reaches back that far.
+        """
+        w = Watcher(rt, namespace, labels, fields, queue.Queue(maxsize=self._watch_queue))
+        try:
+            since = int(resource_version) if resource_version else 0
+        except ValueError:
+            raise errors.bad_request(f"invalid resourceVersion: {resource_version}") from None
+        with self.lock:
+            if since == 0:
+                items, _ = self.list_objects(rt, namespace, labels, fields)
+                w.initial = [("ADDED", o) for o in items]
+            else:
+                if since < self._evicted_upto:
+                    raise errors.expired(since, self._evicted_upto + 1)
+                start = max(0, since + 1 - self._log[0].rv) if self._log else 0
+                for ev in itertools.islice(self._log, start, None):
+                    if ev.key == rt.key and ev.rv > since and (kind := w.translate(ev)):
+                        w.initial.append((kind, ev.obj))
+            self._watchers.setdefault(rt.key, set()).add(w)
+        return w
+
+    def watcher_count(self) -> int:
+        with self.lock:
+            return sum(len(ws) for ws in self._watchers.values())
+
+    def unwatch(self, w: Watcher) -> None:
+        with self.lock:
+            self._watchers.get(w.rt.key, set()).discard(w)
+
+    def close_all_watches(self) -> None:
+        with self.lock:
+            for watchers in self._watchers.values():
+                for w in watchers:
+                    w.closed = True
+                    _wake(w)
+            self._watchers.clear()
+
+    # ---- internals ---------------------------------------------------------------------
+
+    def _commit(
+        self, rt: ResourceType, namespace: str, name: str, obj: Obj, old: Obj | None
+    ) -> Obj:
+        self._rv += 1
+        obj["metadata"] = dict(meta(obj), resourceVersion=str(self._rv))
+        self._objects.setdefault(rt.key, {}).setdefault(namespace, {})[name] = obj
+        self._publish(_Event(self._rv, rt.key, "MODIFIED" if old else "ADDED", obj, old))
+        return obj
+
+    def _remove(self, rt: ResourceType, namespace: str, name: str, obj: Obj) -> Obj:
+        self._rv += 1
+        obj["metadata"] = dict(meta(obj), resourceVersion=str(self._rv))
+        pool = self._objects.get(rt.key, {}).get(namespace, {})
+        pool.pop(name, None)
+        self._publish(_Event(self._rv, rt.key, "DELETED", obj, None))
+        return obj
+
+    def _publish(self, ev: _Event) -> None:
+        if len(self._log) == self._log.maxlen:
+            self._evicted_upto = self._log[0].rv
+        self._log.append(ev)
+        overflowed = []
+        for w in self._watchers.get(ev.key, ()):
+            kind = w.translate(ev)
+            if kind is None:
+                continue
+            try:
+                w.queue.put_nowait((kind, ev.obj))
+            except queue.Full:
+                # A slow reader must not hold writers up: end its stream instead.
+                w.closed = True
+                overflowed.append(w)
+        for w in overflowed:
+            self._watchers[ev.key].discard(w)
+
+    def _delete_namespace_contents(self, namespace: str) -> None:
+        for rt in REGISTRY.values():
+            if rt.namespaced:
+                for name in list(self._objects.get(rt.key, {}).get(namespace, {})):
+                    self.delete(rt, namespace, name)
+
+    def _generate_name(self, pool: dict[str, Obj], prefix: str) -> str:
+        while True:
+            name = prefix + "".join(random.choices(_SUFFIX_CHARS, k=5))
+            if name not in pool:
+                return name
+
+    def _validate_name(self, rt: ResourceType, name: Any) -> None:
+        if not name:
+            raise errors.invalid(
+                rt, "", "metadata.name", "Required value: name or generateName is required"
+            )
+        if not isinstance(name, str) or len(name) > 253 or not _NAME.fullmatch(name):
+            raise errors.invalid(
+                rt,
+                str(name),
+                "metadata.name",
+                "Invalid value: a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.'",
+            )
+
+
+def _spec_of(obj: Obj) -> Obj:
+    """Everything that counts for `metadata.generation`."""
+    return {k: v for k, v in obj.items() if k not in ("metadata", "status", "kind", "apiVersion")}
+
+
+def _defaults(rt: ResourceType, obj: Obj) -> None:
+    if rt.kind == "Pod" and rt.group == "":
+        status = obj.get("status")
+        obj["status"] = {"phase": "Pending", **(status if isinstance(status, dict) else {})}
+    elif rt is NAMESPACES:
+        obj["status"] = {"phase": "Active"}
+
+
+def _wake(w: Watcher) -> None:
+    with contextlib.suppress(queue.Full):
+        w.queue.put_nowait(("", {}))  # a sentinel; the reader also checks `closed`

@@ -1,0 +1,554 @@
+"""Simulated kubelets: a fake-cloud VM that boots with valid join material becomes a Node.
+
+For every running VM of the fake cloud, `Kubelets` does what `kubeadm join` + the kubelet
+would: parse the JoinConfiguration from the user data, verify the bootstrap token against
+its `kube-system/bootstrap-token-<id>` Secret and the CA pin against `kube-public/
+cluster-info`, then register the Node (NotReady, Ready after `ready_delay_s`) and run the
+pods bound to it. Wrong join material means no Node, as in real life; the reason is kept in
+`join_failures` so that tests (and the demo) can say why.
+
+When a VM disappears from the cloud its Node goes `Ready=Unknown` (the node lifecycle
+controller's "Kubelet stopped posting node status.") and is left for the autoscaler to
+delete. A Node deleted while its VM lives is not re-registered (a real kubelet would
+re-register; not doing so keeps "delete the Node, then the VM" simple to observe).
+
+Everything runs on one thread polling every `poll_s`: the cloud is read in-process (cheap),
+the API with two calls per tick at most (pending pods bound to nodes, and only when there is
+something to join: the token Secret and cluster-info).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import hmac
+import logging
+import re
+import threading
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import yaml
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
+from kubernetes import client
+
+from api import labels as L
+from sim.cloud import FakeCloud
+from sim.scheduler import call
+
+log = logging.getLogger(__name__)
+
+Obj = dict[str, Any]
+JOIN_HEREDOC = re.compile(
+    r"<<'CLOUDBURST_JOIN_CONFIG'\s*\n(?P<body>.*?)\n\s*CLOUDBURST_JOIN_CONFIG\s*(?:\n|$)", re.S
+)
+TOKEN_RE = re.compile(r"^([a-z0-9]{6})\.([a-z0-9]{16})$")
+NODE_GROUP = "system:bootstrappers:kubeadm:default-node-token"
+KUBELET_VERSION = "v1.34.1"
+ARCH = {"x86_64": "amd64", "amd64": "amd64", "arm64": "arm64", "aarch64": "arm64"}
+# What `--node-labels` may set in the kubernetes.io / k8s.io namespaces (the kubelet refuses
+# to start otherwise; NodeRestriction would refuse the Node).
+_ALLOWED_K8S_LABELS = {
+    "kubernetes.io/hostname",
+    "kubernetes.io/arch",
+    "kubernetes.io/os",
+    "beta.kubernetes.io/arch",
+    "beta.kubernetes.io/os",
+    "beta.kubernetes.io/instance-type",
+    "node.kubernetes.io/instance-type",
+    "failure-domain.beta.kubernetes.io/region",
+    "failure-domain.beta.kubernetes.io/zone",
+    "topology.kubernetes.io/region",
+    "topology.kubernetes.io/zone",
+}
+_ALLOWED_K8S_PREFIXES = ("kubelet.kubernetes.io/", "node.kubernetes.io/")
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class JoinError(Exception):
+    """Why `kubeadm join` would have failed on this VM."""
+
+
+@dataclass
+class JoinConfig:
+    api_server_endpoint: str
+    token: str
+    ca_cert_hashes: list[str]
+    unsafe_skip_ca_verification: bool
+    node_name: str
+    taints: list[Obj]
+    node_labels: dict[str, str]
+    node_ip: str | None
+
+
+def parse_join_config(user_data: str) -> JoinConfig:
+    """Extract and read the kubeadm JoinConfiguration the bootstrap script writes."""
+    match = JOIN_HEREDOC.search(user_data)
+    if match is None:
+        raise JoinError(
+            "no kubeadm JoinConfiguration heredoc (CLOUDBURST_JOIN_CONFIG) in user data"
+        )
+    try:
+        doc = yaml.safe_load(match.group("body"))
+    except yaml.YAMLError as exc:
+        raise JoinError(f"JoinConfiguration is not valid YAML: {exc}") from exc
+    if not isinstance(doc, dict) or doc.get("kind") != "JoinConfiguration":
+        raise JoinError("the heredoc is not a kubeadm JoinConfiguration")
+    if not str(doc.get("apiVersion", "")).startswith("kubeadm.k8s.io/"):
+        raise JoinError(f"unexpected apiVersion {doc.get('apiVersion')!r}")
+    discovery = (doc.get("discovery") or {}).get("bootstrapToken") or {}
+    registration = doc.get("nodeRegistration") or {}
+    extra = registration.get("kubeletExtraArgs") or []
+    # v1beta4 has a list of {name, value}; v1beta3 had a map.
+    args: dict[str, str] = (
+        {str(a.get("name")): str(a.get("value", "")) for a in extra if isinstance(a, dict)}
+        if isinstance(extra, list)
+        else {str(k): str(v) for k, v in dict(extra).items()}
+    )
+    node_labels: dict[str, str] = {}
+    for item in (args.get("node-labels") or "").split(","):
+        if not item.strip():
+            continue
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise JoinError(f"--node-labels item {item!r} is not key=value")
+        node_labels[key.strip()] = value.strip()
+    token = str(discovery.get("token") or doc.get("discovery", {}).get("tlsBootstrapToken") or "")
+    name = str(registration.get("name") or "")
+    if not name:
+        raise JoinError("nodeRegistration.name is empty")
+    taints = registration.get("taints") or []
+    if not isinstance(taints, list):
+        raise JoinError("nodeRegistration.taints is not a list")
+    return JoinConfig(
+        api_server_endpoint=str(discovery.get("apiServerEndpoint") or ""),
+        token=token,
+        ca_cert_hashes=[str(h) for h in discovery.get("caCertHashes") or []],
+        unsafe_skip_ca_verification=bool(discovery.get("unsafeSkipCAVerification")),
+        node_name=name,
+        taints=[
+            {k: str(v) for k, v in dict(t).items() if k in ("key", "value", "effect")}
+            for t in taints
+        ],
+        node_labels=node_labels,
+        node_ip=args.get("node-ip") or None,
+    )
+
+
+def ca_cert_hash(ca_pem: bytes) -> str:
+    """kubeadm's CA pin: sha256 of the DER SubjectPublicKeyInfo."""
+    cert = x509.load_pem_x509_certificate(ca_pem)
+    spki = cert.public_key().public_bytes(
+        serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
+    return "sha256:" + hashlib.sha256(spki).hexdigest()
+
+
+def _decode(secret: Obj, key: str) -> str | None:
+    if key in (secret.get("stringData") or {}):
+        return str(secret["stringData"][key])
+    raw = (secret.get("data") or {}).get(key)
+    if raw is None:
+        return None
+    try:
+        return base64.b64decode(raw).decode()
+    except (binascii.Error, UnicodeDecodeError):
+        return None
+
+
+def check_token_secret(secret: Obj, token_id: str, token_secret: str) -> None:
+    """What the API server's bootstrap authenticator and kubeadm's discovery check."""
+    if secret.get("type") != "bootstrap.kubernetes.io/token":
+        raise JoinError(f"Secret bootstrap-token-{token_id} has type {secret.get('type')!r}")
+    if _decode(secret, "token-id") != token_id:
+        raise JoinError(f"Secret bootstrap-token-{token_id}: token-id does not match")
+    if not hmac.compare_digest(_decode(secret, "token-secret") or "", token_secret):
+        raise JoinError(f"Secret bootstrap-token-{token_id}: token-secret does not match")
+    expiration = _decode(secret, "expiration")
+    if expiration:
+        try:
+            when = datetime.fromisoformat(expiration.replace("Z", "+00:00"))
+        except ValueError as exc:
+            raise JoinError(f"token expiration {expiration!r} is not RFC3339") from exc
+        if when.tzinfo is None or when <= datetime.now(UTC):
+            raise JoinError(f"bootstrap token {token_id} expired at {expiration}")
+    for usage in ("usage-bootstrap-authentication", "usage-bootstrap-signing"):
+        if _decode(secret, usage) != "true":
+            raise JoinError(f'bootstrap token {token_id}: {usage} is not "true"')
+    groups = (_decode(secret, "auth-extra-groups") or "").split(",")
+    if NODE_GROUP not in groups:
+        raise JoinError(
+            f"bootstrap token {token_id}: auth-extra-groups lacks {NODE_GROUP} "
+            "(kubeadm's RBAC lets only that group join)"
+        )
+
+
+def check_node_labels(labels: dict[str, str]) -> None:
+    for key in labels:
+        prefix, _, _ = key.rpartition("/")
+        if (prefix.endswith("kubernetes.io") or prefix.endswith("k8s.io")) and not (
+            key in _ALLOWED_K8S_LABELS or key.startswith(_ALLOWED_K8S_PREFIXES)
+        ):
+            raise JoinError(f"kubelet refuses --node-labels {key}: reserved kubernetes.io label")
+
+
+@dataclass
+class _Joined:
+    instance_id: str
+    node_name: str
+    ip: str
+    registered_at: float
+    index: int
+    ready: bool = False
+    lost: bool = False  # VM gone: no longer managed
+    pod_ips: int = 0
+
+
+class Kubelets:
+    """All the kubelets of the simulated cluster, on one thread."""
+
+    def __init__(
+        self,
+        api_client: client.ApiClient,
+        cloud: FakeCloud,
+        ready_delay_s: float = 1.0,
+        *,
+        poll_s: float = 0.25,
+        join_retry_s: float = 2.0,
+        join_timeout_s: float = 60.0,
+    ) -> None:
+        self.core = client.CoreV1Api(api_client)
+        self.cloud = cloud
+        self.ready_delay_s = ready_delay_s
+        self.poll_s = poll_s
+        self.join_retry_s = join_retry_s
+        self.join_timeout_s = join_timeout_s
+        self._lock = threading.Lock()
+        self.joined: dict[str, _Joined] = {}  # instance id -> node
+        # instance id -> why it could not join (the latest reason; kept after giving up).
+        self.join_failures: dict[str, str] = {}
+        self._first_try: dict[str, float] = {}
+        self._next_try: dict[str, float] = {}
+        self._given_up: set[str] = set()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._indexes = iter(range(1, 1 << 30))
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="kubelets", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(5)
+
+    def node_for(self, instance_id: str) -> str | None:
+        with self._lock:
+            j = self.joined.get(instance_id)
+            return j.node_name if j else None
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.tick()
+            except Exception:
+                log.exception("kubelet tick failed")
+            self._stop.wait(self.poll_s)
+
+    def tick(self) -> None:
+        """One round: join new VMs, turn nodes Ready, notice lost VMs, run bound pods."""
+        now = time.monotonic()
+        states = self.cloud.instance_states()
+        to_join = [
+            iid
+            for iid, state in states.items()
+            if state == "running"
+            and iid not in self.joined
+            and iid not in self._given_up
+            and self._next_try.get(iid, 0.0) <= now
+        ]
+        if to_join:
+            self._join_all(to_join, now)
+        for j in list(self.joined.values()):
+            if j.lost:
+                continue
+            if states.get(j.instance_id, "terminated") in ("terminated", "stopping"):
+                # stopping: the OS is shutting down; the kubelet stops posting status.
+                self._lose(j)
+            elif not j.ready and now - j.registered_at >= self.ready_delay_s:
+                self._set_ready(j)
+        self._run_pods()
+
+    # ---- joining ---------------------------------------------------------------------------
+
+    def _join_all(self, instance_ids: list[str], now: float) -> None:
+        try:
+            ca_hash = self._cluster_ca_hash()
+        except JoinError as exc:
+            ca_hash = None
+            ca_error = str(exc)
+        for iid in instance_ids:
+            try:
+                detail = self.cloud.peek(iid)
+                if detail is None:
+                    continue
+                if ca_hash is None:
+                    raise JoinError(ca_error)
+                config = parse_join_config(str(detail.get("user_data") or ""))
+                self._verify(config, ca_hash)
+                self._register(iid, detail, config, now)
+                self.join_failures.pop(iid, None)
+            except JoinError as exc:
+                self._join_failed(iid, str(exc), now)
+            except client.ApiException as exc:
+                self._join_failed(iid, f"API error {exc.status}: {exc.reason}", now)
+
+    def _join_failed(self, iid: str, reason: str, now: float) -> None:
+        first = self._first_try.setdefault(iid, now)
+        self.join_failures[iid] = reason
+        self._next_try[iid] = now + self.join_retry_s
+        if now - first >= self.join_timeout_s:
+            self._given_up.add(iid)
+        log.warning("instance %s cannot join: %s", iid, reason)
+
+    def _cluster_ca_hash(self) -> str:
+        try:
+            cm = call(self.core.read_namespaced_config_map, "cluster-info", "kube-public")
+        except client.ApiException as exc:
+            raise JoinError(f"cannot read kube-public/cluster-info: {exc.status}") from exc
+        kubeconfig = yaml.safe_load((cm.get("data") or {}).get("kubeconfig") or "") or {}
+        clusters = kubeconfig.get("clusters") or []
+        if not clusters:
+            raise JoinError("kube-public/cluster-info has no cluster")
+        ca_b64 = (clusters[0].get("cluster") or {}).get("certificate-authority-data")
+        if not ca_b64:
+            raise JoinError("kube-public/cluster-info has no certificate-authority-data")
+        return ca_cert_hash(base64.b64decode(ca_b64))
+
+    def _verify(self, config: JoinConfig, ca_hash: str) -> None:
+        m = TOKEN_RE.match(config.token)
+        if m is None:
+            raise JoinError("bootstrap token is malformed (want [a-z0-9]{6}.[a-z0-9]{16})")
+        token_id, token_secret = m.groups()
+        try:
+            secret = call(
+                self.core.read_namespaced_secret, f"bootstrap-token-{token_id}", "kube-system"
+            )
+        except client.ApiException as exc:
+            if exc.status == 404:
+                raise JoinError(f"bootstrap token {token_id} not found") from exc
+            raise
+        check_token_secret(secret, token_id, token_secret)
+        pins = [h.lower() for h in config.ca_cert_hashes]
+        if not pins and not config.unsafe_skip_ca_verification:
+            raise JoinError("no caCertHashes and unsafeSkipCAVerification is not set")
+        if pins and ca_hash not in pins:
+            raise JoinError("cluster CA public key does not match any caCertHashes pin")
+        check_node_labels(config.node_labels)
+
+    def _register(self, iid: str, detail: Obj, config: JoinConfig, now: float) -> None:
+        itype = self.cloud.types.get(str(detail.get("instance_type")))
+        if itype is None:
+            raise JoinError(f"unknown instance type {detail.get('instance_type')!r}")
+        arch = ARCH.get(itype.arch, itype.arch)
+        region = str(detail.get("region"))
+        ip = config.node_ip or str(detail.get("private_ip") or "")
+        labels = {
+            **config.node_labels,
+            "kubernetes.io/hostname": config.node_name,
+            L.K8S_ARCH: arch,
+            "kubernetes.io/os": "linux",
+            "beta.kubernetes.io/arch": arch,
+            "beta.kubernetes.io/os": "linux",
+            L.K8S_INSTANCE_TYPE: itype.name,
+            L.K8S_REGION: region,
+        }
+        resources = {
+            "cpu": str(itype.vcpu),
+            "memory": f"{int(itype.memory_gib * 1024 * 1024)}Ki",
+            "pods": "110",
+            "ephemeral-storage": "40Gi",
+        }
+        node: Obj = {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {
+                "name": config.node_name,
+                "labels": labels,
+                "annotations": {"node.alpha.kubernetes.io/ttl": "0"},
+            },
+            "spec": {"providerID": f"fake:///{region}/{detail.get('id')}"},
+            "status": {
+                "capacity": resources,
+                "allocatable": resources,
+                "addresses": [
+                    {"type": "InternalIP", "address": ip},
+                    {"type": "Hostname", "address": config.node_name},
+                ],
+                "conditions": [
+                    {
+                        "type": "Ready",
+                        "status": "False",
+                        "reason": "KubeletNotReady",
+                        "message": "container runtime network not ready: NetworkReady=false",
+                        "lastHeartbeatTime": _now(),
+                        "lastTransitionTime": _now(),
+                    }
+                ],
+                "nodeInfo": {
+                    "architecture": arch,
+                    "operatingSystem": "linux",
+                    "osImage": str(detail.get("image") or "Ubuntu 24.04 LTS"),
+                    "kernelVersion": "6.8.0-sim",
+                    "containerRuntimeVersion": "containerd://2.1.0",
+                    "kubeletVersion": KUBELET_VERSION,
+                    "kubeProxyVersion": "",
+                    "machineID": str(detail.get("id")),
+                    "systemUUID": str(detail.get("id")),
+                    "bootID": str(detail.get("id")),
+                },
+            },
+        }
+        if config.taints:
+            node["spec"]["taints"] = config.taints
+        try:
+            call(self.core.create_node, node)
+        except client.ApiException as exc:
+            if exc.status != 409:
+                raise
+            # A Node by that name exists: the kubelet takes it over only if it is its own.
+            current = call(self.core.read_node, config.node_name)
+            if (current.get("spec") or {}).get("providerID") != node["spec"]["providerID"]:
+                raise JoinError(
+                    f"a Node named {config.node_name} exists with another providerID"
+                ) from exc
+        with self._lock:
+            self.joined[iid] = _Joined(iid, config.node_name, ip, now, next(self._indexes))
+        log.info("instance %s joined as node %s", iid, config.node_name)
+
+    # ---- node status -----------------------------------------------------------------------
+
+    def _patch_ready(self, j: _Joined, status: str, reason: str, message: str) -> bool:
+        body = {
+            "status": {
+                "conditions": [
+                    {
+                        "type": "Ready",
+                        "status": status,
+                        "reason": reason,
+                        "message": message,
+                        "lastHeartbeatTime": _now(),
+                        "lastTransitionTime": _now(),
+                    }
+                ]
+            }
+        }
+        try:
+            call(
+                self.core.patch_node_status,
+                j.node_name,
+                body,
+                _content_type="application/strategic-merge-patch+json",
+            )
+        except client.ApiException as exc:
+            if exc.status == 404:
+                # Someone deleted the Node: this kubelet stops (it does not re-register).
+                log.info("node %s was deleted; kubelet stops managing it", j.node_name)
+                j.lost = True
+                return False
+            raise
+        return True
+
+    def _set_ready(self, j: _Joined) -> None:
+        if self._patch_ready(j, "True", "KubeletReady", "kubelet is posting ready status"):
+            j.ready = True
+            log.info("node %s is Ready", j.node_name)
+
+    def _lose(self, j: _Joined) -> None:
+        j.lost = True
+        self._patch_ready(j, "Unknown", "NodeStatusUnknown", "Kubelet stopped posting node status.")
+        log.info("node %s lost its VM %s: Ready=Unknown", j.node_name, j.instance_id)
+
+    # ---- pods ------------------------------------------------------------------------------
+
+    def _run_pods(self) -> None:
+        with self._lock:
+            nodes = {j.node_name: j for j in self.joined.values() if not j.lost}
+        if not nodes:
+            return
+        data = call(
+            self.core.list_pod_for_all_namespaces,
+            field_selector="status.phase=Pending,spec.nodeName!=",
+        )
+        for pod in data.get("items") or []:
+            node = nodes.get((pod.get("spec") or {}).get("nodeName") or "")
+            md = pod.get("metadata") or {}
+            if node is None or md.get("deletionTimestamp"):
+                continue
+            self._start_pod(node, pod)
+
+    def _start_pod(self, node: _Joined, pod: Obj) -> None:
+        md = pod.get("metadata") or {}
+        spec = pod.get("spec") or {}
+        now = _now()
+        if spec.get("hostNetwork"):
+            pod_ip = node.ip
+        else:
+            node.pod_ips += 1
+            n = node.pod_ips
+            pod_ip = f"10.{244 + (node.index >> 8) % 12}.{node.index & 0xFF}.{(n % 250) + 2}"
+        containers = [
+            {
+                "name": c.get("name"),
+                "image": c.get("image", ""),
+                "imageID": "",
+                "containerID": "containerd://"
+                + hashlib.sha256(f"{md.get('uid')}/{c.get('name')}".encode()).hexdigest(),
+                "ready": True,
+                "started": True,
+                "restartCount": 0,
+                "state": {"running": {"startedAt": now}},
+            }
+            for c in spec.get("containers") or []
+        ]
+        conditions = [
+            {"type": t, "status": "True", "lastProbeTime": None, "lastTransitionTime": now}
+            for t in (
+                "PodReadyToStartContainers",
+                "Initialized",
+                "ContainersReady",
+                "Ready",
+                "PodScheduled",
+            )
+        ]
+        body = {
+            "status": {
+                "phase": "Running",
+                "conditions": conditions,
+                "containerStatuses": containers,
+                "hostIP": node.ip,
+                "hostIPs": [{"ip": node.ip}],
+                "podIP": pod_ip,
+                "podIPs": [{"ip": pod_ip}],
+                "startTime": now,
+                "qosClass": (pod.get("status") or {}).get("qosClass") or "BestEffort",
+            }
+        }
+        try:
+            call(
+                self.core.patch_namespaced_pod_status,
+                md.get("name", ""),
+                md.get("namespace", ""),
+                body,
+                _content_type="application/strategic-merge-patch+json",
+            )
+        except client.ApiException as exc:
+            log.debug("starting pod %s/%s: %s", md.get("namespace"), md.get("name"), exc.status)

@@ -1,0 +1,556 @@
+"""A simplified kube-scheduler for the simulated cluster, over the Kubernetes API.
+
+It watches pods and nodes (list + watch into an in-memory cache, like client-go's
+informers), and binds each pending, unbound pod to a Ready, schedulable node that fits it:
+resources (cpu, memory, pods), nodeSelector, required node affinity, and NoSchedule/NoExecute
+taints. Among fitting nodes it picks the most allocated one (bin-packing; ties by name) so
+that runs are deterministic. A pod that fits nowhere gets `PodScheduled=False,
+reason=Unschedulable` with kube-scheduler's "0/N nodes are available: ..." message: that
+condition is what Cloudburst's trigger reacts to, so it is patched only when it changes.
+
+Objects are handled as raw JSON dicts (`_preload_content=False`): deserialising into the
+client's models would cost far more than the scheduling itself.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from kubernetes import client
+from kubernetes.watch.watch import iter_resp_lines
+
+from api.quantity import cpu_millis, memory_bytes
+
+log = logging.getLogger(__name__)
+
+Obj = dict[str, Any]
+DEFAULT_SCHEDULER = "default-scheduler"
+_TERMINAL = ("Succeeded", "Failed")
+
+
+def now_rfc3339() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Obj:
+    """Call a `kubernetes` client method with a raw JSON body and return the raw JSON reply.
+
+    The typed client wants its model classes for bodies and builds them for replies; raw
+    dicts are both faster and what the emulator speaks. A body-less reply gives {}.
+    """
+    response = fn(*args, _preload_content=False, **kwargs)
+    data = response.data
+    return json.loads(data) if data else {}
+
+
+def pod_key(pod: Obj) -> str:
+    md = pod.get("metadata") or {}
+    return f"{md.get('namespace', '')}/{md.get('name', '')}"
+
+
+def condition(obj: Obj, kind: str) -> Obj | None:
+    for c in (obj.get("status") or {}).get("conditions") or []:
+        if c.get("type") == kind:
+            return dict(c)
+    return None
+
+
+# ---- a tiny informer -----------------------------------------------------------------------
+
+
+class Informer:
+    """List + watch one resource into a dict keyed by namespace/name, re-listing when needed.
+
+    `list_fn` is a `kubernetes` client list method (e.g. `CoreV1Api.list_node`). Every change
+    calls `on_change`. Resyncs (a full re-list) happen every `relist_s` and after any error,
+    including 410 Gone, so the cache converges whatever the watch missed.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        list_fn: Callable[..., Any],
+        on_change: Callable[[], None],
+        *,
+        relist_s: float = 30.0,
+        watch_timeout_s: int = 5,
+    ) -> None:
+        self.name = name
+        self._list_fn = list_fn
+        self._on_change = on_change
+        self._relist_s = relist_s
+        self._watch_timeout_s = watch_timeout_s
+        self._lock = threading.Lock()
+        self._items: dict[str, Obj] = {}
+        self._stop = threading.Event()
+        self.synced = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name=f"informer-{self.name}", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 2.0) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def items(self) -> list[Obj]:
+        with self._lock:
+            return list(self._items.values())
+
+    def get(self, key: str) -> Obj | None:
+        with self._lock:
+            return self._items.get(key)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                rv = self._relist()
+                deadline = time.monotonic() + self._relist_s
+                while not self._stop.is_set() and time.monotonic() < deadline:
+                    next_rv = self._watch(rv)
+                    if next_rv is None:
+                        break  # 410 Gone or an ERROR event: re-list
+                    rv = next_rv
+            except Exception as exc:  # the API server restarting, a dropped connection...
+                if self._stop.is_set():
+                    return
+                log.debug("informer %s: %s; re-listing", self.name, exc)
+                self._stop.wait(0.5)
+
+    def _relist(self) -> str:
+        response = self._list_fn(_preload_content=False, _request_timeout=30)
+        data = json.loads(response.data)
+        items = {pod_key(o): o for o in data.get("items") or []}
+        with self._lock:
+            self._items = items
+        self.synced.set()
+        self._on_change()
+        return str((data.get("metadata") or {}).get("resourceVersion") or "")
+
+    def _watch(self, rv: str) -> str | None:
+        response = self._list_fn(
+            watch=True,
+            resource_version=rv,
+            allow_watch_bookmarks=True,
+            timeout_seconds=self._watch_timeout_s,
+            _preload_content=False,
+            _request_timeout=self._watch_timeout_s + 10,
+        )
+        try:
+            for line in iter_resp_lines(response):
+                if self._stop.is_set():
+                    return rv
+                event = json.loads(line)
+                kind, obj = event.get("type"), event.get("object") or {}
+                if kind == "ERROR":
+                    return None
+                rv = str((obj.get("metadata") or {}).get("resourceVersion") or rv)
+                if kind == "BOOKMARK":
+                    continue
+                with self._lock:
+                    if kind == "DELETED":
+                        self._items.pop(pod_key(obj), None)
+                    else:
+                        self._items[pod_key(obj)] = obj
+                self._on_change()
+        finally:
+            response.release_conn()
+        return rv
+
+
+# ---- predicates (pure functions, unit-testable) ------------------------------------------
+
+
+@dataclass
+class Requests:
+    cpu: int = 0  # millicores
+    memory: int = 0  # bytes
+    pods: int = 0
+
+    def __add__(self, other: Requests) -> Requests:
+        return Requests(self.cpu + other.cpu, self.memory + other.memory, self.pods + other.pods)
+
+
+def _container_requests(container: Obj) -> Requests:
+    req = ((container.get("resources") or {}).get("requests")) or {}
+    return Requests(
+        cpu_millis(req["cpu"]) if "cpu" in req else 0,
+        memory_bytes(req["memory"]) if "memory" in req else 0,
+    )
+
+
+def pod_requests(pod: Obj) -> Requests:
+    """What kube counts: sum of containers, at least the largest init container, + overhead."""
+    spec = pod.get("spec") or {}
+    total = Requests()
+    for c in spec.get("containers") or []:
+        total = total + _container_requests(c)
+    sidecars = Requests()
+    init_max = Requests()
+    for c in spec.get("initContainers") or []:
+        r = _container_requests(c)
+        if c.get("restartPolicy") == "Always":  # sidecars keep running beside the app
+            sidecars = sidecars + r
+            continue
+        init_max = Requests(
+            max(init_max.cpu, r.cpu + sidecars.cpu),
+            max(init_max.memory, r.memory + sidecars.memory),
+        )
+    total = total + sidecars
+    total = Requests(max(total.cpu, init_max.cpu), max(total.memory, init_max.memory))
+    overhead = spec.get("overhead") or {}
+    if overhead:
+        total = total + Requests(
+            cpu_millis(overhead.get("cpu", 0)), memory_bytes(overhead.get("memory", 0))
+        )
+    return Requests(total.cpu, total.memory, 1)
+
+
+def node_allocatable(node: Obj) -> Requests:
+    status = node.get("status") or {}
+    alloc = status.get("allocatable") or status.get("capacity") or {}
+    return Requests(
+        cpu_millis(alloc.get("cpu", 0)),
+        memory_bytes(alloc.get("memory", 0)),
+        int(alloc.get("pods", 110)),
+    )
+
+
+def _match_expression(expr: Obj, value: str | None) -> bool:
+    op = expr.get("operator")
+    values = [str(v) for v in expr.get("values") or []]
+    if op == "In":
+        return value is not None and value in values
+    if op == "NotIn":
+        return value is None or value not in values
+    if op == "Exists":
+        return value is not None
+    if op == "DoesNotExist":
+        return value is None
+    if op in ("Gt", "Lt"):
+        if value is None or len(values) != 1:
+            return False
+        try:
+            have, want = int(value), int(values[0])
+        except ValueError:
+            return False
+        return have > want if op == "Gt" else have < want
+    return False
+
+
+def node_matches_selector_term(term: Obj, node: Obj) -> bool:
+    """A NodeSelectorTerm: every matchExpression and matchField holds (empty term: none)."""
+    md = node.get("metadata") or {}
+    labels = md.get("labels") or {}
+    exprs = term.get("matchExpressions") or []
+    fields = term.get("matchFields") or []
+    if not exprs and not fields:
+        return False
+    if not all(_match_expression(e, labels.get(e.get("key"))) for e in exprs):
+        return False
+    return all(
+        _match_expression(f, md.get("name") if f.get("key") == "metadata.name" else None)
+        for f in fields
+    )
+
+
+def node_matches_pod_affinity(pod: Obj, node: Obj) -> bool:
+    """nodeSelector and requiredDuringSchedulingIgnoredDuringExecution node affinity."""
+    spec = pod.get("spec") or {}
+    labels = (node.get("metadata") or {}).get("labels") or {}
+    for key, value in (spec.get("nodeSelector") or {}).items():
+        if labels.get(key) != value:
+            return False
+    required = (
+        ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+            "requiredDuringSchedulingIgnoredDuringExecution"
+        )
+    ) or None
+    if required is None:
+        return True
+    return any(node_matches_selector_term(t, node) for t in required.get("nodeSelectorTerms") or [])
+
+
+def tolerates(toleration: Obj, taint: Obj) -> bool:
+    effect = toleration.get("effect") or ""
+    if effect and effect != taint.get("effect"):
+        return False
+    key = toleration.get("key") or ""
+    op = toleration.get("operator") or "Equal"
+    if not key:
+        return op == "Exists"
+    if key != taint.get("key"):
+        return False
+    if op == "Exists":
+        return True
+    return (toleration.get("value") or "") == (taint.get("value") or "")
+
+
+def untolerated_taint(pod: Obj, taints: Iterable[Obj]) -> Obj | None:
+    """The first NoSchedule/NoExecute taint that the pod does not tolerate, if any."""
+    tolerations = (pod.get("spec") or {}).get("tolerations") or []
+    for taint in taints:
+        if taint.get("effect") not in ("NoSchedule", "NoExecute"):
+            continue
+        if not any(tolerates(t, taint) for t in tolerations):
+            return taint
+    return None
+
+
+def node_taints(node: Obj) -> list[Obj]:
+    """The node's taints, plus the ones the node lifecycle controller adds when not Ready."""
+    taints = list((node.get("spec") or {}).get("taints") or [])
+    ready = condition(node, "Ready")
+    status = (ready or {}).get("status")
+    if status == "False" or ready is None:
+        taints.append({"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"})
+    elif status == "Unknown":
+        taints.append({"key": "node.kubernetes.io/unreachable", "effect": "NoSchedule"})
+    return taints
+
+
+def taint_message(taint: Obj) -> str:
+    return f"node(s) had untolerated taint {{{taint.get('key')}: {taint.get('value') or ''}}}"
+
+
+@dataclass
+class NodeInfo:
+    node: Obj
+    name: str
+    allocatable: Requests
+    used: Requests = field(default_factory=Requests)
+
+    def score(self, req: Requests) -> float:
+        """Most-allocated: higher when the node would be fuller after placing the pod."""
+        a = self.allocatable
+        cpu = (self.used.cpu + req.cpu) / a.cpu if a.cpu else 1.0
+        mem = (self.used.memory + req.memory) / a.memory if a.memory else 1.0
+        return (cpu + mem) / 2
+
+
+def fit_reasons(pod: Obj, info: NodeInfo, req: Requests) -> list[str]:
+    """Why the pod cannot go on this node (empty: it fits), in kube-scheduler's filter order
+    and wording: the first failing plugin wins, except resources which lists all shortfalls."""
+    node = info.node
+    if (node.get("spec") or {}).get("unschedulable") and not any(
+        tolerates(t, {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"})
+        for t in (pod.get("spec") or {}).get("tolerations") or []
+    ):
+        return ["node(s) were unschedulable"]
+    taint = untolerated_taint(pod, node_taints(node))
+    if taint is not None:
+        return [taint_message(taint)]
+    if not node_matches_pod_affinity(pod, node):
+        return ["node(s) didn't match Pod's node affinity/selector"]
+    reasons = []
+    a, u = info.allocatable, info.used
+    if u.pods + req.pods > a.pods:
+        reasons.append("Too many pods")
+    if req.cpu and u.cpu + req.cpu > a.cpu:
+        reasons.append("Insufficient cpu")
+    if req.memory and u.memory + req.memory > a.memory:
+        reasons.append("Insufficient memory")
+    return reasons
+
+
+def unschedulable_message(total: int, reasons: Counter[str]) -> str:
+    """kube-scheduler's FitError text."""
+    if total == 0:
+        return "0/0 nodes are available: no nodes available to schedule pods."
+    parts = ", ".join(f"{n} {r}" for r, n in sorted(reasons.items(), key=lambda kv: kv[0]))
+    return (
+        f"0/{total} nodes are available: {parts}. preemption: 0/{total} nodes are available: "
+        f"{total} Preemption is not helpful for scheduling."
+    )
+
+
+def is_pending_unbound(pod: Obj) -> bool:
+    spec = pod.get("spec") or {}
+    md = pod.get("metadata") or {}
+    phase = (pod.get("status") or {}).get("phase") or "Pending"
+    return (
+        phase == "Pending"
+        and not spec.get("nodeName")
+        and not md.get("deletionTimestamp")
+        and (spec.get("schedulerName") or DEFAULT_SCHEDULER) == DEFAULT_SCHEDULER
+    )
+
+
+# ---- the scheduler -------------------------------------------------------------------------
+
+
+class Scheduler:
+    """Binds pending pods to nodes. `start()` runs it in its own threads; `stop()` ends them."""
+
+    def __init__(self, api_client: client.ApiClient, *, resync_s: float = 1.0) -> None:
+        self.core = client.CoreV1Api(api_client)
+        self.resync_s = resync_s
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self.pods = Informer("pods", self.core.list_pod_for_all_namespaces, self._wake.set)
+        self.nodes = Informer("nodes", self.core.list_node, self._wake.set)
+        # Pods we bound whose binding the cache may not show yet: key -> (node, when).
+        self._assumed: dict[str, tuple[str, float]] = {}
+        # The Unschedulable message last written per pod, so that we patch on change only.
+        self._reported: dict[str, str] = {}
+        self._thread: threading.Thread | None = None
+        self.bindings = 0  # for tests and the demo
+
+    def start(self) -> None:
+        self.pods.start()
+        self.nodes.start()
+        self._thread = threading.Thread(target=self._run, name="scheduler", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        self.pods.stop()
+        self.nodes.stop()
+        if self._thread is not None:
+            self._thread.join(5)
+
+    def _run(self) -> None:
+        self.pods.synced.wait()
+        self.nodes.synced.wait()
+        while not self._stop.is_set():
+            self._wake.wait(self.resync_s)
+            if self._stop.is_set():
+                return
+            self._wake.clear()
+            try:
+                self.schedule_once()
+            except Exception:
+                log.exception("scheduling pass failed")
+                self._stop.wait(0.5)
+
+    def schedule_once(self) -> int:
+        """One pass over every pending pod. Returns how many were bound."""
+        now = time.monotonic()
+        infos: dict[str, NodeInfo] = {}
+        for node in self.nodes.items():
+            name = (node.get("metadata") or {}).get("name", "")
+            infos[name] = NodeInfo(node, name, node_allocatable(node))
+        pending: list[Obj] = []
+        for pod in self.pods.items():
+            key = pod_key(pod)
+            spec = pod.get("spec") or {}
+            node_name = spec.get("nodeName")
+            assumed = self._assumed.get(key)
+            if assumed is not None:
+                if node_name or now - assumed[1] > 30:
+                    del self._assumed[key]
+                else:
+                    node_name = assumed[0]
+            if node_name:
+                if (pod.get("status") or {}).get("phase") not in _TERMINAL and node_name in infos:
+                    info = infos[node_name]
+                    info.used = info.used + pod_requests(pod)
+                continue
+            if is_pending_unbound(pod):
+                pending.append(pod)
+        live = {pod_key(p) for p in pending}
+        for key in [k for k in self._reported if k not in live]:
+            del self._reported[key]
+
+        def order(pod: Obj) -> tuple[int, str, str]:
+            md = pod.get("metadata") or {}
+            priority = int((pod.get("spec") or {}).get("priority") or 0)
+            return (-priority, str(md.get("creationTimestamp") or ""), pod_key(pod))
+
+        bound = 0
+        ordered = sorted(infos.values(), key=lambda i: i.name)
+        for pod in sorted(pending, key=order):
+            req = pod_requests(pod)
+            best: NodeInfo | None = None
+            best_score = -1.0
+            reasons: Counter[str] = Counter()
+            for info in ordered:
+                why = fit_reasons(pod, info, req)
+                if why:
+                    reasons.update(why)
+                    continue
+                score = info.score(req)
+                if score > best_score:
+                    best, best_score = info, score
+            if best is not None:
+                if self._bind(pod, best.name):
+                    best.used = best.used + req
+                    bound += 1
+            else:
+                self._report_unschedulable(pod, unschedulable_message(len(infos), reasons))
+        return bound
+
+    def _bind(self, pod: Obj, node: str) -> bool:
+        md = pod.get("metadata") or {}
+        name, namespace = md.get("name", ""), md.get("namespace", "")
+        body = {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": {"name": name, "namespace": namespace, "uid": md.get("uid")},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+        }
+        try:
+            call(self.core.create_namespaced_pod_binding, name, namespace, body)
+        except client.ApiException as exc:
+            # 409: bound meanwhile (a stale cache); 404: deleted meanwhile. Either way, move on.
+            log.debug("binding %s/%s to %s: %s %s", namespace, name, node, exc.status, exc.reason)
+            return False
+        self._assumed[pod_key(pod)] = (node, time.monotonic())
+        self._reported.pop(pod_key(pod), None)
+        self.bindings += 1
+        log.info("bound %s/%s to %s", namespace, name, node)
+        return True
+
+    def _report_unschedulable(self, pod: Obj, message: str) -> None:
+        key = pod_key(pod)
+        current = condition(pod, "PodScheduled") or {}
+        if self._reported.get(key) == message or (
+            current.get("status") == "False"
+            and current.get("reason") == "Unschedulable"
+            and current.get("message") == message
+        ):
+            self._reported[key] = message
+            return
+        md = pod.get("metadata") or {}
+        patch = {
+            "status": {
+                "conditions": [
+                    {
+                        "type": "PodScheduled",
+                        "status": "False",
+                        "reason": "Unschedulable",
+                        "message": message,
+                        "lastProbeTime": None,
+                        "lastTransitionTime": (
+                            current.get("lastTransitionTime")
+                            if current.get("status") == "False"
+                            else now_rfc3339()
+                        ),
+                    }
+                ]
+            }
+        }
+        try:
+            call(
+                self.core.patch_namespaced_pod_status,
+                md.get("name", ""),
+                md.get("namespace", ""),
+                patch,
+                _content_type="application/strategic-merge-patch+json",
+            )
+        except client.ApiException as exc:
+            log.debug("marking %s unschedulable: %s %s", key, exc.status, exc.reason)
+            return
+        self._reported[key] = message
+        log.info("%s unschedulable: %s", key, message)

@@ -1,0 +1,344 @@
+"""Node activities (label, cordon, drain, delete, state) against the Kubernetes API emulator."""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import threading
+import time
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+from temporalio.exceptions import ApplicationError, CancelledError
+from temporalio.testing import ActivityEnvironment
+
+from activities.heartbeat import heartbeating, sleep_heartbeating
+from activities.kube import KubeActivities, read_secret_value
+from api import labels
+from api._base import SecretKeyRef
+from api.messages import DrainInput, DrainResult, LabelNodeInput, NodeRef, NodeState
+
+# --- helpers: build the world the activities act on -------------------------------------
+
+
+def make_node(core: client.CoreV1Api, name: str, ready: bool = True) -> None:
+    core.create_node(
+        client.V1Node(
+            metadata=client.V1ObjectMeta(name=name, labels={"existing": "yes"}),
+            spec=client.V1NodeSpec(taints=[client.V1Taint(key="other", effect="NoExecute")]),
+        )
+    )
+    core.patch_node_status(
+        name,
+        {
+            "status": {
+                "conditions": [
+                    {"type": "Ready", "status": "True" if ready else "False", "reason": "Test"}
+                ]
+            }
+        },
+    )
+
+
+def make_pod(
+    core: client.CoreV1Api,
+    namespace: str,
+    name: str,
+    node: str,
+    *,
+    app: str = "web",
+    phase: str = "Running",
+    owner_kind: str | None = None,
+    mirror: bool = False,
+) -> None:
+    owners = None
+    if owner_kind:
+        owners = [
+            client.V1OwnerReference(
+                api_version="apps/v1", kind=owner_kind, name="owner", uid=f"uid-{name}"
+            )
+        ]
+    annotations = {"kubernetes.io/config.mirror": "hash"} if mirror else None
+    core.create_namespaced_pod(
+        namespace,
+        client.V1Pod(
+            metadata=client.V1ObjectMeta(
+                name=name,
+                labels={"app": app},
+                owner_references=owners,
+                annotations=annotations,
+            ),
+            spec=client.V1PodSpec(
+                node_name=node, containers=[client.V1Container(name="c", image="busybox")]
+            ),
+        ),
+    )
+    ready = "True" if phase == "Running" else "False"
+    core.patch_namespaced_pod_status(
+        name,
+        namespace,
+        {"status": {"phase": phase, "conditions": [{"type": "Ready", "status": ready}]}},
+    )
+
+
+def pod_names(core: client.CoreV1Api, node: str) -> set[str]:
+    pods = core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node}")
+    return {str(p.metadata.name) for p in pods.items if p.metadata}
+
+
+def make_pdb(api: client.ApiClient, namespace: str, app: str) -> None:
+    client.PolicyV1Api(api).create_namespaced_pod_disruption_budget(
+        namespace,
+        client.V1PodDisruptionBudget(
+            metadata=client.V1ObjectMeta(name=f"{app}-pdb"),
+            spec=client.V1PodDisruptionBudgetSpec(
+                min_available=1, selector=client.V1LabelSelector(match_labels={"app": app})
+            ),
+        ),
+    )
+
+
+def drain_input(node: str, force_in_s: float, **kw: Any) -> DrainInput:
+    return DrainInput(
+        node_name=node,
+        force_after=datetime.now(UTC) + timedelta(seconds=force_in_s),
+        poll_interval_s=kw.pop("poll_interval_s", 0.1),
+        eviction_retry_s=kw.pop("eviction_retry_s", 0.1),
+        **kw,
+    )
+
+
+@pytest.fixture
+def acts(kube_api_client: client.ApiClient) -> KubeActivities:
+    return KubeActivities(kube_api_client)
+
+
+@pytest.fixture
+def node(core: client.CoreV1Api, unique: str) -> str:
+    name = f"node-{unique}"
+    make_node(core, name)
+    return name
+
+
+def run(fn: Any, arg: Any, env: ActivityEnvironment | None = None) -> Any:
+    return (env or ActivityEnvironment()).run(fn, arg)
+
+
+# --- read_secret_value -------------------------------------------------------------------
+
+
+def test_read_secret_value(core, namespace):
+    value = "s3cr3t-value"
+    core.create_namespaced_secret(
+        namespace,
+        client.V1Secret(
+            metadata=client.V1ObjectMeta(name="creds"),
+            data={"token": base64.b64encode(value.encode()).decode()},
+        ),
+    )
+    assert read_secret_value(core, namespace, SecretKeyRef(name="creds", key="token")) == value
+    # The ref's namespace overrides the default one.
+    ref = SecretKeyRef(name="creds", key="token", namespace=namespace)
+    assert read_secret_value(core, "default", ref) == value
+
+    with pytest.raises(ApplicationError) as missing_key:
+        read_secret_value(core, namespace, SecretKeyRef(name="creds", key="nope"))
+    assert missing_key.value.type == "InvalidConfiguration"
+    assert missing_key.value.non_retryable
+    assert f"{namespace}/creds" in str(missing_key.value) and "nope" in str(missing_key.value)
+    assert value not in str(missing_key.value)
+
+    with pytest.raises(ApplicationError) as missing_secret:
+        read_secret_value(core, namespace, SecretKeyRef(name="absent", key="token"))
+    assert missing_secret.value.type == "InvalidConfiguration"
+    assert f"{namespace}/absent" in str(missing_secret.value)
+
+
+# --- label / cordon / delete -------------------------------------------------------------
+
+
+def test_label_node_merges_and_is_idempotent(acts, core, node):
+    new = {labels.NODEPOOL: "burst", labels.PROVIDER: "fake"}
+    run(acts.label_node, LabelNodeInput(node_name=node, labels=new))
+    run(acts.label_node, LabelNodeInput(node_name=node, labels=new))
+    got = core.read_node(node).metadata.labels
+    assert got == {"existing": "yes", **new}
+
+
+def test_label_missing_node_is_node_not_found(acts, unique):
+    with pytest.raises(ApplicationError) as info:
+        run(acts.label_node, LabelNodeInput(node_name=f"ghost-{unique}", labels={"a": "b"}))
+    assert info.value.type == "NodeNotFound"
+    assert info.value.non_retryable
+
+
+def test_cordon_taints_once_and_keeps_other_taints(acts, core, node):
+    run(acts.cordon_node, NodeRef(node_name=node))
+    run(acts.cordon_node, NodeRef(node_name=node))
+    spec = core.read_node(node).spec
+    assert spec.unschedulable is True
+    taints = [(t.key, t.effect) for t in spec.taints]
+    assert sorted(taints) == sorted(
+        [(labels.DISRUPTED_TAINT, "NoSchedule"), ("other", "NoExecute")]
+    )
+
+
+def test_cordon_missing_node_is_noop(acts, unique):
+    run(acts.cordon_node, NodeRef(node_name=f"ghost-{unique}"))
+
+
+def test_delete_node_is_idempotent(acts, core, node):
+    run(acts.delete_node, NodeRef(node_name=node))
+    with pytest.raises(ApiException) as info:
+        core.read_node(node)
+    assert info.value.status == 404
+    run(acts.delete_node, NodeRef(node_name=node))
+
+
+# --- get_node_state ----------------------------------------------------------------------
+
+
+def test_node_state_missing(acts, unique):
+    state: NodeState = run(acts.get_node_state, NodeRef(node_name=f"ghost-{unique}"))
+    assert state == NodeState(exists=False, ready=False, empty=True, pod_count=0)
+
+
+def test_node_state_empty_then_busy(acts, core, node, namespace):
+    make_pod(core, namespace, "ds", node, owner_kind="DaemonSet")
+    make_pod(core, namespace, "mirror", node, mirror=True)
+    make_pod(core, namespace, "done", node, phase="Succeeded")
+    state: NodeState = run(acts.get_node_state, NodeRef(node_name=node))
+    assert state == NodeState(exists=True, ready=True, empty=True, pod_count=0)
+
+    make_pod(core, namespace, "work", node)
+    state = run(acts.get_node_state, NodeRef(node_name=node))
+    assert state == NodeState(exists=True, ready=True, empty=False, pod_count=1)
+
+
+def test_node_state_not_ready(acts, core, unique):
+    name = f"node-{unique}"
+    make_node(core, name, ready=False)
+    state: NodeState = run(acts.get_node_state, NodeRef(node_name=name))
+    assert state.exists and not state.ready and state.empty
+
+
+# --- drain -------------------------------------------------------------------------------
+
+
+def test_drain_evicts_workloads_and_leaves_system_pods(acts, core, node, namespace):
+    make_pod(core, namespace, "web-1", node)
+    make_pod(core, namespace, "web-2", node, app="api")
+    make_pod(core, namespace, "ds", node, owner_kind="DaemonSet")
+    make_pod(core, namespace, "mirror", node, mirror=True)
+    make_pod(core, namespace, "done", node, phase="Succeeded")
+    make_pod(core, namespace, "failed", node, phase="Failed")
+    beats: list[Any] = []
+    env = ActivityEnvironment()
+    env.on_heartbeat = lambda *details: beats.append(details)
+
+    result: DrainResult = run(acts.drain_node, drain_input(node, force_in_s=60), env)
+
+    assert result == DrainResult(evicted=2, forced=0, left_alone=4)
+    assert pod_names(core, node) == {"ds", "mirror", "done", "failed"}
+    assert beats, "drain must heartbeat"
+    # Idempotent: running it again finds nothing to do.
+    again: DrainResult = run(acts.drain_node, drain_input(node, force_in_s=60))
+    assert again == DrainResult(evicted=0, forced=0, left_alone=4)
+
+
+def test_drain_waits_on_pdb_then_forces(acts, core, node, namespace, kube_api_client):
+    make_pod(core, namespace, "guarded", node, app="db")
+    make_pdb(kube_api_client, namespace, "db")
+    # The budget really refuses: the emulator answers 429.
+    with pytest.raises(ApiException) as refused:
+        core.create_namespaced_pod_eviction(
+            "guarded",
+            namespace,
+            client.V1Eviction(metadata=client.V1ObjectMeta(name="guarded", namespace=namespace)),
+            _preload_content=False,
+        )
+    assert refused.value.status == 429
+
+    beats: list[Any] = []
+    env = ActivityEnvironment()
+    env.on_heartbeat = lambda *details: beats.append(details)
+    started = time.monotonic()
+    result: DrainResult = run(
+        acts.drain_node, drain_input(node, force_in_s=1.5, poll_interval_s=0.1), env
+    )
+    elapsed = time.monotonic() - started
+
+    assert result == DrainResult(evicted=0, forced=1, left_alone=0)
+    assert elapsed >= 1.3, "the pod was removed before force_after"
+    assert pod_names(core, node) == set()
+    # Progress was heartbeated while blocked, with the pod still remaining.
+    assert any(d and isinstance(d[0], dict) and d[0].get("remaining") == 1 for d in beats)
+
+
+def test_drain_resumes_counts_from_heartbeat(acts, core, node, namespace):
+    make_pod(core, namespace, "web", node)
+    env = ActivityEnvironment()
+    # As if an earlier attempt had evicted one pod before its worker died.
+    env.info = dataclasses.replace(
+        env.info, heartbeat_details=[{"evicted": ["earlier"], "forced": []}]
+    )
+    result: DrainResult = run(acts.drain_node, drain_input(node, force_in_s=60), env)
+    assert result == DrainResult(evicted=2, forced=0, left_alone=0)
+
+
+def test_drain_missing_node_returns(acts, unique):
+    result: DrainResult = run(acts.drain_node, drain_input(f"ghost-{unique}", force_in_s=0))
+    assert result == DrainResult(evicted=0, forced=0, left_alone=0)
+
+
+def test_drain_is_cancellable_while_blocked(acts, core, node, namespace, kube_api_client):
+    make_pod(core, namespace, "guarded", node, app="db")
+    make_pdb(kube_api_client, namespace, "db")
+    env = ActivityEnvironment()
+    timer = threading.Timer(0.5, env.cancel)
+    timer.start()
+    started = time.monotonic()
+    with pytest.raises(CancelledError):
+        run(acts.drain_node, drain_input(node, force_in_s=3600, poll_interval_s=5), env)
+    timer.cancel()
+    assert time.monotonic() - started < 4
+    assert pod_names(core, node) == {"guarded"}
+
+
+def test_activities_names(acts):
+    assert {fn.__name__ for fn in acts.activities()} == {
+        "label_node",
+        "cordon_node",
+        "drain_node",
+        "delete_node",
+        "get_node_state",
+    }
+
+
+# --- heartbeat helpers -------------------------------------------------------------------
+
+
+def test_heartbeating_beats_from_a_thread_while_blocked():
+    beats: list[Any] = []
+    env = ActivityEnvironment()
+    env.on_heartbeat = lambda *details: beats.append(details)
+
+    def blocked() -> None:
+        with heartbeating(interval_s=0.05, details=lambda: {"step": "waiting"}):
+            time.sleep(0.35)
+
+    env.run(blocked)
+    assert len(beats) >= 4
+    assert beats[-1] == ({"step": "waiting"},)
+
+
+def test_sleep_heartbeating_stops_on_cancel():
+    env = ActivityEnvironment()
+    threading.Timer(0.2, env.cancel).start()
+    started = time.monotonic()
+    with pytest.raises(CancelledError):
+        env.run(sleep_heartbeating, 30.0)
+    assert time.monotonic() - started < 3

@@ -1,0 +1,203 @@
+"""Helpers for end-to-end tests: workers (in-process or as a killable process), claims, pods."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+from kubernetes import client as k8s
+from temporalio.client import Client, WorkflowHandle
+
+from api import NodeClaimPhase, NodeClaimStatus, Offering, labels
+from api.messages import ClaimTimings
+from cli.claims import build_claim, load_pool, new_claim_name, start_claim
+from sim.cluster import SimulatedCluster
+from trigger.nodes import NodeWatcher
+from worker.main import build_worker
+from worker.settings import Settings
+from workflows.nodeclaim import NodeClaimWorkflow
+
+T = TypeVar("T")
+CLUSTER_ID = "cloudburst-test"
+FAST = ClaimTimings(
+    registration_timeout_s=30,
+    node_poll_interval_s=5,
+    ready_poll_interval_s=10,
+    instance_boot_poll_s=0.5,
+    drain_poll_interval_s=0.3,
+    eviction_retry_s=0.3,
+)
+
+
+@dataclass
+class Stack:
+    temporal: Client
+    kube: k8s.ApiClient
+    cluster: SimulatedCluster
+    task_queue: str
+    settings: Settings
+
+    @property
+    def core(self) -> k8s.CoreV1Api:
+        return k8s.CoreV1Api(self.kube)
+
+
+@contextlib.asynccontextmanager
+async def running_watcher(temporal: Client, kube: k8s.ApiClient) -> AsyncIterator[NodeWatcher]:
+    stop = asyncio.Event()
+    watcher = NodeWatcher(temporal, kube)
+    task = asyncio.create_task(watcher.run(stop))
+    try:
+        yield watcher
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, timeout=10)
+
+
+@contextlib.asynccontextmanager
+async def in_process_worker(stack: Stack) -> AsyncIterator[None]:
+    with ThreadPoolExecutor(max_workers=16) as executor:
+        async with build_worker(stack.temporal, stack.settings, stack.kube, executor):
+            yield
+
+
+class WorkerProcess:
+    """`cloudburst worker` as a real OS process, so a test can SIGKILL it mid-activity."""
+
+    def __init__(self, temporal_address: str, kubeconfig: Path, task_queue: str) -> None:
+        self._env = {
+            **os.environ,
+            "CLOUDBURST_TEMPORAL_ADDRESS": temporal_address,
+            "CLOUDBURST_KUBECONFIG": str(kubeconfig),
+            "CLOUDBURST_TASK_QUEUE": task_queue,
+            "CLOUDBURST_CLUSTER_ID": CLUSTER_ID,
+        }
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        cli = Path(sys.executable).parent / "cloudburst"
+        self.process = subprocess.Popen(
+            [str(cli), "worker"], env=self._env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+        )
+
+    def kill(self) -> None:
+        assert self.process is not None
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait(timeout=10)
+
+    def stop(self) -> None:
+        if self.process and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+
+
+def make_pool(
+    kube: k8s.ApiClient, name: str, *, empty_ttl: int = 2, grace: int = 30, namespace: str = "default"
+) -> None:
+    """A NodePool on the sample NodeClass (the fake cloud), created or updated."""
+    custom = k8s.CustomObjectsApi(kube)
+    body = {
+        "apiVersion": "cloudburst.io/v1alpha1",
+        "kind": "NodePool",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "nodeClassRef": "sample",
+            "requirements": {"allowedProviders": ["fake"]},
+            "template": {"labels": {"cloudburst.io/test-pool": name}},
+            "disruption": {"ttlSecondsAfterEmpty": empty_ttl, "terminationGracePeriodSeconds": grace},
+        },
+    }
+    try:
+        custom.create_namespaced_custom_object("cloudburst.io", "v1alpha1", namespace, "nodepools", body)
+    except k8s.ApiException as err:
+        if err.status != 409:
+            raise
+        custom.patch_namespaced_custom_object(
+            "cloudburst.io", "v1alpha1", namespace, "nodepools", name, body
+        )
+
+
+def fake_offering(instance_type: str = "fk-small", region: str = "sim-1") -> Offering:
+    return Offering(provider="fake", region=region, instance_type=instance_type)
+
+
+async def start_test_claim(
+    stack: Stack, pool: str, offerings: list[Offering] | None = None, timings: ClaimTimings = FAST
+) -> tuple[str, WorkflowHandle[NodeClaimWorkflow, Any]]:
+    context = load_pool(stack.kube, "default", pool)
+    claim = build_claim(context, offerings or [fake_offering()], new_claim_name(pool))
+    handle = await start_claim(
+        stack.temporal,
+        context,
+        claim,
+        task_queue=stack.task_queue,
+        cluster_id=CLUSTER_ID,
+        timings=timings,
+    )
+    return claim.metadata.name, handle
+
+
+async def wait_for_phase(
+    handle: WorkflowHandle[NodeClaimWorkflow, Any], phase: NodeClaimPhase, timeout_s: float = 60
+) -> NodeClaimStatus:
+    status = await eventually(
+        lambda: handle.query(NodeClaimWorkflow.status),
+        lambda s: s.phase == phase,
+        timeout_s=timeout_s,
+    )
+    return status
+
+
+async def eventually(
+    fetch: Callable[[], Awaitable[T]], check: Callable[[T], bool], timeout_s: float = 60
+) -> T:
+    """Poll until `check` holds; fail with the last value seen (never a fixed sleep)."""
+    deadline = time.monotonic() + timeout_s
+    last: T | None = None
+    while time.monotonic() < deadline:
+        with contextlib.suppress(Exception):
+            last = await fetch()
+            if check(last):
+                return last
+        await asyncio.sleep(0.2)
+    raise AssertionError(f"condition not reached within {timeout_s}s; last value: {last!r}")
+
+
+def workload_pod(name: str, node: str, cpu: str = "250m") -> k8s.V1Pod:
+    return k8s.V1Pod(
+        metadata=k8s.V1ObjectMeta(name=name, namespace="default", labels={"app": name}),
+        spec=k8s.V1PodSpec(
+            node_selector={labels.NODECLAIM: node},
+            termination_grace_period_seconds=0,
+            containers=[
+                k8s.V1Container(
+                    name="app",
+                    image="busybox:1.36",
+                    resources=k8s.V1ResourceRequirements(requests={"cpu": cpu, "memory": "64Mi"}),
+                )
+            ],
+        ),
+    )
+
+
+def new_task_queue() -> str:
+    return f"test-{uuid.uuid4()}"
+
+
+async def in_thread(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    # The sync kubernetes client must not block the loop that runs the worker and the watcher.
+    return await asyncio.to_thread(fn, *args, **kwargs)

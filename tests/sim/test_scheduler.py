@@ -1,0 +1,251 @@
+"""The simulated scheduler against the Kubernetes API emulator, with the real client."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from sim.kubeapi import KubeApiServer
+from sim.scheduler import (
+    Scheduler,
+    node_matches_pod_affinity,
+    pod_requests,
+    tolerates,
+    unschedulable_message,
+)
+
+Obj = dict[str, Any]
+
+
+@pytest.fixture
+def kube() -> Iterator[client.CoreV1Api]:
+    server = KubeApiServer()
+    server.start()
+    api = server.api_client()
+    scheduler = Scheduler(server.api_client(), resync_s=0.2)
+    scheduler.start()
+    try:
+        yield client.CoreV1Api(api)
+    finally:
+        scheduler.stop()
+        server.stop()
+
+
+def wait_for(fn: Callable[[], Any], timeout: float = 5.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = fn()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting; last value {value!r}")
+        time.sleep(0.05)
+
+
+def raw(fn: Callable[..., Any], *args: Any, **kw: Any) -> Obj:
+    return json.loads(fn(*args, _preload_content=False, **kw).data)
+
+
+def make_node(
+    core: client.CoreV1Api,
+    name: str,
+    cpu: str = "4",
+    memory: str = "8Gi",
+    labels: dict[str, str] | None = None,
+    taints: list[Obj] | None = None,
+    ready: str = "True",
+    unschedulable: bool = False,
+) -> None:
+    alloc = {"cpu": cpu, "memory": memory, "pods": "110"}
+    body = {
+        "metadata": {"name": name, "labels": labels or {}},
+        "spec": {"taints": taints or [], "unschedulable": unschedulable},
+        "status": {
+            "capacity": alloc,
+            "allocatable": alloc,
+            "conditions": [{"type": "Ready", "status": ready}],
+        },
+    }
+    core.create_node(body, _preload_content=False)  # type: ignore[arg-type]
+
+
+def make_pod(core: client.CoreV1Api, name: str, cpu: str = "500m", **spec: Any) -> None:
+    body = {
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "containers": [
+                {"name": "app", "image": "nginx", "resources": {"requests": {"cpu": cpu}}}
+            ],
+            **spec,
+        },
+    }
+    core.create_namespaced_pod("default", body, _preload_content=False)  # type: ignore[arg-type]
+
+
+def node_of(core: client.CoreV1Api, pod: str) -> str | None:
+    return raw(core.read_namespaced_pod, pod, "default").get("spec", {}).get("nodeName")
+
+
+def scheduled_condition(core: client.CoreV1Api, pod: str) -> Obj | None:
+    conds = raw(core.read_namespaced_pod, pod, "default").get("status", {}).get("conditions")
+    return next((c for c in conds or [] if c["type"] == "PodScheduled"), None)
+
+
+def test_binds_fitting_pod_and_bin_packs(kube: client.CoreV1Api) -> None:
+    make_node(kube, "big", cpu="8")
+    make_node(kube, "small", cpu="2")
+    make_pod(kube, "p1", cpu="1")
+    # Most-allocated: the small node ends up fuller, so it wins.
+    assert wait_for(lambda: node_of(kube, "p1")) == "small"
+    make_pod(kube, "p2", cpu="1500m")
+    assert wait_for(lambda: node_of(kube, "p2")) == "big"  # small has only 1 cpu left
+    cond = scheduled_condition(kube, "p2")
+    assert cond is not None and cond["status"] == "True"
+
+
+def test_too_big_pod_is_unschedulable_and_condition_is_stable(kube: client.CoreV1Api) -> None:
+    make_node(kube, "n1", cpu="2")
+    make_pod(kube, "huge", cpu="16")
+    cond = wait_for(lambda: scheduled_condition(kube, "huge"))
+    assert cond["status"] == "False" and cond["reason"] == "Unschedulable"
+    assert cond["message"].startswith("0/1 nodes are available: 1 Insufficient cpu.")
+    rv = raw(kube.read_namespaced_pod, "huge", "default")["metadata"]["resourceVersion"]
+    time.sleep(0.6)  # several resync passes: no new writes
+    assert raw(kube.read_namespaced_pod, "huge", "default")["metadata"]["resourceVersion"] == rv
+    assert node_of(kube, "huge") is None
+    # A node that fits arrives: the pod is bound.
+    make_node(kube, "n2", cpu="32")
+    assert wait_for(lambda: node_of(kube, "huge")) == "n2"
+
+
+def test_no_nodes_message(kube: client.CoreV1Api) -> None:
+    make_pod(kube, "p")
+    cond = wait_for(lambda: scheduled_condition(kube, "p"))
+    assert cond["reason"] == "Unschedulable" and cond["message"].startswith("0/0 nodes")
+
+
+def test_node_selector_and_affinity(kube: client.CoreV1Api) -> None:
+    make_node(kube, "a", labels={"zone": "a", "gen": "3"})
+    make_node(kube, "b", labels={"zone": "b", "gen": "5"})
+    make_pod(kube, "sel", nodeSelector={"zone": "b"})
+    assert wait_for(lambda: node_of(kube, "sel")) == "b"
+    affinity = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {"matchExpressions": [{"key": "gen", "operator": "Lt", "values": ["4"]}]}
+                ]
+            }
+        }
+    }
+    make_pod(kube, "aff", affinity=affinity)
+    assert wait_for(lambda: node_of(kube, "aff")) == "a"
+    make_pod(kube, "nowhere", nodeSelector={"zone": "c"})
+    cond = wait_for(lambda: scheduled_condition(kube, "nowhere"))
+    assert "2 node(s) didn't match Pod's node affinity/selector" in cond["message"]
+
+
+def test_taints_and_tolerations(kube: client.CoreV1Api) -> None:
+    taint = {"key": "cloudburst.io/burst", "value": "true", "effect": "NoSchedule"}
+    make_node(kube, "tainted", taints=[taint])
+    make_pod(kube, "plain")
+    cond = wait_for(lambda: scheduled_condition(kube, "plain"))
+    assert cond["status"] == "False"
+    assert "1 node(s) had untolerated taint {cloudburst.io/burst: true}" in cond["message"]
+    make_pod(
+        kube,
+        "tolerant",
+        tolerations=[{"key": "cloudburst.io/burst", "operator": "Equal", "value": "true"}],
+    )
+    assert wait_for(lambda: node_of(kube, "tolerant")) == "tainted"
+    # PreferNoSchedule does not block.
+    make_node(kube, "soft", taints=[{"key": "x", "effect": "PreferNoSchedule"}], cpu="1")
+    make_pod(kube, "soft-pod", cpu="100m", nodeSelector={"kubernetes.io/hostname": "none"})
+
+
+def test_cordoned_and_not_ready_nodes_are_skipped(kube: client.CoreV1Api) -> None:
+    make_node(kube, "cordoned", unschedulable=True)
+    make_node(kube, "notready", ready="False")
+    make_pod(kube, "p")
+    cond = wait_for(lambda: scheduled_condition(kube, "p"))
+    assert "1 node(s) were unschedulable" in cond["message"]
+    assert "1 node(s) had untolerated taint {node.kubernetes.io/not-ready: }" in cond["message"]
+    kube.patch_node(
+        "cordoned",
+        {"spec": {"unschedulable": False}},  # type: ignore[arg-type]
+        _content_type="application/merge-patch+json",
+        _preload_content=False,
+    )
+    assert wait_for(lambda: node_of(kube, "p")) == "cordoned"
+
+
+def test_capacity_accounts_for_bound_pods(kube: client.CoreV1Api) -> None:
+    make_node(kube, "n", cpu="2")
+    for i in range(4):
+        make_pod(kube, f"p{i}", cpu="600m")
+    wait_for(lambda: sum(bool(node_of(kube, f"p{i}")) for i in range(4)) == 3)
+    time.sleep(0.4)
+    assert sum(bool(node_of(kube, f"p{i}")) for i in range(4)) == 3
+    kube.delete_namespaced_pod("p0", "default", _preload_content=False)
+    wait_for(lambda: all(node_of(kube, f"p{i}") for i in range(1, 4)))
+
+
+# ---- pure helpers -------------------------------------------------------------------------
+
+
+def test_pod_requests_with_init_and_overhead() -> None:
+    pod = {
+        "spec": {
+            "containers": [
+                {"resources": {"requests": {"cpu": "100m", "memory": "64Mi"}}},
+                {"resources": {"requests": {"cpu": "200m"}}},
+            ],
+            "initContainers": [{"resources": {"requests": {"cpu": "1", "memory": "32Mi"}}}],
+            "overhead": {"cpu": "10m"},
+        }
+    }
+    r = pod_requests(pod)
+    assert (r.cpu, r.memory, r.pods) == (1010, 64 * 2**20, 1)
+
+
+def test_toleration_rules() -> None:
+    taint = {"key": "k", "value": "v", "effect": "NoSchedule"}
+    assert tolerates({"operator": "Exists"}, taint)
+    assert not tolerates({"operator": "Equal"}, taint)
+    assert tolerates({"key": "k", "operator": "Exists", "effect": "NoSchedule"}, taint)
+    assert not tolerates({"key": "k", "value": "w"}, taint)
+    assert not tolerates({"key": "k", "operator": "Exists", "effect": "NoExecute"}, taint)
+
+
+def test_affinity_operators() -> None:
+    node = {"metadata": {"name": "n", "labels": {"a": "1", "b": "x"}}}
+
+    def pod(*exprs: Obj) -> Obj:
+        terms = [{"matchExpressions": list(exprs)}]
+        req = {"nodeSelectorTerms": terms}
+        return {
+            "spec": {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": req}}}
+        }
+
+    assert node_matches_pod_affinity(pod({"key": "b", "operator": "In", "values": ["x"]}), node)
+    assert not node_matches_pod_affinity(pod({"key": "b", "operator": "NotIn", "values": ["x"]}), node)
+    assert node_matches_pod_affinity(pod({"key": "c", "operator": "DoesNotExist"}), node)
+    assert not node_matches_pod_affinity(pod({"key": "c", "operator": "Exists"}), node)
+    assert node_matches_pod_affinity(pod({"key": "a", "operator": "Gt", "values": ["0"]}), node)
+    assert not node_matches_pod_affinity(pod({"key": "b", "operator": "Gt", "values": ["0"]}), node)
+    assert not node_matches_pod_affinity({"spec": {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": []}}}}}, node)
+
+
+def test_message_format() -> None:
+    from collections import Counter
+
+    msg = unschedulable_message(3, Counter({"Insufficient cpu": 1, "node(s) were unschedulable": 2}))
+    assert msg == (
+        "0/3 nodes are available: 1 Insufficient cpu, 2 node(s) were unschedulable. "
+        "preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling."
+    )

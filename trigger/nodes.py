@@ -1,0 +1,256 @@
+"""The node watcher: claim-owned Nodes and the pods on them → `observe_node` signals.
+
+It holds no state that matters. On start (and after any watch error) it re-lists and re-sends
+every claim's current observation; the workflow treats repeats as no-ops, so a restart, a
+second replica or a lost signal costs nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from kubernetes import client as k8s
+from kubernetes import watch as k8s_watch
+from kubernetes.client.exceptions import ApiException
+from temporalio.client import Client
+from temporalio.service import RPCError, RPCStatusCode
+
+from api import labels
+from api.messages import NodeObservation, claim_workflow_id
+
+log = logging.getLogger(__name__)
+
+_WATCH_TIMEOUT_S = 60
+_RETRY_AFTER_ERROR_S = 1.0
+
+
+@dataclass
+class _NodeView:
+    claim: str
+    ready: bool
+    not_ready_since: datetime | None
+
+
+@dataclass
+class _ClusterView:
+    """What the watches have shown so far: claim nodes and the workload pods per node."""
+
+    nodes: dict[str, _NodeView] = field(default_factory=dict)
+    # node name -> pod uid -> counts as workload (not DaemonSet, mirror or finished)
+    pods: dict[str, dict[str, bool]] = field(default_factory=dict)
+    pod_nodes: dict[str, str] = field(default_factory=dict)
+
+
+class NodeWatcher:
+    def __init__(self, temporal: Client, api_client: k8s.ApiClient) -> None:
+        self._temporal = temporal
+        self._core = k8s.CoreV1Api(api_client)
+        self._view = _ClusterView()
+        # Per node: the last (exists, ready, empty) sent and when the node became empty.
+        self._sent: dict[str, tuple[bool, bool, bool]] = {}
+        self._empty_since: dict[str, datetime] = {}
+        self.signals_sent = 0
+
+    async def run(self, stop: asyncio.Event) -> None:
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[tuple[str, str, Any]] = asyncio.Queue()
+        halt = threading.Event()
+
+        def emit(kind: str, event: str, obj: Any) -> None:
+            loop.call_soon_threadsafe(queue.put_nowait, (kind, event, obj))
+
+        watches = [
+            threading.Thread(
+                target=_watch_forever,
+                args=(
+                    "node",
+                    self._core.list_node,
+                    {"label_selector": labels.NODECLAIM},
+                    emit,
+                    halt,
+                ),
+                name="watch-nodes",
+                daemon=True,
+            ),
+            threading.Thread(
+                target=_watch_forever,
+                args=(
+                    "pod",
+                    self._core.list_pod_for_all_namespaces,
+                    {"field_selector": "spec.nodeName!="},
+                    emit,
+                    halt,
+                ),
+                name="watch-pods",
+                daemon=True,
+            ),
+        ]
+        for thread in watches:
+            thread.start()
+        stopper = asyncio.ensure_future(stop.wait())
+        try:
+            while not stop.is_set():
+                getter = asyncio.ensure_future(queue.get())
+                await asyncio.wait({getter, stopper}, return_when=asyncio.FIRST_COMPLETED)
+                if not getter.done():
+                    getter.cancel()
+                    break
+                touched = self._apply(*getter.result())
+                # Drain whatever else arrived, then signal once per touched node.
+                while not queue.empty():
+                    touched |= self._apply(*queue.get_nowait())
+                await self._signal(touched)
+        finally:
+            halt.set()
+            stopper.cancel()
+
+    def _apply(self, kind: str, event: str, obj: Any) -> set[str]:
+        view = self._view
+        if kind == "node":
+            if event == "SYNC":
+                listed = {n.metadata.name: _node_view(n) for n in obj}
+                touched = set(view.nodes) | set(listed)
+                view.nodes = {k: v for k, v in listed.items() if v is not None}
+                # A re-list re-sends everything: the workflow ignores repeats.
+                self._sent.clear()
+                return touched
+            name = obj.metadata.name
+            node = _node_view(obj)
+            if event == "DELETED" or node is None:
+                view.nodes.pop(name, None)
+            else:
+                view.nodes[name] = node
+            return {name}
+        if event == "SYNC":
+            touched = set(view.pods)
+            view.pods.clear()
+            view.pod_nodes.clear()
+            for pod in obj:
+                self._put_pod(pod)
+            return touched | set(view.pods)
+        uid = obj.metadata.uid
+        old_node = view.pod_nodes.pop(uid, None)
+        if old_node:
+            view.pods.get(old_node, {}).pop(uid, None)
+        if event != "DELETED":
+            self._put_pod(obj)
+        return {n for n in (old_node, obj.spec.node_name) if n}
+
+    def _put_pod(self, pod: Any) -> None:
+        node = pod.spec.node_name
+        if not node:
+            return
+        self._view.pods.setdefault(node, {})[pod.metadata.uid] = is_workload_pod(pod)
+        self._view.pod_nodes[pod.metadata.uid] = node
+
+    async def _signal(self, touched: set[str]) -> None:
+        now = datetime.now(UTC)
+        for name in sorted(touched):
+            node = self._view.nodes.get(name)
+            if node is None:
+                if name in self._sent and self._sent[name][0]:
+                    claim = name  # node name == claim name
+                    await self._send(claim, NodeObservation(node_name=name, exists=False, observed_at=now))
+                    self._sent[name] = (False, False, True)
+                self._empty_since.pop(name, None)
+                continue
+            workload = sum(self._view.pods.get(name, {}).values())
+            empty = workload == 0
+            if empty:
+                self._empty_since.setdefault(name, now)
+            else:
+                self._empty_since.pop(name, None)
+            key = (True, node.ready, empty)
+            if self._sent.get(name) == key:
+                continue
+            observation = NodeObservation(
+                node_name=name,
+                exists=True,
+                ready=node.ready,
+                not_ready_since=node.not_ready_since,
+                empty_since=self._empty_since.get(name),
+                pod_count=workload,
+                observed_at=now,
+            )
+            if await self._send(node.claim, observation):
+                self._sent[name] = key
+
+    async def _send(self, claim: str, observation: NodeObservation) -> bool:
+        handle = self._temporal.get_workflow_handle(claim_workflow_id(claim))
+        try:
+            await handle.signal("observe_node", observation)
+        except RPCError as err:
+            if err.status == RPCStatusCode.NOT_FOUND:
+                return True  # the claim's workflow is closed: nothing to tell it
+            log.warning("signal to %s failed: %s", claim, err)
+            return False
+        self.signals_sent += 1
+        log.info(
+            "claim %s: node exists=%s ready=%s pods=%d",
+            claim,
+            observation.exists,
+            observation.ready,
+            observation.pod_count,
+        )
+        return True
+
+
+def is_workload_pod(pod: Any) -> bool:
+    """Pods that make a node busy: not DaemonSet-owned, not mirror, not finished."""
+    if pod.status and pod.status.phase in ("Succeeded", "Failed"):
+        return False
+    if pod.metadata.annotations and "kubernetes.io/config.mirror" in pod.metadata.annotations:
+        return False
+    owners = pod.metadata.owner_references or []
+    return not any(owner.kind == "DaemonSet" for owner in owners)
+
+
+def _node_view(node: Any) -> _NodeView | None:
+    claim = (node.metadata.labels or {}).get(labels.NODECLAIM)
+    if not claim:
+        return None
+    conditions = (node.status.conditions if node.status else None) or []
+    ready = next((c for c in conditions if c.type == "Ready"), None)
+    is_ready = ready is not None and ready.status == "True"
+    since = None if is_ready or ready is None else ready.last_transition_time
+    return _NodeView(claim=claim, ready=is_ready, not_ready_since=since)
+
+
+def _watch_forever(
+    kind: str,
+    list_fn: Callable[..., Any],
+    selectors: dict[str, str],
+    emit: Callable[[str, str, Any], None],
+    halt: threading.Event,
+) -> None:
+    """List, then watch from that resourceVersion; on any error or expiry, list again."""
+    while not halt.is_set():
+        try:
+            listing = list_fn(**selectors)
+            emit(kind, "SYNC", listing.items)
+            version = listing.metadata.resource_version
+            while not halt.is_set():
+                stream = k8s_watch.Watch().stream(
+                    list_fn,
+                    resource_version=version,
+                    timeout_seconds=_WATCH_TIMEOUT_S,
+                    **selectors,
+                )
+                for event in stream:
+                    if halt.is_set():
+                        return
+                    obj = event["object"]
+                    version = obj.metadata.resource_version
+                    emit(kind, event["type"], obj)
+        except ApiException as err:
+            if err.status != 410:
+                log.warning("%s watch failed (%s); re-listing", kind, err.reason)
+        except Exception as err:  # the API server restarting must not kill the watcher
+            log.warning("%s watch failed (%s); re-listing", kind, err)
+        halt.wait(_RETRY_AFTER_ERROR_S)

@@ -1,0 +1,59 @@
+"""The worker process: registers the workflows and the activities, sync ones in a thread pool."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from kubernetes import client as k8s
+from temporalio.client import Client
+from temporalio.worker import Worker
+
+from activities.bootstrap import BootstrapActivities
+from activities.compute import ComputeActivities
+from activities.kube import KubeActivities
+from worker.client import connect_temporal, kube_api_client, register_search_attributes
+from worker.settings import Settings
+from workflows import WORKFLOWS
+
+log = logging.getLogger(__name__)
+
+
+def build_activities(api_client: k8s.ApiClient) -> list[Callable[..., Any]]:
+    return [
+        *BootstrapActivities(api_client).activities(),
+        *KubeActivities(api_client).activities(),
+        *ComputeActivities(api_client).activities(),
+    ]
+
+
+def build_worker(
+    client: Client, settings: Settings, api_client: k8s.ApiClient, executor: ThreadPoolExecutor
+) -> Worker:
+    return Worker(
+        client,
+        task_queue=settings.task_queue,
+        workflows=WORKFLOWS,
+        activities=build_activities(api_client),
+        activity_executor=executor,
+        max_concurrent_activities=settings.max_concurrent_activities,
+    )
+
+
+async def run_worker(settings: Settings, stop: asyncio.Event | None = None) -> None:
+    client = await connect_temporal(settings)
+    await register_search_attributes(client, settings.temporal_namespace)
+    api_client = kube_api_client(settings)
+    with ThreadPoolExecutor(max_workers=settings.max_concurrent_activities) as executor:
+        worker = build_worker(client, settings, api_client, executor)
+        log.info(
+            "worker polling task queue %r on %s", settings.task_queue, settings.temporal_address
+        )
+        if stop is None:
+            await worker.run()
+            return
+        async with worker:
+            await stop.wait()

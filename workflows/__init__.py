@@ -1,0 +1,5 @@
+"""Deterministic orchestration; the worker registers `WORKFLOWS`."""
+
+from workflows.nodeclaim import NodeClaimWorkflow
+
+WORKFLOWS: list[type] = [NodeClaimWorkflow]

@@ -1,0 +1,568 @@
+"""NodeClaimWorkflow: one burst node's whole life, readable top to bottom.
+
+Pending → Provisioning → Joining → Ready → Deleting → Deleted (or Failed). The node watcher
+drives it with `observe_node` signals; a slow poll of the node is the safety net for a lost
+signal. Every step that touches the world is an idempotent activity, so a worker crash at any
+line only means the step runs again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import datetime, timedelta
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError, ApplicationError
+
+with workflow.unsafe.imports_passed_through():
+    from api import labels
+    from api import search_attributes as sa
+    from api.messages import (
+        BootstrapInput,
+        BootstrapRefs,
+        CreateInstanceInput,
+        DrainInput,
+        DrainResult,
+        FailureReason,
+        InstanceInfo,
+        InstanceRef,
+        LabelNodeInput,
+        NodeClaimInput,
+        NodeObservation,
+        NodeRef,
+        NodeState,
+        ScaleDownRequest,
+        ScaleDownResult,
+    )
+    from api.nodeclaim import ConditionType, NodeClaimPhase, NodeClaimStatus, Offering
+
+# Errors an activity raises that no retry can fix (see activities/compute.py).
+_NON_RETRYABLE = ["CapacityError", "ProviderFatal", "InvalidConfiguration", "NodeNotFound"]
+_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=1),
+    backoff_coefficient=2.0,
+    maximum_interval=timedelta(seconds=30),
+    non_retryable_error_types=_NON_RETRYABLE,
+)
+# A provider that keeps failing transiently is, for this claim, as good as out of capacity.
+_CREATE_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=1),
+    backoff_coefficient=2.0,
+    maximum_interval=timedelta(seconds=30),
+    maximum_attempts=8,
+    non_retryable_error_types=_NON_RETRYABLE,
+)
+# A VM must never outlive its claim: keep retrying even "fatal" errors (an expired credential
+# can be fixed while the activity waits), visibly, in the Web UI's pending activities.
+_DELETE_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=1),
+    backoff_coefficient=2.0,
+    maximum_interval=timedelta(minutes=5),
+)
+# Short enough that a killed worker's activity is retried elsewhere within seconds.
+_HEARTBEAT = timedelta(seconds=10)
+_KUBE_CALL = timedelta(seconds=60)
+
+
+class ClaimFailed(Exception):
+    def __init__(self, reason: FailureReason, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+
+
+@workflow.defn
+class NodeClaimWorkflow:
+    @workflow.init
+    def __init__(self, input: NodeClaimInput) -> None:
+        self._input = input
+        self._claim = input.claim
+        self._status = input.resume or NodeClaimStatus()
+        self._node: NodeObservation | None = input.resume_node
+        self._instance_id: str | None = input.resume_instance_id
+        self._bootstrap: BootstrapRefs | None = None
+        self._tried: list[Offering] = []
+        self._scale_down: ScaleDownRequest | None = None
+        # Bumped by every signal, so one wait can wake on "anything happened".
+        self._signals = 0
+        self._last_event = "started"
+
+    @workflow.run
+    async def run(self, input: NodeClaimInput) -> NodeClaimStatus:
+        try:
+            if self._status.phase == NodeClaimPhase.READY:
+                reason = await self._live()  # resumed after continue-as-new
+            else:
+                await self._provision()
+                if await self._join():
+                    await self._become_ready()
+                    reason = await self._live()
+                else:
+                    reason = self._scale_requested_reason()
+            await self._delete(reason)
+        except ClaimFailed as failure:
+            await self._fail(failure)
+        except asyncio.CancelledError:
+            # Cancelling a claim means "give the node back": the same cleanup, then cancelled.
+            await self._delete("Cancelled")
+            raise
+        return self._status
+
+    # --- what operators and the watcher can ask and say ------------------------------------
+
+    @workflow.query
+    def status(self) -> NodeClaimStatus:
+        return self._status
+
+    @workflow.signal
+    def observe_node(self, observation: NodeObservation) -> None:
+        if self._node and observation.observed_at < self._node.observed_at:
+            return  # an older snapshot overtaken by a newer one
+        previous = self._node
+        if (
+            previous
+            and previous.empty_since
+            and observation.empty_since
+            and previous.exists == observation.exists
+        ):
+            # Still empty: keep the earlier start, so a watcher restart never extends the TTL.
+            observation = observation.model_copy(
+                update={"empty_since": min(previous.empty_since, observation.empty_since)}
+            )
+        self._node = observation
+        self._signals += 1
+
+    @workflow.signal
+    def scale_down(self, request: ScaleDownRequest) -> None:
+        if self._scale_down is None and not self._status.phase.is_final:
+            self._scale_down = request
+            self._signals += 1
+
+    @workflow.update
+    def request_scale_down(self, request: ScaleDownRequest) -> ScaleDownResult:
+        if self._scale_down is not None:
+            return ScaleDownResult(
+                accepted=False, reason=f"already scaling down: {self._scale_down.reason}"
+            )
+        self._scale_down = request
+        self._signals += 1
+        return ScaleDownResult(accepted=True, reason=f"scale-down requested: {request.reason}")
+
+    @request_scale_down.validator
+    def _validate_scale_down(self, request: ScaleDownRequest) -> None:
+        if self._status.phase in (NodeClaimPhase.DELETING, *_FINAL_PHASES):
+            raise ValueError(f"claim is already {self._status.phase.value}")
+
+    # --- the lifecycle ---------------------------------------------------------------------
+
+    async def _provision(self) -> None:
+        now = workflow.now()
+        self._status.created_at = self._status.created_at or now
+        self._set_phase(NodeClaimPhase.PROVISIONING, "preparing join token and first-boot script")
+        spec = self._claim.spec
+        self._bootstrap = await workflow.execute_activity(
+            "prepare_bootstrap",
+            BootstrapInput(
+                claim_name=self._name,
+                namespace=self._namespace,
+                node_pool=spec.node_pool,
+                node_class_name=self._input.node_class_name,
+                node_class=self._input.node_class,
+                labels={
+                    **spec.labels,
+                    labels.NODEPOOL: spec.node_pool,
+                    labels.NODECLAIM: self._name,
+                },
+                taints=spec.taints,
+            ),
+            result_type=BootstrapRefs,
+            start_to_close_timeout=_KUBE_CALL,
+            retry_policy=_RETRY,
+            summary="bootstrap token + script Secret",
+        )
+        self._event("token created, script stored in Secret " + self._bootstrap.script_secret)
+        failures: list[str] = []
+        for offering in spec.offerings:
+            if self._scale_down:
+                return  # nothing launched yet; _join sees the request and the claim is deleted
+            self._tried.append(offering)
+            try:
+                instance = await self._create_instance(offering)
+            except ActivityError as err:
+                failures.append(f"{offering.key}: {_cause(err)}")
+                self._event(f"create failed on {offering.key}: {_cause(err)}")
+                if _error_type(err) == "InvalidConfiguration":
+                    raise ClaimFailed(FailureReason.INVALID_CONFIG, _cause(err)) from err
+                continue
+            self._launched(offering, instance)
+            return
+        raise ClaimFailed(
+            FailureReason.NO_CAPACITY, "no offering could be created: " + "; ".join(failures)
+        )
+
+    async def _create_instance(self, offering: Offering) -> InstanceInfo:
+        assert self._bootstrap is not None
+        return await workflow.execute_activity(
+            "create_instance",
+            CreateInstanceInput(
+                claim_name=self._name,
+                namespace=self._namespace,
+                node_pool=self._claim.spec.node_pool,
+                node_class_name=self._input.node_class_name,
+                node_class=self._input.node_class,
+                offering=offering,
+                cluster_id=self._input.cluster_id,
+                bootstrap=self._bootstrap,
+            ),
+            result_type=InstanceInfo,
+            start_to_close_timeout=timedelta(minutes=10),
+            heartbeat_timeout=_HEARTBEAT,
+            retry_policy=_CREATE_RETRY,
+            summary=f"create VM {offering.key}",
+        )
+
+    def _launched(self, offering: Offering, instance: InstanceInfo) -> None:
+        status = self._status
+        self._instance_id = instance.instance_id
+        status.instance_id = instance.instance_id
+        status.provider_id = instance.instance_id
+        status.provider = offering.provider
+        status.region = offering.region
+        status.instance_type = offering.instance_type
+        status.price_eur_per_hour = offering.price_eur_per_hour
+        if offering.vcpu is not None:
+            status.capacity["cpu"] = f"{offering.vcpu:g}"
+        if offering.memory_gib is not None:
+            status.capacity["memory"] = f"{offering.memory_gib:g}Gi"
+        status.set_condition(
+            ConditionType.LAUNCHED, True, "Launched", f"VM {instance.instance_id}", workflow.now()
+        )
+        workflow.upsert_search_attributes(
+            [
+                sa.PROVIDER.value_set(offering.provider),
+                sa.REGION.value_set(offering.region),
+                sa.INSTANCE_TYPE.value_set(offering.instance_type),
+            ]
+        )
+        self._event(f"VM {instance.instance_id} created with the first-boot script")
+
+    async def _join(self) -> bool:
+        """Wait for the node to turn Ready (True), a scale-down (False), or fail at the timeout."""
+        self._set_phase(NodeClaimPhase.JOINING, "waiting for the node to register")
+        assert self._status.created_at is not None
+        deadline = self._status.created_at + timedelta(
+            seconds=self._input.timings.registration_timeout_s
+        )
+        while not (self._node and self._node.exists and self._node.ready):
+            if self._scale_down:
+                return False
+            if self._node and self._node.exists:
+                self._registered()
+            remaining = (deadline - workflow.now()).total_seconds()
+            if remaining <= 0:
+                await self._cleanup_failed_launch()
+                raise ClaimFailed(
+                    FailureReason.REGISTRATION_TIMEOUT,
+                    f"node did not become Ready within "
+                    f"{self._input.timings.registration_timeout_s:g}s",
+                )
+            poll = min(remaining, self._input.timings.node_poll_interval_s)
+            if not await self._wait_for_signal(poll, "node registration"):
+                await self._poll_node()
+        self._registered()
+        return True
+
+    async def _become_ready(self) -> None:
+        spec = self._claim.spec
+        status = self._status
+        await workflow.execute_activity(
+            "label_node",
+            LabelNodeInput(
+                node_name=self._name,
+                labels={
+                    **spec.labels,
+                    labels.NODEPOOL: spec.node_pool,
+                    labels.NODECLAIM: self._name,
+                    labels.PROVIDER: status.provider or "",
+                    labels.REGION: status.region or "",
+                    labels.INSTANCE_TYPE: status.instance_type or "",
+                    labels.K8S_REGION: status.region or "",
+                    labels.K8S_INSTANCE_TYPE: status.instance_type or "",
+                },
+            ),
+            start_to_close_timeout=_KUBE_CALL,
+            retry_policy=_RETRY,
+            summary="label node",
+        )
+        await self._delete_bootstrap()
+        now = workflow.now()
+        status.ready_at = now
+        status.set_condition(ConditionType.INITIALIZED, True, "Initialized", "labels synced", now)
+        status.set_condition(ConditionType.READY, True, "Ready", "node is Ready", now)
+        self._set_phase(NodeClaimPhase.READY, "node Ready; join token and script deleted")
+
+    async def _live(self) -> str:
+        """Serve until something says the node should go; return why."""
+        disruption = self._claim.spec.disruption
+        timings = self._input.timings
+        next_poll = workflow.now() + timedelta(seconds=timings.ready_poll_interval_s)
+        while True:
+            if self._scale_down:
+                return self._scale_down.reason
+            node = self._node
+            if node and not node.exists:
+                return "NodeLost"
+            now = workflow.now()
+            self._status.set_condition(
+                ConditionType.EMPTY,
+                bool(node and node.empty_since),
+                "Empty" if node and node.empty_since else "Busy",
+                f"{node.pod_count if node else 0} pods",
+                node.empty_since if node and node.empty_since else now,
+            )
+            wake = [next_poll]
+            if node and node.empty_since and disruption.ttl_seconds_after_empty is not None:
+                empty_deadline = node.empty_since + timedelta(
+                    seconds=disruption.ttl_seconds_after_empty
+                )
+                if now >= empty_deadline:
+                    return "Empty"
+                wake.append(empty_deadline)
+            if disruption.ttl_seconds_until_expired is not None:
+                assert self._status.created_at is not None
+                expires = self._status.created_at + timedelta(
+                    seconds=disruption.ttl_seconds_until_expired
+                )
+                if now >= expires:
+                    self._status.set_condition(ConditionType.EXPIRED, True, "Expired", "", now)
+                    return "Expired"
+                wake.append(expires)
+            if workflow.info().is_continue_as_new_suggested():
+                await workflow.wait_condition(workflow.all_handlers_finished)
+                workflow.continue_as_new(
+                    self._input.model_copy(
+                        update={
+                            "resume": self._status,
+                            "resume_node": self._node,
+                            "resume_instance_id": self._instance_id,
+                        }
+                    )
+                )
+            self._update_details()
+            timeout = max((min(wake) - now).total_seconds(), 0.001)
+            if not await self._wait_for_signal(timeout, "empty TTL / expiry / poll"):
+                if workflow.now() >= next_poll:
+                    await self._poll_node()
+                    next_poll = workflow.now() + timedelta(seconds=timings.ready_poll_interval_s)
+
+    async def _delete(self, reason: str) -> None:
+        """Taint + cordon, drain, delete the Node, delete the VM, confirm it is gone."""
+        status = self._status
+        now = workflow.now()
+        status.deletion_reason = reason
+        status.set_condition(ConditionType.DISRUPTING, True, reason, "", now)
+        self._set_phase(NodeClaimPhase.DELETING, f"deleting: {reason}")
+        node_reachable = self._node is None or (self._node.exists and reason != "NodeLost")
+        if self._node is not None and node_reachable:
+            await self._kube("cordon_node", NodeRef(node_name=self._name), "taint + cordon")
+            grace = self._claim.spec.disruption.termination_grace_period_seconds
+            drained = await workflow.execute_activity(
+                "drain_node",
+                DrainInput(
+                    node_name=self._name,
+                    force_after=now + timedelta(seconds=grace),
+                    poll_interval_s=self._input.timings.drain_poll_interval_s,
+                    eviction_retry_s=self._input.timings.eviction_retry_s,
+                ),
+                result_type=DrainResult,
+                start_to_close_timeout=timedelta(seconds=grace + 300),
+                heartbeat_timeout=_HEARTBEAT,
+                retry_policy=_RETRY,
+                summary="drain (Eviction API)",
+            )
+            self._event(
+                f"drained: {drained.evicted} evicted, {drained.forced} forced, "
+                f"{drained.left_alone} DaemonSet/mirror pods left"
+            )
+        await self._kube("delete_node", NodeRef(node_name=self._name), "delete Node")
+        await self._delete_instances()
+        await self._delete_bootstrap()
+        status.deleted_at = workflow.now()
+        self._set_phase(NodeClaimPhase.DELETED, f"node and VM deleted ({reason})")
+
+    async def _fail(self, failure: ClaimFailed) -> None:
+        status = self._status
+        status.failure_reason = failure.reason.value
+        status.failure_message = failure.message
+        await self._delete_bootstrap()
+        status.set_condition(
+            ConditionType.READY, False, failure.reason.value, failure.message, workflow.now()
+        )
+        self._set_phase(NodeClaimPhase.FAILED, f"failed: {failure.message}")
+        raise ApplicationError(failure.message, type=failure.reason.value, non_retryable=True)
+
+    # --- helpers -------------------------------------------------------------------------
+
+    def _scale_requested_reason(self) -> str:
+        return self._scale_down.reason if self._scale_down else "ScaleDown"
+
+    async def _cleanup_failed_launch(self) -> None:
+        await self._kube("delete_node", NodeRef(node_name=self._name), "delete Node")
+        await self._delete_instances()
+
+    async def _delete_instances(self) -> None:
+        """Delete every VM this claim may have made, found by id or else by the claim label."""
+        providers = {o.provider for o in self._tried}
+        if self._status.provider:
+            providers.add(self._status.provider)
+        for provider in sorted(providers):
+            instance_id = self._instance_id if provider == self._status.provider else None
+            await workflow.execute_activity(
+                "delete_instance",
+                InstanceRef(
+                    claim_name=self._name,
+                    instance_id=instance_id,
+                    provider=provider,
+                    cluster_id=self._input.cluster_id,
+                    namespace=self._namespace,
+                    node_class_name=self._input.node_class_name,
+                    node_class=self._input.node_class,
+                ),
+                start_to_close_timeout=timedelta(minutes=10),
+                heartbeat_timeout=_HEARTBEAT,
+                retry_policy=_DELETE_RETRY,
+                summary=f"delete VM on {provider}",
+            )
+        self._event("VM deleted and confirmed gone")
+
+    async def _delete_bootstrap(self) -> None:
+        if self._bootstrap is None:
+            return
+        await workflow.execute_activity(
+            "delete_bootstrap_secrets",
+            self._bootstrap,
+            start_to_close_timeout=_KUBE_CALL,
+            retry_policy=_RETRY,
+            summary="delete token + script Secrets",
+        )
+        self._bootstrap = None
+
+    async def _poll_node(self) -> None:
+        state = await workflow.execute_activity(
+            "get_node_state",
+            NodeRef(node_name=self._name),
+            result_type=NodeState,
+            start_to_close_timeout=_KUBE_CALL,
+            retry_policy=_RETRY,
+            summary="poll node (safety net)",
+        )
+        now = workflow.now()
+        previous = self._node
+        empty_since = None
+        if state.exists and state.empty:
+            empty_since = previous.empty_since if previous and previous.empty_since else now
+        not_ready_since = None
+        if state.exists and not state.ready:
+            not_ready_since = previous.not_ready_since if previous else None
+            not_ready_since = not_ready_since or now
+        self._node = NodeObservation(
+            node_name=self._name,
+            exists=state.exists,
+            ready=state.ready,
+            not_ready_since=not_ready_since,
+            empty_since=empty_since,
+            pod_count=state.pod_count,
+            observed_at=now,
+        )
+
+    async def _kube(self, activity: str, ref: NodeRef, summary: str) -> None:
+        await workflow.execute_activity(
+            activity,
+            ref,
+            start_to_close_timeout=_KUBE_CALL,
+            retry_policy=_RETRY,
+            summary=summary,
+        )
+
+    async def _wait_for_signal(self, timeout_s: float, what: str) -> bool:
+        """Wait for any signal; False when the timeout passed first."""
+        seen = self._signals
+        try:
+            await workflow.wait_condition(
+                lambda: self._signals != seen, timeout=timeout_s, timeout_summary=what
+            )
+        except TimeoutError:
+            return False
+        return True
+
+    def _registered(self) -> None:
+        if self._status.condition(ConditionType.REGISTERED) is None:
+            self._status.node_name = self._name
+            self._status.set_condition(
+                ConditionType.REGISTERED, True, "Registered", "node joined", workflow.now()
+            )
+            workflow.upsert_search_attributes([sa.NODE_NAME.value_set(self._name)])
+            self._event("node registered")
+
+    def _set_phase(self, phase: NodeClaimPhase, event: str) -> None:
+        self._status.phase = phase
+        workflow.upsert_search_attributes([sa.PHASE.value_set(phase.value)])
+        self._event(event)
+
+    def _event(self, text: str) -> None:
+        self._last_event = text
+        self._update_details()
+
+    def _update_details(self) -> None:
+        """Current details in the Web UI: what the claim is doing now. Never a secret."""
+        status = self._status
+        rows = [
+            ("Phase", status.phase.value),
+            ("Last step", self._last_event),
+            ("Pool", self._claim.spec.node_pool),
+            ("Offering", _offering_text(status)),
+            ("Instance", status.instance_id or "—"),
+            ("Node", status.node_name or "—"),
+        ]
+        node = self._node
+        if node and node.exists:
+            state = "Ready" if node.ready else "NotReady"
+            rows.append(("Node state", f"{state}, {node.pod_count} pods"))
+            if node.empty_since:
+                rows.append(("Empty since", _iso(node.empty_since)))
+        if status.failure_message:
+            rows.append(("Failure", status.failure_message))
+        table = "\n".join(f"| {key} | {value} |" for key, value in rows)
+        workflow.set_current_details(f"**NodeClaim {self._name}**\n\n| | |\n|---|---|\n{table}")
+
+    @property
+    def _name(self) -> str:
+        return self._claim.metadata.name
+
+    @property
+    def _namespace(self) -> str:
+        return self._claim.metadata.namespace
+
+
+_FINAL_PHASES = (NodeClaimPhase.DELETED, NodeClaimPhase.FAILED)
+
+
+def _offering_text(status: NodeClaimStatus) -> str:
+    if not status.provider:
+        return "—"
+    price = f" at €{status.price_eur_per_hour:.4f}/h" if status.price_eur_per_hour else ""
+    return f"{status.provider}/{status.region}/{status.instance_type}{price}"
+
+
+def _iso(moment: datetime) -> str:
+    return moment.isoformat(timespec="seconds")
+
+
+def _cause(err: ActivityError) -> str:
+    cause = err.cause
+    return str(cause.message if isinstance(cause, ApplicationError) else cause or err)
+
+
+def _error_type(err: ActivityError) -> str | None:
+    return err.cause.type if isinstance(err.cause, ApplicationError) else None
