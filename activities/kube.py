@@ -66,10 +66,6 @@ def read_secret_value(core: client.CoreV1Api, namespace: str, ref: SecretKeyRef)
                 type=INVALID_CONFIGURATION,
                 non_retryable=True,
             ) from None
-    # A server that has not folded stringData into data yet (real servers always do).
-    string_data = secret.string_data or {}
-    if ref.key in string_data:
-        return string_data[ref.key]
     raise ApplicationError(
         f"Secret {ns}/{ref.name} has no key {ref.key!r}",
         type=INVALID_CONFIGURATION,

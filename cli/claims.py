@@ -6,7 +6,7 @@ import secrets
 import string
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
@@ -18,7 +18,7 @@ from api import NodeClaim, NodeClass, NodePool, Offering, labels
 from api import search_attributes as sa
 from api._base import ObjectMeta
 from api.messages import ClaimTimings, NodeClaimInput, claim_workflow_id
-from api.nodeclaim import ClaimDisruption, NodeClaimPhase, NodeClaimSpec
+from api.nodeclaim import ClaimDisruption, NodeClaimPhase, NodeClaimSpec, NodeClaimStatus
 from api.nodepool import PROVIDERS
 from workflows.nodeclaim import NodeClaimWorkflow
 
@@ -50,7 +50,9 @@ def load_pool(api_client: k8s.ApiClient, namespace: str, pool_name: str) -> Pool
     pool = _parse(NodePool, raw_pool, f"NodePool {namespace}/{pool_name}")
     class_name = pool.spec.node_class_ref
     if class_name is None:
-        classes = custom.list_namespaced_custom_object(GROUP, VERSION, namespace, "nodeclasses")
+        classes: dict[str, Any] = custom.list_namespaced_custom_object(  # type: ignore[assignment]
+            GROUP, VERSION, namespace, "nodeclasses"
+        )
         names = [item["metadata"]["name"] for item in classes.get("items", [])]
         if len(names) != 1:
             raise ClaimError(
@@ -141,7 +143,7 @@ async def start_claim(
     task_queue: str,
     cluster_id: str,
     timings: ClaimTimings | None = None,
-) -> WorkflowHandle[NodeClaimWorkflow, object]:
+) -> WorkflowHandle[NodeClaimWorkflow, NodeClaimStatus]:
     join = context.node_class.spec.join
     timings = timings or ClaimTimings(registration_timeout_s=join.registration_timeout_seconds)
     offerings = ", ".join(o.key for o in claim.spec.offerings)

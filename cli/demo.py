@@ -96,7 +96,7 @@ async def _lifecycle(stack: EmbeddedStack, say: Say) -> LifecycleReport:
     await asyncio.to_thread(core.create_namespaced_pod, "default", pod)
     bound = await _until(
         lambda: asyncio.to_thread(core.read_namespaced_pod, "demo-workload", "default"),
-        lambda p: p.spec.node_name == claim.metadata.name and p.status.phase == "Running",
+        lambda p: _runs_on(p, claim.metadata.name),
         timeout_s=60,
     )
     if bound is None:
@@ -134,6 +134,12 @@ async def _lifecycle(stack: EmbeddedStack, say: Say) -> LifecycleReport:
     return report
 
 
+def _runs_on(pod: k8s.V1Pod, node: str) -> bool:
+    return bool(
+        pod.spec and pod.spec.node_name == node and pod.status and pod.status.phase == "Running"
+    )
+
+
 def _demo_pod(node_name: str) -> k8s.V1Pod:
     return k8s.V1Pod(
         metadata=k8s.V1ObjectMeta(name="demo-workload", namespace="default"),
@@ -143,7 +149,9 @@ def _demo_pod(node_name: str) -> k8s.V1Pod:
                 k8s.V1Container(
                     name="app",
                     image="busybox:1.36",
-                    resources=k8s.V1ResourceRequirements(requests={"cpu": "250m", "memory": "128Mi"}),
+                    resources=k8s.V1ResourceRequirements(
+                        requests={"cpu": "250m", "memory": "128Mi"}
+                    ),
                 )
             ],
         ),

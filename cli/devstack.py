@@ -35,7 +35,7 @@ log = logging.getLogger(__name__)
 
 SAMPLE_POOL = "sample"
 SAMPLE_CLASS = "sample"
-CLOUD_TOKEN_SECRET = "fake-cloud-token"  # noqa: S105 - a Secret's name, not a secret
+CLOUD_TOKEN_SECRET = "fake-cloud-token"
 
 
 def temporal_cli() -> str:
@@ -171,10 +171,10 @@ def seed_sample_resources(api_client: k8s.ApiClient, cluster: SimulatedCluster, 
     for plural, body in (("nodeclasses", node_class), ("nodepools", node_pool)):
         name = body["metadata"]["name"]  # type: ignore[index]
         _create_or_replace(
-            lambda p=plural, b=body: custom.create_namespaced_custom_object(  # type: ignore[misc]
+            lambda p=plural, b=body: custom.create_namespaced_custom_object(
                 "cloudburst.io", "v1alpha1", "default", p, b
             ),
-            lambda p=plural, b=body, n=name: custom.patch_namespaced_custom_object(  # type: ignore[misc]
+            lambda p=plural, b=body, n=name: custom.patch_namespaced_custom_object(
                 "cloudburst.io", "v1alpha1", "default", p, n, b
             ),
         )

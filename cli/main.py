@@ -48,7 +48,8 @@ TemporalAddress = Annotated[
     str | None, typer.Option("--temporal-address", help="host:port of the Temporal frontend")
 ]
 Kubeconfig = Annotated[
-    Path | None, typer.Option("--kubeconfig", help="kubeconfig (default: $KUBECONFIG or in-cluster)")
+    Path | None,
+    typer.Option("--kubeconfig", help="kubeconfig (default: $KUBECONFIG or in-cluster)"),
 ]
 
 
@@ -94,7 +95,9 @@ def worker(temporal_address: TemporalAddress = None, kubeconfig: Kubeconfig = No
     from worker.main import run_worker
 
     _logging()
-    asyncio.run(_until_signalled(lambda stop: run_worker(_settings(temporal_address, kubeconfig), stop)))
+    asyncio.run(
+        _until_signalled(lambda stop: run_worker(_settings(temporal_address, kubeconfig), stop))
+    )
 
 
 @app.command()
@@ -114,9 +117,9 @@ def trigger(temporal_address: TemporalAddress = None, kubeconfig: Kubeconfig = N
 
 @app.command()
 def dev(
-    state_dir: Annotated[Path, typer.Option(help="where Temporal's db and the kubeconfig live")] = Path(
-        ".cloudburst/dev"
-    ),
+    state_dir: Annotated[
+        Path, typer.Option(help="where Temporal's db and the kubeconfig live")
+    ] = Path(".cloudburst/dev"),
     port: Annotated[int, typer.Option(help="Temporal gRPC port")] = 7233,
     ui_port: Annotated[int, typer.Option(help="Temporal Web UI port")] = 8233,
     empty_ttl: Annotated[int, typer.Option(help="sample pool's ttlSecondsAfterEmpty")] = 30,
@@ -178,7 +181,9 @@ def demo(
     else:
         for problem in report.problems:
             console.print(f"[red]✗ {problem}[/red]")
-        console.print("[green]✓ lifecycle held[/green]" if report.ok else "[red]✗ lifecycle failed[/red]")
+        console.print(
+            "[green]✓ lifecycle held[/green]" if report.ok else "[red]✗ lifecycle failed[/red]"
+        )
     raise typer.Exit(code=0 if report.ok else 1)
 
 
@@ -194,7 +199,9 @@ def validate(files: Annotated[list[Path], typer.Argument(help="YAML manifests")]
         for resource in loaded.resources:
             meta = resource.metadata  # type: ignore[attr-defined]
             kind = resource.kind  # type: ignore[attr-defined]
-            console.print(f"[green]✓[/green] {path}: {kind} {meta.namespace}/{meta.name}", highlight=False)
+            console.print(
+                f"[green]✓[/green] {path}: {kind} {meta.namespace}/{meta.name}", highlight=False
+            )
     raise typer.Exit(code=1 if problems else 0)
 
 
@@ -244,7 +251,9 @@ def claims_create(
 @claims_app.command("list")
 def claims_list(
     pool: Annotated[str | None, typer.Option(help="only this NodePool")] = None,
-    all_claims: Annotated[bool, typer.Option("--all", help="include Deleted/Failed claims")] = False,
+    all_claims: Annotated[
+        bool, typer.Option("--all", help="include Deleted/Failed claims")
+    ] = False,
     temporal_address: TemporalAddress = None,
 ) -> None:
     """NAME NODEPOOL PROVIDER REGION INSTANCE PHASE AGE, from Temporal visibility."""
@@ -257,7 +266,9 @@ def claims_list(
 
     async def main() -> Table:
         client = await _temporal(settings)
-        table = Table("NAME", "NODEPOOL", "PROVIDER", "REGION", "INSTANCE", "PHASE", "AGE", box=None)
+        table = Table(
+            "NAME", "NODEPOOL", "PROVIDER", "REGION", "INSTANCE", "PHASE", "AGE", box=None
+        )
         async for execution in client.list_workflows(query):
             attrs = execution.typed_search_attributes
             table.add_row(
@@ -292,10 +303,15 @@ def claims_describe(name: str, temporal_address: TemporalAddress = None) -> None
         return status, description.status
 
     status, execution = asyncio.run(main())
-    console.print(f"[bold]NodeClaim {name}[/bold]  workflow {claim_workflow_id(name)} ({execution.name if execution else '?'})")
+    console.print(
+        f"[bold]NodeClaim {name}[/bold]  workflow {claim_workflow_id(name)} ({execution.name if execution else '?'})"
+    )
     rows = [
         ("Phase", status.phase.value),
-        ("Provider", f"{status.provider or '—'} / {status.region or '—'} / {status.instance_type or '—'}"),
+        (
+            "Provider",
+            f"{status.provider or '—'} / {status.region or '—'} / {status.instance_type or '—'}",
+        ),
         ("Price", f"€{status.price_eur_per_hour:.4f}/h" if status.price_eur_per_hour else "—"),
         ("Instance", status.instance_id or "—"),
         ("Node", status.node_name or "—"),

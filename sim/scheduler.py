@@ -14,8 +14,10 @@ client's models would cost far more than the scheduling itself.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import socket
 import threading
 import time
 from collections import Counter
@@ -93,6 +95,7 @@ class Informer:
         self._stop = threading.Event()
         self.synced = threading.Event()
         self._thread: threading.Thread | None = None
+        self._response: Any = None  # the open watch stream, so that stop() can cut it
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name=f"informer-{self.name}", daemon=True)
@@ -100,6 +103,11 @@ class Informer:
 
     def stop(self, timeout: float = 2.0) -> None:
         self._stop.set()
+        # A watch read blocks until the server sends something: shut the socket to wake it.
+        sock = getattr(getattr(self._response, "connection", None), "sock", None)
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
         if self._thread is not None:
             self._thread.join(timeout)
 
@@ -146,6 +154,9 @@ class Informer:
             _preload_content=False,
             _request_timeout=self._watch_timeout_s + 10,
         )
+        self._response = response
+        if self._stop.is_set():
+            return rv
         try:
             for line in iter_resp_lines(response):
                 if self._stop.is_set():
@@ -164,7 +175,11 @@ class Informer:
                         self._items[pod_key(obj)] = obj
                 self._on_change()
         finally:
-            response.release_conn()
+            self._response = None
+            if self._stop.is_set():
+                response.close()  # mid-stream: this connection must not go back to the pool
+            else:
+                response.release_conn()
         return rv
 
 

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import base64
 import secrets
 import sys
+import threading
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 import pytest_asyncio
 from kubernetes import client as k8s
+from kubernetes import watch as k8s_watch
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
@@ -72,3 +75,59 @@ def kube(sim_cluster: SimulatedCluster, kubeconfig: Path) -> k8s.ApiClient:
     api_client = kube_api_client(Settings(kubeconfig=kubeconfig))
     seed_sample_resources(api_client, sim_cluster, ttl=3)
     return api_client
+
+
+class SecretRecorder:
+    """Remembers every secret value the cluster ever held, to look for it where it must not be.
+
+    Join tokens and scripts live only minutes (deleted once the node is Ready), so a watch
+    sees them all for the later scan of every workflow history.
+    """
+
+    SECRET_KEYS = ("token-secret", "userdata", "token", "authkey")
+
+    def __init__(self, api_client: k8s.ApiClient) -> None:
+        self.values: set[str] = set()
+        self._core = k8s.CoreV1Api(api_client)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="secret-recorder", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _run(self) -> None:
+        version = None
+        while not self._stop.is_set():
+            try:
+                stream = k8s_watch.Watch().stream(
+                    self._core.list_secret_for_all_namespaces,
+                    resource_version=version,
+                    timeout_seconds=2,
+                )
+                for event in stream:
+                    secret = event["object"]
+                    version = secret.metadata.resource_version
+                    self._record(secret)
+            except Exception:  # expired version, or the emulator stopping: list again
+                version = None
+                self._stop.wait(0.1)
+
+    def _record(self, secret: k8s.V1Secret) -> None:
+        data = secret.data or {}
+        for key in self.SECRET_KEYS:
+            if key in data:
+                self.values.add(base64.b64decode(data[key]).decode())
+        if "token-id" in data and "token-secret" in data:
+            token_id = base64.b64decode(data["token-id"]).decode()
+            self.values.add(f"{token_id}.{base64.b64decode(data['token-secret']).decode()}")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def secret_recorder(kube: k8s.ApiClient) -> Iterator[SecretRecorder]:
+    recorder = SecretRecorder(kube)
+    recorder.start()
+    yield recorder
+    recorder.stop()

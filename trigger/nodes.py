@@ -156,7 +156,9 @@ class NodeWatcher:
             if node is None:
                 if name in self._sent and self._sent[name][0]:
                     claim = name  # node name == claim name
-                    await self._send(claim, NodeObservation(node_name=name, exists=False, observed_at=now))
+                    await self._send(
+                        claim, NodeObservation(node_name=name, exists=False, observed_at=now)
+                    )
                     self._sent[name] = (False, False, True)
                 self._empty_since.pop(name, None)
                 continue

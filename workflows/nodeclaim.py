@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import ActivityError, ApplicationError, is_cancelled_exception
 
 with workflow.unsafe.imports_passed_through():
     from api import labels
@@ -103,7 +103,9 @@ class NodeClaimWorkflow:
             await self._delete(reason)
         except ClaimFailed as failure:
             await self._fail(failure)
-        except asyncio.CancelledError:
+        except (asyncio.CancelledError, ActivityError) as err:
+            if not is_cancelled_exception(err):
+                raise
             # Cancelling a claim means "give the node back": the same cleanup, then cancelled.
             await self._delete("Cancelled")
             raise
@@ -190,6 +192,8 @@ class NodeClaimWorkflow:
             try:
                 instance = await self._create_instance(offering)
             except ActivityError as err:
+                if is_cancelled_exception(err):
+                    raise
                 failures.append(f"{offering.key}: {_cause(err)}")
                 self._event(f"create failed on {offering.key}: {_cause(err)}")
                 if _error_type(err) == "InvalidConfiguration":
@@ -261,7 +265,6 @@ class NodeClaimWorkflow:
                 self._registered()
             remaining = (deadline - workflow.now()).total_seconds()
             if remaining <= 0:
-                await self._cleanup_failed_launch()
                 raise ClaimFailed(
                     FailureReason.REGISTRATION_TIMEOUT,
                     f"node did not become Ready within "
@@ -351,10 +354,10 @@ class NodeClaimWorkflow:
                 )
             self._update_details()
             timeout = max((min(wake) - now).total_seconds(), 0.001)
-            if not await self._wait_for_signal(timeout, "empty TTL / expiry / poll"):
-                if workflow.now() >= next_poll:
-                    await self._poll_node()
-                    next_poll = workflow.now() + timedelta(seconds=timings.ready_poll_interval_s)
+            signalled = await self._wait_for_signal(timeout, "empty TTL / expiry / poll")
+            if not signalled and workflow.now() >= next_poll:
+                await self._poll_node()
+                next_poll = workflow.now() + timedelta(seconds=timings.ready_poll_interval_s)
 
     async def _delete(self, reason: str) -> None:
         """Taint + cordon, drain, delete the Node, delete the VM, confirm it is gone."""
@@ -395,6 +398,9 @@ class NodeClaimWorkflow:
         status = self._status
         status.failure_reason = failure.reason.value
         status.failure_message = failure.message
+        # Whatever failed, no node or VM this claim may have started outlives it.
+        await self._kube("delete_node", NodeRef(node_name=self._name), "delete Node")
+        await self._delete_instances()
         await self._delete_bootstrap()
         status.set_condition(
             ConditionType.READY, False, failure.reason.value, failure.message, workflow.now()
@@ -406,10 +412,6 @@ class NodeClaimWorkflow:
 
     def _scale_requested_reason(self) -> str:
         return self._scale_down.reason if self._scale_down else "ScaleDown"
-
-    async def _cleanup_failed_launch(self) -> None:
-        await self._kube("delete_node", NodeRef(node_name=self._name), "delete Node")
-        await self._delete_instances()
 
     async def _delete_instances(self) -> None:
         """Delete every VM this claim may have made, found by id or else by the claim label."""

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import socket
+import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -31,6 +32,13 @@ class _Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
     cloud: FakeCloud
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client hanging up mid-connection is normal here; anything else is printed."""
+        exc = sys.exc_info()[1]
+        if isinstance(exc, ConnectionError | TimeoutError):
+            return
+        super().handle_error(request, client_address)
 
 
 def _parse_selector(value: str) -> dict[str, str]:

@@ -6,6 +6,7 @@ serialise them outside the lock and the event log can share them without copying
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import itertools
 import queue
@@ -231,6 +232,7 @@ class Store:
             if _spec_of(new) != _spec_of(old):
                 md["generation"] = int(old_md.get("generation") or 1) + 1
             new["metadata"] = md
+            _fold_string_data(rt, new)
             if "deletionTimestamp" in md and not md.get("finalizers"):
                 return self._remove(rt, namespace, name, new)
             return self._commit(rt, namespace, name, new, old)
@@ -444,7 +446,20 @@ def _spec_of(obj: Obj) -> Obj:
     return {k: v for k, v in obj.items() if k not in ("metadata", "status", "kind", "apiVersion")}
 
 
+def _fold_string_data(rt: ResourceType, obj: Obj) -> None:
+    """A Secret's `stringData` is write-only: the server merges it into `data`, base64-encoded."""
+    if rt.kind != "Secret" or rt.group != "":
+        return
+    string_data = obj.pop("stringData", None)
+    if isinstance(string_data, dict) and string_data:
+        data = dict(obj.get("data") or {})
+        for key, value in string_data.items():
+            data[key] = base64.b64encode(str(value).encode()).decode()
+        obj["data"] = data
+
+
 def _defaults(rt: ResourceType, obj: Obj) -> None:
+    _fold_string_data(rt, obj)
     if rt.kind == "Pod" and rt.group == "":
         status = obj.get("status")
         obj["status"] = {"phase": "Pending", **(status if isinstance(status, dict) else {})}

@@ -67,7 +67,7 @@ async def running_watcher(temporal: Client, kube: k8s.ApiClient) -> AsyncIterato
 
 @contextlib.asynccontextmanager
 async def in_process_worker(stack: Stack) -> AsyncIterator[None]:
-    with ThreadPoolExecutor(max_workers=16) as executor:
+    with ThreadPoolExecutor(max_workers=stack.settings.max_concurrent_activities) as executor:
         async with build_worker(stack.temporal, stack.settings, stack.kube, executor):
             yield
 
@@ -106,7 +106,12 @@ class WorkerProcess:
 
 
 def make_pool(
-    kube: k8s.ApiClient, name: str, *, empty_ttl: int = 2, grace: int = 30, namespace: str = "default"
+    kube: k8s.ApiClient,
+    name: str,
+    *,
+    empty_ttl: int = 2,
+    grace: int = 30,
+    namespace: str = "default",
 ) -> None:
     """A NodePool on the sample NodeClass (the fake cloud), created or updated."""
     custom = k8s.CustomObjectsApi(kube)
@@ -118,11 +123,16 @@ def make_pool(
             "nodeClassRef": "sample",
             "requirements": {"allowedProviders": ["fake"]},
             "template": {"labels": {"cloudburst.io/test-pool": name}},
-            "disruption": {"ttlSecondsAfterEmpty": empty_ttl, "terminationGracePeriodSeconds": grace},
+            "disruption": {
+                "ttlSecondsAfterEmpty": empty_ttl,
+                "terminationGracePeriodSeconds": grace,
+            },
         },
     }
     try:
-        custom.create_namespaced_custom_object("cloudburst.io", "v1alpha1", namespace, "nodepools", body)
+        custom.create_namespaced_custom_object(
+            "cloudburst.io", "v1alpha1", namespace, "nodepools", body
+        )
     except k8s.ApiException as err:
         if err.status != 409:
             raise

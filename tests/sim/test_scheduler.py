@@ -23,7 +23,7 @@ Obj = dict[str, Any]
 
 
 @pytest.fixture
-def kube() -> Iterator[client.CoreV1Api]:
+def core() -> Iterator[client.CoreV1Api]:
     server = KubeApiServer()
     server.start()
     api = server.api_client()
@@ -71,7 +71,7 @@ def make_node(
             "conditions": [{"type": "Ready", "status": ready}],
         },
     }
-    core.create_node(body, _preload_content=False)  # type: ignore[arg-type]
+    raw(core.create_node, body)
 
 
 def make_pod(core: client.CoreV1Api, name: str, cpu: str = "500m", **spec: Any) -> None:
@@ -84,7 +84,7 @@ def make_pod(core: client.CoreV1Api, name: str, cpu: str = "500m", **spec: Any) 
             **spec,
         },
     }
-    core.create_namespaced_pod("default", body, _preload_content=False)  # type: ignore[arg-type]
+    raw(core.create_namespaced_pod, "default", body)
 
 
 def node_of(core: client.CoreV1Api, pod: str) -> str | None:
@@ -96,44 +96,44 @@ def scheduled_condition(core: client.CoreV1Api, pod: str) -> Obj | None:
     return next((c for c in conds or [] if c["type"] == "PodScheduled"), None)
 
 
-def test_binds_fitting_pod_and_bin_packs(kube: client.CoreV1Api) -> None:
-    make_node(kube, "big", cpu="8")
-    make_node(kube, "small", cpu="2")
-    make_pod(kube, "p1", cpu="1")
+def test_binds_fitting_pod_and_bin_packs(core: client.CoreV1Api) -> None:
+    make_node(core, "big", cpu="8")
+    make_node(core, "small", cpu="2")
+    make_pod(core, "p1", cpu="1")
     # Most-allocated: the small node ends up fuller, so it wins.
-    assert wait_for(lambda: node_of(kube, "p1")) == "small"
-    make_pod(kube, "p2", cpu="1500m")
-    assert wait_for(lambda: node_of(kube, "p2")) == "big"  # small has only 1 cpu left
-    cond = scheduled_condition(kube, "p2")
+    assert wait_for(lambda: node_of(core, "p1")) == "small"
+    make_pod(core, "p2", cpu="1500m")
+    assert wait_for(lambda: node_of(core, "p2")) == "big"  # small has only 1 cpu left
+    cond = scheduled_condition(core, "p2")
     assert cond is not None and cond["status"] == "True"
 
 
-def test_too_big_pod_is_unschedulable_and_condition_is_stable(kube: client.CoreV1Api) -> None:
-    make_node(kube, "n1", cpu="2")
-    make_pod(kube, "huge", cpu="16")
-    cond = wait_for(lambda: scheduled_condition(kube, "huge"))
+def test_too_big_pod_is_unschedulable_and_condition_is_stable(core: client.CoreV1Api) -> None:
+    make_node(core, "n1", cpu="2")
+    make_pod(core, "huge", cpu="16")
+    cond = wait_for(lambda: scheduled_condition(core, "huge"))
     assert cond["status"] == "False" and cond["reason"] == "Unschedulable"
     assert cond["message"].startswith("0/1 nodes are available: 1 Insufficient cpu.")
-    rv = raw(kube.read_namespaced_pod, "huge", "default")["metadata"]["resourceVersion"]
+    rv = raw(core.read_namespaced_pod, "huge", "default")["metadata"]["resourceVersion"]
     time.sleep(0.6)  # several resync passes: no new writes
-    assert raw(kube.read_namespaced_pod, "huge", "default")["metadata"]["resourceVersion"] == rv
-    assert node_of(kube, "huge") is None
+    assert raw(core.read_namespaced_pod, "huge", "default")["metadata"]["resourceVersion"] == rv
+    assert node_of(core, "huge") is None
     # A node that fits arrives: the pod is bound.
-    make_node(kube, "n2", cpu="32")
-    assert wait_for(lambda: node_of(kube, "huge")) == "n2"
+    make_node(core, "n2", cpu="32")
+    assert wait_for(lambda: node_of(core, "huge")) == "n2"
 
 
-def test_no_nodes_message(kube: client.CoreV1Api) -> None:
-    make_pod(kube, "p")
-    cond = wait_for(lambda: scheduled_condition(kube, "p"))
+def test_no_nodes_message(core: client.CoreV1Api) -> None:
+    make_pod(core, "p")
+    cond = wait_for(lambda: scheduled_condition(core, "p"))
     assert cond["reason"] == "Unschedulable" and cond["message"].startswith("0/0 nodes")
 
 
-def test_node_selector_and_affinity(kube: client.CoreV1Api) -> None:
-    make_node(kube, "a", labels={"zone": "a", "gen": "3"})
-    make_node(kube, "b", labels={"zone": "b", "gen": "5"})
-    make_pod(kube, "sel", nodeSelector={"zone": "b"})
-    assert wait_for(lambda: node_of(kube, "sel")) == "b"
+def test_node_selector_and_affinity(core: client.CoreV1Api) -> None:
+    make_node(core, "a", labels={"zone": "a", "gen": "3"})
+    make_node(core, "b", labels={"zone": "b", "gen": "5"})
+    make_pod(core, "sel", nodeSelector={"zone": "b"})
+    assert wait_for(lambda: node_of(core, "sel")) == "b"
     affinity = {
         "nodeAffinity": {
             "requiredDuringSchedulingIgnoredDuringExecution": {
@@ -143,56 +143,57 @@ def test_node_selector_and_affinity(kube: client.CoreV1Api) -> None:
             }
         }
     }
-    make_pod(kube, "aff", affinity=affinity)
-    assert wait_for(lambda: node_of(kube, "aff")) == "a"
-    make_pod(kube, "nowhere", nodeSelector={"zone": "c"})
-    cond = wait_for(lambda: scheduled_condition(kube, "nowhere"))
+    make_pod(core, "aff", affinity=affinity)
+    assert wait_for(lambda: node_of(core, "aff")) == "a"
+    make_pod(core, "nowhere", nodeSelector={"zone": "c"})
+    cond = wait_for(lambda: scheduled_condition(core, "nowhere"))
     assert "2 node(s) didn't match Pod's node affinity/selector" in cond["message"]
 
 
-def test_taints_and_tolerations(kube: client.CoreV1Api) -> None:
+def test_taints_and_tolerations(core: client.CoreV1Api) -> None:
     taint = {"key": "cloudburst.io/burst", "value": "true", "effect": "NoSchedule"}
-    make_node(kube, "tainted", taints=[taint])
-    make_pod(kube, "plain")
-    cond = wait_for(lambda: scheduled_condition(kube, "plain"))
+    make_node(core, "tainted", taints=[taint])
+    make_pod(core, "plain")
+    cond = wait_for(lambda: scheduled_condition(core, "plain"))
     assert cond["status"] == "False"
     assert "1 node(s) had untolerated taint {cloudburst.io/burst: true}" in cond["message"]
     make_pod(
-        kube,
+        core,
         "tolerant",
         tolerations=[{"key": "cloudburst.io/burst", "operator": "Equal", "value": "true"}],
     )
-    assert wait_for(lambda: node_of(kube, "tolerant")) == "tainted"
+    assert wait_for(lambda: node_of(core, "tolerant")) == "tainted"
     # PreferNoSchedule does not block.
-    make_node(kube, "soft", taints=[{"key": "x", "effect": "PreferNoSchedule"}], cpu="1")
-    make_pod(kube, "soft-pod", cpu="100m", nodeSelector={"kubernetes.io/hostname": "none"})
+    make_node(core, "soft", taints=[{"key": "x", "effect": "PreferNoSchedule"}], cpu="1")
+    make_pod(core, "soft-pod", cpu="100m")
+    assert wait_for(lambda: node_of(core, "soft-pod")) == "soft"
 
 
-def test_cordoned_and_not_ready_nodes_are_skipped(kube: client.CoreV1Api) -> None:
-    make_node(kube, "cordoned", unschedulable=True)
-    make_node(kube, "notready", ready="False")
-    make_pod(kube, "p")
-    cond = wait_for(lambda: scheduled_condition(kube, "p"))
+def test_cordoned_and_not_ready_nodes_are_skipped(core: client.CoreV1Api) -> None:
+    make_node(core, "cordoned", unschedulable=True)
+    make_node(core, "notready", ready="False")
+    make_pod(core, "p")
+    cond = wait_for(lambda: scheduled_condition(core, "p"))
     assert "1 node(s) were unschedulable" in cond["message"]
     assert "1 node(s) had untolerated taint {node.kubernetes.io/not-ready: }" in cond["message"]
-    kube.patch_node(
+    raw(
+        core.patch_node,
         "cordoned",
-        {"spec": {"unschedulable": False}},  # type: ignore[arg-type]
+        {"spec": {"unschedulable": False}},
         _content_type="application/merge-patch+json",
-        _preload_content=False,
     )
-    assert wait_for(lambda: node_of(kube, "p")) == "cordoned"
+    assert wait_for(lambda: node_of(core, "p")) == "cordoned"
 
 
-def test_capacity_accounts_for_bound_pods(kube: client.CoreV1Api) -> None:
-    make_node(kube, "n", cpu="2")
+def test_capacity_accounts_for_bound_pods(core: client.CoreV1Api) -> None:
+    make_node(core, "n", cpu="2")
     for i in range(4):
-        make_pod(kube, f"p{i}", cpu="600m")
-    wait_for(lambda: sum(bool(node_of(kube, f"p{i}")) for i in range(4)) == 3)
+        make_pod(core, f"p{i}", cpu="600m")
+    wait_for(lambda: sum(bool(node_of(core, f"p{i}")) for i in range(4)) == 3)
     time.sleep(0.4)
-    assert sum(bool(node_of(kube, f"p{i}")) for i in range(4)) == 3
-    kube.delete_namespaced_pod("p0", "default", _preload_content=False)
-    wait_for(lambda: all(node_of(kube, f"p{i}") for i in range(1, 4)))
+    assert sum(bool(node_of(core, f"p{i}")) for i in range(4)) == 3
+    raw(core.delete_namespaced_pod, "p0", "default")
+    wait_for(lambda: all(node_of(core, f"p{i}") for i in range(1, 4)))
 
 
 # ---- pure helpers -------------------------------------------------------------------------
@@ -229,22 +230,41 @@ def test_affinity_operators() -> None:
         terms = [{"matchExpressions": list(exprs)}]
         req = {"nodeSelectorTerms": terms}
         return {
-            "spec": {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": req}}}
+            "spec": {
+                "affinity": {
+                    "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": req}
+                }
+            }
         }
 
     assert node_matches_pod_affinity(pod({"key": "b", "operator": "In", "values": ["x"]}), node)
-    assert not node_matches_pod_affinity(pod({"key": "b", "operator": "NotIn", "values": ["x"]}), node)
+    assert not node_matches_pod_affinity(
+        pod({"key": "b", "operator": "NotIn", "values": ["x"]}), node
+    )
     assert node_matches_pod_affinity(pod({"key": "c", "operator": "DoesNotExist"}), node)
     assert not node_matches_pod_affinity(pod({"key": "c", "operator": "Exists"}), node)
     assert node_matches_pod_affinity(pod({"key": "a", "operator": "Gt", "values": ["0"]}), node)
     assert not node_matches_pod_affinity(pod({"key": "b", "operator": "Gt", "values": ["0"]}), node)
-    assert not node_matches_pod_affinity({"spec": {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": []}}}}}, node)
+    assert not node_matches_pod_affinity(
+        {
+            "spec": {
+                "affinity": {
+                    "nodeAffinity": {
+                        "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": []}
+                    }
+                }
+            }
+        },
+        node,
+    )
 
 
 def test_message_format() -> None:
     from collections import Counter
 
-    msg = unschedulable_message(3, Counter({"Insufficient cpu": 1, "node(s) were unschedulable": 2}))
+    msg = unschedulable_message(
+        3, Counter({"Insufficient cpu": 1, "node(s) were unschedulable": 2})
+    )
     assert msg == (
         "0/3 nodes are available: 1 Insufficient cpu, 2 node(s) were unschedulable. "
         "preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling."

@@ -1,0 +1,241 @@
+"""A NodeClaim's whole life on the real dev server and the simulated cluster."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from pathlib import Path
+
+import pytest
+import pytest_asyncio
+from kubernetes import client as k8s
+from temporalio.client import Client, WorkflowFailureError
+from temporalio.exceptions import CancelledError
+
+from api import NodeClaimPhase, labels
+from api.messages import ScaleDownRequest
+from sim.cluster import SimulatedCluster
+from tests.e2e.harness import (
+    CLUSTER_ID,
+    Stack,
+    eventually,
+    in_process_worker,
+    in_thread,
+    make_pool,
+    new_task_queue,
+    running_watcher,
+    start_test_claim,
+    wait_for_phase,
+    workload_pod,
+)
+from worker.settings import Settings
+from workflows.nodeclaim import NodeClaimWorkflow
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def stack(
+    temporal_client: Client, kube: k8s.ApiClient, sim_cluster: SimulatedCluster, kubeconfig: Path
+) -> Stack:
+    queue = new_task_queue()
+    settings = Settings(kubeconfig=kubeconfig, task_queue=queue, cluster_id=CLUSTER_ID)
+    return Stack(temporal_client, kube, sim_cluster, queue, settings)
+
+
+def live_vms(cluster: SimulatedCluster, claim: str) -> list[dict[str, object]]:
+    return [
+        vm for vm in cluster.cloud.list_instances() if vm["labels"].get(labels.NODECLAIM) == claim
+    ]
+
+
+async def node_exists(core: k8s.CoreV1Api, name: str) -> bool:
+    try:
+        await in_thread(core.read_node, name)
+    except k8s.ApiException as err:
+        if err.status == 404:
+            return False
+        raise
+    return True
+
+
+async def test_claim_lives_its_whole_life(stack: Stack) -> None:
+    make_pool(stack.kube, "life", empty_ttl=2)
+    core = stack.core
+    async with in_process_worker(stack), running_watcher(stack.temporal, stack.kube):
+        name, handle = await start_test_claim(stack, "life")
+        status = await wait_for_phase(handle, NodeClaimPhase.READY)
+
+        assert status.node_name == name
+        assert status.instance_id and status.instance_id.startswith("fake/sim-1/")
+        assert {c.type for c in status.conditions} >= {"Launched", "Registered", "Ready"}
+        node = await in_thread(core.read_node, name)
+        assert node.metadata.labels[labels.NODEPOOL] == "life"
+        assert node.metadata.labels[labels.NODECLAIM] == name
+        assert node.metadata.labels[labels.PROVIDER] == "fake"
+        assert node.metadata.labels[labels.REGION] == "sim-1"
+        assert node.metadata.labels[labels.INSTANCE_TYPE] == "fk-small"
+        assert node.metadata.labels["cloudburst.io/test-pool"] == "life"
+        # Once Ready, the join token and the script are gone from the cluster.
+        leftovers = await in_thread(
+            core.list_secret_for_all_namespaces, label_selector=f"{labels.NODECLAIM}={name}"
+        )
+        assert leftovers.items == []
+
+        await in_thread(core.create_namespaced_pod, "default", workload_pod("life-app", name))
+        pod = await eventually(
+            lambda: in_thread(core.read_namespaced_pod, "life-app", "default"),
+            lambda p: p.spec.node_name == name and p.status.phase == "Running",
+        )
+        assert pod.spec.node_name == name
+        await in_thread(core.delete_namespaced_pod, "life-app", "default")
+
+        final = await asyncio.wait_for(handle.result(), timeout=60)
+        assert final.phase == NodeClaimPhase.DELETED
+        assert final.deletion_reason == "Empty"
+        assert not await node_exists(core, name)
+        assert live_vms(stack.cluster, name) == []
+        assert stack.cluster.cloud.stats()["created_by_name"][name] == 1
+
+
+async def test_busy_again_cancels_the_empty_ttl(stack: Stack) -> None:
+    ttl = 5
+    make_pool(stack.kube, "busy", empty_ttl=ttl)
+    core = stack.core
+    async with in_process_worker(stack), running_watcher(stack.temporal, stack.kube):
+        name, handle = await start_test_claim(stack, "busy")
+        # A pod waits for the node before it exists, so the node is busy from the start.
+        await in_thread(core.create_namespaced_pod, "default", workload_pod("busy-1", name))
+        await wait_for_phase(handle, NodeClaimPhase.READY)
+        await eventually(
+            lambda: handle.query(NodeClaimWorkflow.status),
+            lambda s: (c := s.condition("Empty")) is not None and c.status == "False",
+        )
+        await in_thread(core.delete_namespaced_pod, "busy-1", "default")
+        await eventually(
+            lambda: handle.query(NodeClaimWorkflow.status),
+            lambda s: (c := s.condition("Empty")) is not None and c.status == "True",
+        )
+        # Busy again well within the TTL: the timer must be cancelled.
+        await in_thread(core.create_namespaced_pod, "default", workload_pod("busy-2", name))
+        await eventually(
+            lambda: handle.query(NodeClaimWorkflow.status),
+            lambda s: (c := s.condition("Empty")) is not None and c.status == "False",
+        )
+        await asyncio.sleep(ttl + 1)  # the absence of a scale-down needs the TTL to pass
+        status = await handle.query(NodeClaimWorkflow.status)
+        assert status.phase == NodeClaimPhase.READY
+        assert await node_exists(core, name)
+
+        await in_thread(core.delete_namespaced_pod, "busy-2", "default")
+        final = await asyncio.wait_for(handle.result(), timeout=60)
+        assert final.phase == NodeClaimPhase.DELETED
+        assert final.deletion_reason == "Empty"
+
+
+async def test_scale_down_from_the_cli(stack: Stack, temporal_address: str) -> None:
+    make_pool(stack.kube, "manual", empty_ttl=3600)
+    core = stack.core
+    async with in_process_worker(stack), running_watcher(stack.temporal, stack.kube):
+        name, handle = await start_test_claim(stack, "manual")
+        await wait_for_phase(handle, NodeClaimPhase.READY)
+        await in_thread(core.create_namespaced_pod, "default", workload_pod("manual-app", name))
+        await eventually(
+            lambda: in_thread(core.read_namespaced_pod, "manual-app", "default"),
+            lambda p: p.status.phase == "Running",
+        )
+
+        code, output = await run_cli(
+            "claims", "scale-down", name, "--reason", "maintenance window",
+            "--temporal-address", temporal_address,
+        )  # fmt: skip
+        assert code == 0, output
+        assert "accepted" in output
+
+        final = await asyncio.wait_for(handle.result(), timeout=60)
+        assert final.phase == NodeClaimPhase.DELETED
+        assert final.deletion_reason == "maintenance window"
+        # The busy node was drained through the Eviction API: the pod is gone.
+        pods = await in_thread(
+            core.list_namespaced_pod, "default", field_selector=f"spec.nodeName={name}"
+        )
+        assert pods.items == []
+        assert live_vms(stack.cluster, name) == []
+
+        code, output = await run_cli(
+            "claims", "scale-down", name, "--temporal-address", temporal_address
+        )
+        assert code != 0
+        assert "rejected" in output or "no running NodeClaim" in output
+
+
+async def test_scale_down_update_is_answered(stack: Stack) -> None:
+    make_pool(stack.kube, "update", empty_ttl=3600)
+    async with in_process_worker(stack), running_watcher(stack.temporal, stack.kube):
+        _, handle = await start_test_claim(stack, "update")
+        await wait_for_phase(handle, NodeClaimPhase.READY)
+        first = await handle.execute_update(
+            NodeClaimWorkflow.request_scale_down, ScaleDownRequest(reason="first")
+        )
+        assert first.accepted
+        await handle.result()
+
+
+async def test_cancelling_a_claim_cleans_up(stack: Stack) -> None:
+    make_pool(stack.kube, "cancel", empty_ttl=3600)
+    async with in_process_worker(stack), running_watcher(stack.temporal, stack.kube):
+        name, handle = await start_test_claim(stack, "cancel")
+        await wait_for_phase(handle, NodeClaimPhase.READY)
+        await handle.cancel()
+        with pytest.raises(WorkflowFailureError) as failure:
+            await asyncio.wait_for(handle.result(), timeout=60)
+        assert isinstance(failure.value.cause, CancelledError)
+        assert not await node_exists(stack.core, name)
+        assert live_vms(stack.cluster, name) == []
+
+
+async def test_cancelling_during_create_leaves_no_vm(stack: Stack) -> None:
+    make_pool(stack.kube, "cancel-early", empty_ttl=3600)
+    cloud = stack.cluster.cloud
+    async with in_process_worker(stack), running_watcher(stack.temporal, stack.kube):
+        cloud.hold("create")
+        try:
+            name, handle = await start_test_claim(stack, "cancel-early")
+            await eventually(
+                lambda: asyncio.sleep(0, cloud.stats()), lambda s: s["creates_in_flight"] == 1
+            )
+            await handle.cancel()
+        finally:
+            cloud.release("create")
+        with pytest.raises(WorkflowFailureError):
+            await asyncio.wait_for(handle.result(), timeout=60)
+        # The create's answer never reached the workflow; cleanup found the VM by its label.
+        await eventually(lambda: asyncio.sleep(0, live_vms(stack.cluster, name)), lambda v: v == [])
+
+
+async def test_registration_timeout_deletes_the_vm_and_fails(stack: Stack) -> None:
+    make_pool(stack.kube, "noshow", empty_ttl=3600)
+    cloud = stack.cluster.cloud
+    async with in_process_worker(stack):  # no watcher, and the VM never boots in time
+        from tests.e2e.harness import FAST
+
+        timings = FAST.model_copy(update={"registration_timeout_s": 3, "node_poll_interval_s": 1})
+        cloud.boot_delay_s = 3600
+        try:
+            name, handle = await start_test_claim(stack, "noshow", timings=timings)
+            with pytest.raises(WorkflowFailureError) as failure:
+                await asyncio.wait_for(handle.result(), timeout=60)
+        finally:
+            cloud.boot_delay_s = 0.3
+        assert "did not become Ready" in str(failure.value.cause)
+        status = await handle.query(NodeClaimWorkflow.status)
+        assert status.phase == NodeClaimPhase.FAILED
+        assert status.failure_reason == "RegistrationTimeout"
+        assert live_vms(stack.cluster, name) == []
+
+
+async def run_cli(*args: str) -> tuple[int, str]:
+    cli = Path(sys.executable).parent / "cloudburst"
+    process = await asyncio.create_subprocess_exec(
+        str(cli), *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT
+    )
+    out, _ = await process.communicate()
+    return process.returncode or 0, out.decode()
