@@ -80,6 +80,7 @@ class NodeClaimWorkflow:
         self._claim = input.claim
         self._status = input.resume or NodeClaimStatus()
         self._node: NodeObservation | None = input.resume_node
+        self._last_signal_at: datetime | None = None
         self._instance_id: str | None = input.resume_instance_id
         self._bootstrap: BootstrapRefs | None = None
         self._tried: list[Offering] = []
@@ -119,8 +120,12 @@ class NodeClaimWorkflow:
 
     @workflow.signal
     def observe_node(self, observation: NodeObservation) -> None:
-        if self._node and observation.observed_at < self._node.observed_at:
+        # Order signals by the watcher's clock, never against our own polls: a clock skew
+        # between the two must not make a fresh transition look stale.
+        last = self._last_signal_at
+        if last is not None and observation.observed_at < last:
             return  # an older snapshot overtaken by a newer one
+        self._last_signal_at = observation.observed_at
         previous = self._node
         if (
             previous
