@@ -221,7 +221,15 @@ class KubeActivities:
         conditions = (node.status.conditions if node.status else None) or []
         ready = any(c.type == "Ready" and c.status == "True" for c in conditions)
         busy = [p for p in self._pods_on(input.node_name) if not is_left_alone(p)]
-        return NodeState(exists=True, ready=ready, empty=not busy, pod_count=len(busy))
+        status = node.status
+        return NodeState(
+            exists=True,
+            ready=ready,
+            empty=not busy,
+            pod_count=len(busy),
+            capacity=dict(status.capacity or {}) if status else {},
+            allocatable=dict(status.allocatable or {}) if status else {},
+        )
 
     @activity.defn(name="drain_node")
     def drain_node(self, input: DrainInput) -> DrainResult:

@@ -158,6 +158,9 @@ class NodeState(BaseModel):
     ready: bool = False
     empty: bool = True
     pod_count: int = 0
+    # What the kubelet reports (cpu, memory, pods, ...): the claim's real capacity.
+    capacity: dict[str, str] = {}
+    allocatable: dict[str, str] = {}
 
 
 class FailureReason(StrEnum):

@@ -66,6 +66,10 @@ class StackOptions:
     ready_delay_s: float = 1.0
     empty_ttl_s: int = 30
     cluster_id: str = "cloudburst-dev"
+    # Fixed for `dev`: claims that outlive a restart (Temporal's db persists) still reach
+    # the Kubernetes API and the fake cloud at the addresses in their input, and converge.
+    kube_port: int = 0
+    cloud_port: int = 0
 
 
 @dataclass
@@ -91,6 +95,8 @@ async def embedded_stack(options: StackOptions) -> AsyncIterator[EmbeddedStack]:
         boot_delay_s=options.boot_delay_s,
         ready_delay_s=options.ready_delay_s,
         cloud_token=secrets.token_hex(16),
+        kube_port=options.kube_port,
+        cloud_port=options.cloud_port,
     )
     stop = asyncio.Event()
     tasks: list[asyncio.Task[Any]] = []

@@ -123,13 +123,20 @@ def dev(
     port: Annotated[int, typer.Option(help="Temporal gRPC port")] = 7233,
     ui_port: Annotated[int, typer.Option(help="Temporal Web UI port")] = 8233,
     empty_ttl: Annotated[int, typer.Option(help="sample pool's ttlSecondsAfterEmpty")] = 30,
+    kube_port: Annotated[int, typer.Option(help="simulated Kubernetes API port")] = 16443,
+    cloud_port: Annotated[int, typer.Option(help="fake cloud API port")] = 18788,
 ) -> None:
     """Run the embedded stack: Temporal + Web UI, simulated cluster, worker, watcher."""
     from cli.devstack import SAMPLE_POOL, StackOptions, cheapest_offering, embedded_stack
 
     _logging()
     options = StackOptions(
-        state_dir=state_dir.resolve(), temporal_port=port, ui_port=ui_port, empty_ttl_s=empty_ttl
+        state_dir=state_dir.resolve(),
+        temporal_port=port,
+        ui_port=ui_port,
+        empty_ttl_s=empty_ttl,
+        kube_port=kube_port,
+        cloud_port=cloud_port,
     )
 
     async def main(stop: asyncio.Event) -> None:
@@ -153,7 +160,8 @@ Try, in another shell:
   .venv/bin/cloudburst claims scale-down <NAME> --reason "trying it out"
   kubectl get nodes -L cloudburst.io/nodeclaim
 Press Ctrl-C to stop.
-"""
+""",
+                soft_wrap=True,
             )
             await stop.wait()
 
@@ -330,7 +338,7 @@ def claims_describe(name: str, temporal_address: TemporalAddress = None) -> None
             condition.status,
             condition.reason,
             condition.message,
-            condition.last_transition_time.isoformat(timespec="seconds"),
+            condition.last_transition_time.strftime("%Y-%m-%d %H:%M:%S"),
         )
     console.print(table)
 

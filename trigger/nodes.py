@@ -21,6 +21,7 @@ from kubernetes.client.exceptions import ApiException
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
+from activities.kube import is_left_alone
 from api import labels
 from api.messages import NodeObservation, claim_workflow_id
 
@@ -146,7 +147,7 @@ class NodeWatcher:
         node = pod.spec.node_name
         if not node:
             return
-        self._view.pods.setdefault(node, {})[pod.metadata.uid] = is_workload_pod(pod)
+        self._view.pods.setdefault(node, {})[pod.metadata.uid] = not is_left_alone(pod)
         self._view.pod_nodes[pod.metadata.uid] = node
 
     async def _signal(self, touched: set[str]) -> None:
@@ -201,16 +202,6 @@ class NodeWatcher:
             observation.pod_count,
         )
         return True
-
-
-def is_workload_pod(pod: Any) -> bool:
-    """Pods that make a node busy: not DaemonSet-owned, not mirror, not finished."""
-    if pod.status and pod.status.phase in ("Succeeded", "Failed"):
-        return False
-    if pod.metadata.annotations and "kubernetes.io/config.mirror" in pod.metadata.annotations:
-        return False
-    owners = pod.metadata.owner_references or []
-    return not any(owner.kind == "DaemonSet" for owner in owners)
 
 
 def _node_view(node: Any) -> _NodeView | None:

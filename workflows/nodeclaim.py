@@ -304,6 +304,8 @@ class NodeClaimWorkflow:
             summary="label node",
         )
         await self._delete_bootstrap()
+        if workflow.patched("record-node-capacity"):
+            await self._poll_node()  # the kubelet's capacity, not the catalog's promise
         now = workflow.now()
         status.ready_at = now
         status.set_condition(ConditionType.INITIALIZED, True, "Initialized", "labels synced", now)
@@ -465,6 +467,8 @@ class NodeClaimWorkflow:
             summary="poll node (safety net)",
         )
         now = workflow.now()
+        if state.capacity:
+            self._status.capacity = state.capacity
         previous = self._node
         empty_since = None
         if state.exists and state.empty:

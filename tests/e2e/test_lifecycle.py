@@ -67,6 +67,7 @@ async def test_claim_lives_its_whole_life(stack: Stack) -> None:
         assert status.node_name == name
         assert status.instance_id and status.instance_id.startswith("fake/sim-1/")
         assert {c.type for c in status.conditions} >= {"Launched", "Registered", "Ready"}
+        assert status.capacity["cpu"] == "2"  # fk-small, as the kubelet reports it
         node = await in_thread(core.read_node, name)
         assert node.metadata.labels[labels.NODEPOOL] == "life"
         assert node.metadata.labels[labels.NODECLAIM] == name
