@@ -1,0 +1,117 @@
+"""Capacity planning payloads: pending demand in, node shapes with ranked offerings out.
+
+Pure models (they cross Temporal as the `plan_capacity` activity's input and output).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel
+
+from api.nodeclaim import Offering
+from api.nodepool import NodePoolSpec
+
+
+class Resources(BaseModel):
+    """Requests or capacity in the units the scheduler adds up."""
+
+    cpu_m: int = 0
+    memory_bytes: int = 0
+    pods: int = 0
+
+    def __add__(self, other: Resources) -> Resources:
+        return Resources(
+            cpu_m=self.cpu_m + other.cpu_m,
+            memory_bytes=self.memory_bytes + other.memory_bytes,
+            pods=self.pods + other.pods,
+        )
+
+    def __sub__(self, other: Resources) -> Resources:
+        return Resources(
+            cpu_m=self.cpu_m - other.cpu_m,
+            memory_bytes=self.memory_bytes - other.memory_bytes,
+            pods=self.pods - other.pods,
+        )
+
+    def fits_in(self, capacity: Resources) -> bool:
+        return (
+            self.cpu_m <= capacity.cpu_m
+            and self.memory_bytes <= capacity.memory_bytes
+            and self.pods <= capacity.pods
+        )
+
+
+class NodeSelectorRequirement(BaseModel):
+    key: str
+    operator: Literal["In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"]
+    values: list[str] = []
+
+
+class NodeSelectorTerm(BaseModel):
+    """All expressions must hold (AND); a pod's terms are alternatives (OR)."""
+
+    match_expressions: list[NodeSelectorRequirement] = []
+
+
+class Toleration(BaseModel):
+    key: str | None = None
+    operator: Literal["Equal", "Exists"] = "Equal"
+    value: str | None = None
+    effect: str | None = None  # None tolerates every effect
+
+
+class PodDemand(BaseModel):
+    """What one pending pod needs from a node."""
+
+    uid: str
+    namespace: str
+    name: str
+    requests: Resources
+    node_selector: dict[str, str] = {}
+    required_affinity: list[NodeSelectorTerm] = []
+    tolerations: list[Toleration] = []
+
+
+class InFlightNode(BaseModel):
+    """A claim of the pool that is Ready or on its way: capacity the plan fills first."""
+
+    claim_name: str
+    offering: Offering
+    # What pods may use on it (capacity minus DaemonSet overhead and kube-reserved).
+    allocatable: Resources
+    used: Resources = Resources()
+
+
+class PlanRequest(BaseModel):
+    pool_name: str
+    pool: NodePoolSpec
+    # Providers the pool's NodeClass has a block for: others can't be launched.
+    class_providers: list[str]
+    pods: list[PodDemand]
+    in_flight: list[InFlightNode] = []
+    # Offering keys ("provider/region/type") that failed recently (capacity, quota, outage).
+    failed_offerings: list[str] = []
+    # What the pool's limits still allow; None = unlimited.
+    max_new_nodes: int | None = None
+    remaining_cpu_m: int | None = None
+    remaining_memory_bytes: int | None = None
+    # How many offerings each planned node carries for failover.
+    offerings_per_node: int = 3
+
+
+class PlannedNode(BaseModel):
+    offerings: list[Offering]  # ranked: the claim launches the first, fails over in order
+    pod_uids: list[str]
+    requests: Resources
+
+
+class Plan(BaseModel):
+    # pod uid -> claim name of the in-flight node it will land on
+    assignments: dict[str, str] = {}
+    new_nodes: list[PlannedNode] = []
+    # pod uid -> why no offering of this pool can ever host it
+    unschedulable: dict[str, str] = {}
+    # pods that fit an offering but a pool limit (maxNodes, cpu, memory) holds back
+    limited: list[str] = []
+    cost_eur_per_hour: float = 0.0
