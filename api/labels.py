@@ -16,3 +16,5 @@ K8S_ARCH = "kubernetes.io/arch"
 DISRUPTED_TAINT = "cloudburst.io/disrupted"
 # Secrets made for one claim carry this label so that leftovers can be found.
 SECRET_PURPOSE = "cloudburst.io/purpose"
+# On every NodeClaim resource: deleting it asks the claim's workflow to scale down first.
+TERMINATION_FINALIZER = "cloudburst.io/termination"

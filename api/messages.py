@@ -11,6 +11,7 @@ from enum import StrEnum
 
 from pydantic import BaseModel, Field
 
+from api.events import KubeEvent
 from api.nodeclaim import NodeClaim, NodeClaimStatus, Offering
 from api.nodeclass import NodeClassSpec
 from api.nodepool import Taint
@@ -59,6 +60,9 @@ class NodeClaimInput(BaseModel):
     # Set when the workflow continues as new: where the previous run left off.
     resume: NodeClaimStatus | None = None
     resume_node: NodeObservation | None = None
+    # The NodePoolWorkflow that started this claim, told of every phase change; None for
+    # claims made by hand.
+    pool_workflow_id: str | None = None
     resume_instance_id: str | None = None
 
 
@@ -168,3 +172,12 @@ class FailureReason(StrEnum):
     PROVIDER_ERROR = "ProviderError"
     REGISTRATION_TIMEOUT = "RegistrationTimeout"
     INVALID_CONFIG = "InvalidConfiguration"
+
+
+class MirrorInput(BaseModel):
+    """The claim as its NodeClaim custom resource should show it, plus Events to record."""
+
+    claim: NodeClaim
+    events: list[KubeEvent] = []
+    # The claim's life is over: drop the finalizer so the resource goes away.
+    remove: bool = False

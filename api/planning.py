@@ -10,6 +10,7 @@ from typing import Literal
 from pydantic import BaseModel
 
 from api.nodeclaim import Offering
+from api.nodeclass import NodeClassSpec
 from api.nodepool import NodePoolSpec
 
 
@@ -88,6 +89,8 @@ class PlanRequest(BaseModel):
     pool: NodePoolSpec
     # Providers the pool's NodeClass has a block for: others can't be launched.
     class_providers: list[str]
+    # The class itself: some offerings come from the provider named there (the fake cloud).
+    node_class: NodeClassSpec | None = None
     pods: list[PodDemand]
     in_flight: list[InFlightNode] = []
     # Offering keys ("provider/region/type") that failed recently (capacity, quota, outage).
@@ -98,12 +101,17 @@ class PlanRequest(BaseModel):
     remaining_memory_bytes: int | None = None
     # How many offerings each planned node carries for failover.
     offerings_per_node: int = 3
+    # Empty nodes to add on top of the pods' (the pool's minNodes floor), cheapest offering.
+    min_new_nodes: int = 0
 
 
 class PlannedNode(BaseModel):
     offerings: list[Offering]  # ranked: the claim launches the first, fails over in order
     pod_uids: list[str]
     requests: Resources
+    # What pods may use on the first offering (after DaemonSet overhead and kube-reserved):
+    # the pool fills the rest with later pods while the node is on its way.
+    allocatable: Resources = Resources()
 
 
 class Plan(BaseModel):

@@ -14,11 +14,11 @@ from pydantic import ValidationError
 from temporalio.client import Client, WorkflowHandle
 from temporalio.common import SearchAttributePair, TypedSearchAttributes, WorkflowIDReusePolicy
 
-from api import NodeClaim, NodeClass, NodePool, Offering, labels
+from api import NodeClaim, NodeClass, NodePool, Offering
 from api import search_attributes as sa
-from api._base import ObjectMeta
+from api.claims import claim_details, claim_summary, new_claim
 from api.messages import ClaimTimings, NodeClaimInput, claim_workflow_id
-from api.nodeclaim import ClaimDisruption, NodeClaimPhase, NodeClaimSpec, NodeClaimStatus
+from api.nodeclaim import NodeClaimPhase, NodeClaimStatus
 from api.nodepool import PROVIDERS
 from workflows.nodeclaim import NodeClaimWorkflow
 
@@ -112,26 +112,13 @@ def new_claim_name(pool_name: str) -> str:
 
 
 def build_claim(context: PoolContext, offerings: list[Offering], name: str) -> NodeClaim:
-    pool = context.pool
-    disruption = pool.spec.disruption
-    return NodeClaim(
-        metadata=ObjectMeta(
-            name=name,
-            namespace=pool.metadata.namespace,
-            labels={labels.NODEPOOL: pool.metadata.name},
-        ),
-        spec=NodeClaimSpec(
-            node_pool=pool.metadata.name,
-            node_class=context.node_class_name,
-            offerings=offerings,
-            labels=dict(pool.spec.template.labels),
-            taints=list(pool.spec.template.taints),
-            disruption=ClaimDisruption(
-                ttl_seconds_after_empty=disruption.ttl_seconds_after_empty,
-                ttl_seconds_until_expired=disruption.ttl_seconds_until_expired,
-                termination_grace_period_seconds=disruption.termination_grace_period_seconds,
-            ),
-        ),
+    return new_claim(
+        name=name,
+        namespace=context.pool.metadata.namespace,
+        pool_name=context.pool.metadata.name,
+        pool=context.pool.spec,
+        node_class_name=context.node_class_name,
+        offerings=offerings,
     )
 
 
@@ -146,7 +133,6 @@ async def start_claim(
 ) -> WorkflowHandle[NodeClaimWorkflow, NodeClaimStatus]:
     join = context.node_class.spec.join
     timings = timings or ClaimTimings(registration_timeout_s=join.registration_timeout_seconds)
-    offerings = ", ".join(o.key for o in claim.spec.offerings)
     return await client.start_workflow(
         NodeClaimWorkflow.run,
         NodeClaimInput(
@@ -166,13 +152,8 @@ async def start_claim(
                 SearchAttributePair(sa.PHASE, NodeClaimPhase.PENDING.value),
             ]
         ),
-        static_summary=f"NodeClaim {claim.metadata.name} · pool {claim.spec.node_pool}",
-        static_details=(
-            f"**NodeClaim** `{claim.metadata.name}` in `{claim.metadata.namespace}`\n\n"
-            f"- pool: `{claim.spec.node_pool}`, class: `{claim.spec.node_class}`\n"
-            f"- offerings (in order): {offerings}\n"
-            f"- empty TTL: {claim.spec.disruption.ttl_seconds_after_empty}s"
-        ),
+        static_summary=claim_summary(claim),
+        static_details=claim_details(claim),
         execution_timeout=None,
         task_timeout=timedelta(seconds=10),
     )

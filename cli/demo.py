@@ -169,3 +169,155 @@ async def _until(
             return value
         await asyncio.sleep(0.25)
     return None
+
+
+@dataclass
+class BurstReport:
+    ok: bool = False
+    pods: int = 0
+    pods_bound: int = 0
+    pods_pending: int = 0
+    nodes_peak: int = 0
+    cost_eur_per_hour_peak: float = 0.0
+    # From a pod's creation (an upper bound of "became Unschedulable") to the create call
+    # of the VM it was planned onto.
+    decision_p50_s: float | None = None
+    decision_p99_s: float | None = None
+    seconds_to_all_bound: float | None = None
+    seconds_to_all_gone: float | None = None
+    vms_created: int = 0
+    vms_leaked: int = 0
+    problems: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+# (cpu, memory) of the mixed workload, cycled through.
+BURST_SHAPES = [("250m", "256Mi"), ("500m", "1Gi"), ("1", "2Gi"), ("1500m", "2Gi"), ("2", "4Gi")]
+
+
+async def run_burst(
+    say: Say, pods: int, *, boot_delay_s: float = 0.5, timeout_s: float = 300
+) -> BurstReport:
+    with tempfile.TemporaryDirectory(prefix="cloudburst-burst-") as tmp:
+        options = StackOptions(
+            state_dir=Path(tmp),
+            temporal_port=free_port(),
+            ui_port=None,
+            persistent=False,
+            boot_delay_s=boot_delay_s,
+            ready_delay_s=boot_delay_s,
+            empty_ttl_s=3,
+            cluster_id="cloudburst-burst",
+        )
+        say("starting the embedded stack")
+        async with embedded_stack(options) as stack:
+            return await burst(stack, say, pods, timeout_s=timeout_s)
+
+
+async def burst(stack: EmbeddedStack, say: Say, count: int, *, timeout_s: float) -> BurstReport:
+    """N pending pods of mixed sizes → all bound → deleted → every burst node gone."""
+    report = BurstReport(pods=count)
+    core = k8s.CoreV1Api(stack.api_client)
+    cloud = stack.cluster.cloud
+    created_at: dict[str, float] = {}
+    started = time.monotonic()
+    for index in range(count):
+        cpu, memory = BURST_SHAPES[index % len(BURST_SHAPES)]
+        name = f"burst-{index:05d}"
+        pod = _burst_pod(name, cpu, memory)
+        await asyncio.to_thread(core.create_namespaced_pod, "default", pod)
+        created_at[name] = time.time()
+    say(f"created {count} pods of mixed sizes; waiting for nodes")
+
+    async def snapshot() -> list[k8s.V1Pod]:
+        listing = await asyncio.to_thread(
+            core.list_namespaced_pod, "default", label_selector="app=burst"
+        )
+        pods: list[k8s.V1Pod] = listing.items
+        return pods
+
+    deadline = time.monotonic() + timeout_s
+    pods = await snapshot()
+    while time.monotonic() < deadline:
+        pods = await snapshot()
+        live = [vm for vm in cloud.list_instances() if vm["state"] != "stopping"]
+        report.nodes_peak = max(report.nodes_peak, len(live))
+        report.cost_eur_per_hour_peak = max(
+            report.cost_eur_per_hour_peak, _hourly_cost(cloud, live)
+        )
+        running = [p for p in pods if p.status and p.status.phase == "Running"]
+        if len(running) == count:
+            break
+        await asyncio.sleep(0.5)
+    report.pods_bound = sum(1 for p in pods if p.spec and p.spec.node_name)
+    report.pods_pending = count - report.pods_bound
+    if report.pods_pending:
+        report.problems.append(f"{report.pods_pending} pods never bound")
+    else:
+        report.seconds_to_all_bound = round(time.monotonic() - started, 2)
+        say(
+            f"all {count} pods bound on {report.nodes_peak} nodes after {report.seconds_to_all_bound}s"
+        )
+    latencies = _decision_latencies(pods, created_at, cloud.create_times())
+    if latencies:
+        report.decision_p50_s = round(_percentile(latencies, 50), 3)
+        report.decision_p99_s = round(_percentile(latencies, 99), 3)
+
+    await asyncio.to_thread(
+        core.delete_collection_namespaced_pod, "default", label_selector="app=burst"
+    )
+    say("pods deleted; waiting for every burst node to go")
+    while time.monotonic() < deadline:
+        if not cloud.list_instances(label_selector={labels.CLUSTER: stack.settings.cluster_id}):
+            break
+        await asyncio.sleep(0.5)
+    report.vms_created = int(cloud.stats()["instances_created"])
+    report.vms_leaked = len(cloud.list_instances())
+    if report.vms_leaked:
+        report.problems.append(f"{report.vms_leaked} VMs still running after the pods left")
+    else:
+        report.seconds_to_all_gone = round(time.monotonic() - started, 2)
+    report.ok = not report.problems
+    return report
+
+
+def _burst_pod(name: str, cpu: str, memory: str) -> k8s.V1Pod:
+    return k8s.V1Pod(
+        metadata=k8s.V1ObjectMeta(name=name, namespace="default", labels={"app": "burst"}),
+        spec=k8s.V1PodSpec(
+            node_selector={"cloudburst.io/burst": "true"},
+            termination_grace_period_seconds=0,
+            containers=[
+                k8s.V1Container(
+                    name="app",
+                    image="busybox:1.36",
+                    resources=k8s.V1ResourceRequirements(requests={"cpu": cpu, "memory": memory}),
+                )
+            ],
+        ),
+    )
+
+
+def _hourly_cost(cloud: Any, live: list[dict[str, Any]]) -> float:
+    prices = {t["name"]: float(t["price_eur_per_hour"]) for t in cloud.instance_types()}
+    return round(sum(prices.get(vm["instance_type"], 0.0) for vm in live), 4)
+
+
+def _decision_latencies(
+    pods: list[k8s.V1Pod], created_at: dict[str, float], vm_created: dict[str, Any]
+) -> list[float]:
+    latencies = []
+    for pod in pods:
+        node = pod.spec.node_name if pod.spec else None
+        name = pod.metadata.name if pod.metadata else None
+        if node in vm_created and name in created_at:
+            latencies.append(vm_created[node].timestamp() - created_at[name])
+    return latencies
+
+
+def _percentile(values: list[float], percent: float) -> float:
+    ordered = sorted(values)
+    index = min(len(ordered) - 1, max(0, round(percent / 100 * len(ordered)) - 1))
+    return ordered[index]

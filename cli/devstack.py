@@ -27,6 +27,7 @@ from temporalio.client import Client
 from api import Offering, search_attributes
 from sim.cluster import SimulatedCluster
 from trigger.nodes import NodeWatcher
+from trigger.pending import PendingPodTrigger
 from worker.client import connect_temporal, kube_api_client
 from worker.main import run_worker
 from worker.settings import Settings
@@ -113,9 +114,16 @@ async def embedded_stack(options: StackOptions) -> AsyncIterator[EmbeddedStack]:
         api_client = kube_api_client(settings)
         seed_sample_resources(api_client, cluster, options.empty_ttl_s)
         watcher = NodeWatcher(temporal, api_client)
+        pending = PendingPodTrigger(
+            temporal,
+            api_client,
+            task_queue=settings.task_queue,
+            cluster_id=settings.cluster_id,
+        )
         tasks += [
             asyncio.create_task(run_worker(settings, stop), name="worker"),
             asyncio.create_task(watcher.run(stop), name="node-watcher"),
+            asyncio.create_task(pending.run(stop), name="pending-pod-trigger"),
         ]
         yield EmbeddedStack(options, settings, temporal, cluster, api_client, watcher, tasks)
     finally:

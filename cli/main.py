@@ -102,15 +102,20 @@ def worker(temporal_address: TemporalAddress = None, kubeconfig: Kubeconfig = No
 
 @app.command()
 def trigger(temporal_address: TemporalAddress = None, kubeconfig: Kubeconfig = None) -> None:
-    """Run the watcher: claim nodes and their pods -> signals to each claim."""
+    """Run the watchers: pending pods -> pool demand; claim nodes and their pods -> claims."""
     from trigger.nodes import NodeWatcher
+    from trigger.pending import PendingPodTrigger
 
     _logging()
     settings = _settings(temporal_address, kubeconfig)
 
     async def main(stop: asyncio.Event) -> None:
         client = await _temporal(settings)
-        await NodeWatcher(client, kube_api_client(settings)).run(stop)
+        api_client = kube_api_client(settings)
+        pending = PendingPodTrigger(
+            client, api_client, task_queue=settings.task_queue, cluster_id=settings.cluster_id
+        )
+        await asyncio.gather(NodeWatcher(client, api_client).run(stop), pending.run(stop))
 
     asyncio.run(_until_signalled(main))
 
@@ -170,28 +175,32 @@ Press Ctrl-C to stop.
 
 @app.command()
 def demo(
-    scenario: Annotated[str, typer.Option(help="lifecycle")] = "lifecycle",
+    scenario: Annotated[str, typer.Option(help="lifecycle | burst")] = "lifecycle",
+    pods: Annotated[int, typer.Option(help="burst: how many pending pods")] = 20,
     json_output: Annotated[bool, typer.Option("--json", help="last line: one JSON object")] = False,
 ) -> None:
     """Run a scenario end to end on the embedded stack; exit 0 only if everything held."""
-    from cli.demo import run_lifecycle
+    from cli.demo import BurstReport, LifecycleReport, run_burst, run_lifecycle
 
-    if scenario != "lifecycle":
-        raise _fail(f"unknown scenario {scenario!r}; available: lifecycle")
+    if scenario not in ("lifecycle", "burst"):
+        raise _fail(f"unknown scenario {scenario!r}; available: lifecycle, burst")
     logging.basicConfig(level=logging.WARNING)
 
     def say(text: str) -> None:
         (err_console if json_output else console).print(f"• {text}")
 
-    report = asyncio.run(run_lifecycle(say))
+    report: LifecycleReport | BurstReport
+    if scenario == "lifecycle":
+        report = asyncio.run(run_lifecycle(say))
+    else:
+        report = asyncio.run(run_burst(say, pods))
     if json_output:
         print(json.dumps(report.as_dict()))
     else:
         for problem in report.problems:
             console.print(f"[red]✗ {problem}[/red]")
-        console.print(
-            "[green]✓ lifecycle held[/green]" if report.ok else "[red]✗ lifecycle failed[/red]"
-        )
+        verdict = f"{scenario} held" if report.ok else f"{scenario} failed"
+        console.print(f"[green]✓ {verdict}[/green]" if report.ok else f"[red]✗ {verdict}[/red]")
     raise typer.Exit(code=0 if report.ok else 1)
 
 

@@ -8,27 +8,23 @@ second replica or a lost signal costs nothing.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 from kubernetes import client as k8s
-from kubernetes import watch as k8s_watch
-from kubernetes.client.exceptions import ApiException
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities.kube import is_left_alone
 from api import labels
-from api.messages import NodeObservation, claim_workflow_id
+from api.messages import NodeObservation, ScaleDownRequest, claim_workflow_id
+from trigger.watch import start_watches
 
 log = logging.getLogger(__name__)
-
-_WATCH_TIMEOUT_S = 60
-_RETRY_AFTER_ERROR_S = 1.0
 
 
 @dataclass
@@ -52,6 +48,7 @@ class NodeWatcher:
     def __init__(self, temporal: Client, api_client: k8s.ApiClient) -> None:
         self._temporal = temporal
         self._core = k8s.CoreV1Api(api_client)
+        self._custom = k8s.CustomObjectsApi(api_client)
         self._view = _ClusterView()
         # Per node: the last (exists, ready, empty) sent and when the node became empty.
         self._sent: dict[str, tuple[bool, bool, bool]] = {}
@@ -59,41 +56,26 @@ class NodeWatcher:
         self.signals_sent = 0
 
     async def run(self, stop: asyncio.Event) -> None:
-        loop = asyncio.get_running_loop()
         queue: asyncio.Queue[tuple[str, str, Any]] = asyncio.Queue()
         halt = threading.Event()
-
-        def emit(kind: str, event: str, obj: Any) -> None:
-            loop.call_soon_threadsafe(queue.put_nowait, (kind, event, obj))
-
-        watches = [
-            threading.Thread(
-                target=_watch_forever,
-                args=(
-                    "node",
-                    self._core.list_node,
-                    {"label_selector": labels.NODECLAIM},
-                    emit,
-                    halt,
-                ),
-                name="watch-nodes",
-                daemon=True,
-            ),
-            threading.Thread(
-                target=_watch_forever,
-                args=(
+        start_watches(
+            asyncio.get_running_loop(),
+            queue,
+            halt,
+            [
+                ("node", self._core.list_node, {"label_selector": labels.NODECLAIM}),
+                (
                     "pod",
                     self._core.list_pod_for_all_namespaces,
                     {"field_selector": "spec.nodeName!="},
-                    emit,
-                    halt,
                 ),
-                name="watch-pods",
-                daemon=True,
-            ),
-        ]
-        for thread in watches:
-            thread.start()
+                (
+                    "nodeclaim",
+                    self._custom.list_cluster_custom_object,
+                    {"group": "cloudburst.io", "version": "v1alpha1", "plural": "nodeclaims"},
+                ),
+            ],
+        )
         stopper = asyncio.ensure_future(stop.wait())
         try:
             while not stop.is_set():
@@ -102,14 +84,57 @@ class NodeWatcher:
                 if not getter.done():
                     getter.cancel()
                     break
-                touched = self._apply(*getter.result())
+                items = [getter.result()]
                 # Drain whatever else arrived, then signal once per touched node.
                 while not queue.empty():
-                    touched |= self._apply(*queue.get_nowait())
+                    items.append(queue.get_nowait())
+                touched: set[str] = set()
+                for kind, event, obj in items:
+                    if kind == "nodeclaim":
+                        await self._claim_resource(event, obj)
+                    else:
+                        touched |= self._apply(kind, event, obj)
                 await self._signal(touched)
         finally:
             halt.set()
             stopper.cancel()
+
+    async def _claim_resource(self, event: str, obj: Any) -> None:
+        """`kubectl delete nodeclaim X` sets a deletion timestamp (our finalizer holds the
+        resource): ask the claim's workflow to scale down, which removes the finalizer last."""
+        for claim in obj if event == "SYNC" else [obj]:
+            metadata = claim.get("metadata", {})
+            if event == "DELETED" or not metadata.get("deletionTimestamp"):
+                continue
+            phase = claim.get("status", {}).get("phase")
+            if phase in ("Deleting", "Deleted", "Failed"):
+                continue
+            handle = self._temporal.get_workflow_handle(claim_workflow_id(metadata["name"]))
+            try:
+                await handle.signal(
+                    "scale_down",
+                    ScaleDownRequest(reason="NodeClaim deleted", requested_by="kubectl"),
+                )
+            except RPCError as err:
+                if err.status == RPCStatusCode.NOT_FOUND:
+                    # No live workflow will ever release it: let the resource go.
+                    await asyncio.to_thread(self._release, metadata)
+                else:
+                    log.warning("scale-down of %s failed: %s", metadata["name"], err)
+
+    def _release(self, metadata: dict[str, Any]) -> None:
+        finalizers = [
+            f for f in metadata.get("finalizers", []) if f != labels.TERMINATION_FINALIZER
+        ]
+        with contextlib.suppress(k8s.ApiException):
+            self._custom.patch_namespaced_custom_object(
+                "cloudburst.io",
+                "v1alpha1",
+                metadata.get("namespace", "default"),
+                "nodeclaims",
+                metadata["name"],
+                {"metadata": {"finalizers": finalizers}},
+            )
 
     def _apply(self, kind: str, event: str, obj: Any) -> set[str]:
         view = self._view
@@ -213,37 +238,3 @@ def _node_view(node: Any) -> _NodeView | None:
     is_ready = ready is not None and ready.status == "True"
     since = None if is_ready or ready is None else ready.last_transition_time
     return _NodeView(claim=claim, ready=is_ready, not_ready_since=since)
-
-
-def _watch_forever(
-    kind: str,
-    list_fn: Callable[..., Any],
-    selectors: dict[str, str],
-    emit: Callable[[str, str, Any], None],
-    halt: threading.Event,
-) -> None:
-    """List, then watch from that resourceVersion; on any error or expiry, list again."""
-    while not halt.is_set():
-        try:
-            listing = list_fn(**selectors)
-            emit(kind, "SYNC", listing.items)
-            version = listing.metadata.resource_version
-            while not halt.is_set():
-                stream = k8s_watch.Watch().stream(
-                    list_fn,
-                    resource_version=version,
-                    timeout_seconds=_WATCH_TIMEOUT_S,
-                    **selectors,
-                )
-                for event in stream:
-                    if halt.is_set():
-                        return
-                    obj = event["object"]
-                    version = obj.metadata.resource_version
-                    emit(kind, event["type"], obj)
-        except ApiException as err:
-            if err.status != 410:
-                log.warning("%s watch failed (%s); re-listing", kind, err.reason)
-        except Exception as err:  # the API server restarting must not kill the watcher
-            log.warning("%s watch failed (%s); re-listing", kind, err)
-        halt.wait(_RETRY_AFTER_ERROR_S)

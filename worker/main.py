@@ -14,7 +14,9 @@ from temporalio.worker import Worker
 
 from activities.bootstrap import BootstrapActivities
 from activities.compute import ComputeActivities
+from activities.events import EventActivities
 from activities.kube import KubeActivities
+from activities.mirror import MirrorActivities
 from worker.client import connect_temporal, kube_api_client, register_search_attributes
 from worker.settings import Settings
 from workflows import WORKFLOWS
@@ -27,6 +29,8 @@ def build_activities(api_client: k8s.ApiClient) -> list[Callable[..., Any]]:
         *BootstrapActivities(api_client).activities(),
         *KubeActivities(api_client).activities(),
         *ComputeActivities(api_client).activities(),
+        *EventActivities(api_client).activities(),
+        *MirrorActivities(api_client).activities(),
     ]
 
 

@@ -1,5 +1,6 @@
 """Deterministic orchestration; the worker registers `WORKFLOWS`."""
 
 from workflows.nodeclaim import NodeClaimWorkflow
+from workflows.nodepool import NodePoolWorkflow
 
-WORKFLOWS: list[type] = [NodeClaimWorkflow]
+WORKFLOWS: list[type] = [NodeClaimWorkflow, NodePoolWorkflow]

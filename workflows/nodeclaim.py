@@ -16,8 +16,9 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, is_cancelled_exception
 
 with workflow.unsafe.imports_passed_through():
-    from api import labels
+    from api import events, labels
     from api import search_attributes as sa
+    from api.events import KubeEvent, ObjectRef
     from api.messages import (
         BootstrapInput,
         BootstrapRefs,
@@ -28,6 +29,7 @@ with workflow.unsafe.imports_passed_through():
         InstanceInfo,
         InstanceRef,
         LabelNodeInput,
+        MirrorInput,
         NodeClaimInput,
         NodeObservation,
         NodeRef,
@@ -36,6 +38,7 @@ with workflow.unsafe.imports_passed_through():
         ScaleDownResult,
     )
     from api.nodeclaim import ConditionType, NodeClaimPhase, NodeClaimStatus, Offering
+    from api.pool import ClaimReport
 
 # Errors an activity raises that no retry can fix (see activities/compute.py).
 _NON_RETRYABLE = ["CapacityError", "ProviderFatal", "InvalidConfiguration", "NodeNotFound"]
@@ -59,6 +62,12 @@ _DELETE_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=1),
     backoff_coefficient=2.0,
     maximum_interval=timedelta(minutes=5),
+)
+# The mirror is a view: a few tries, then the claim goes on without it.
+_MIRROR_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=1),
+    maximum_interval=timedelta(seconds=10),
+    maximum_attempts=5,
 )
 # Short enough that a killed worker's activity is retried elsewhere within seconds.
 _HEARTBEAT = timedelta(seconds=10)
@@ -167,6 +176,7 @@ class NodeClaimWorkflow:
         now = workflow.now()
         self._status.created_at = self._status.created_at or now
         self._set_phase(NodeClaimPhase.PROVISIONING, "preparing join token and first-boot script")
+        await self._publish()
         spec = self._claim.spec
         self._bootstrap = await workflow.execute_activity(
             "prepare_bootstrap",
@@ -201,10 +211,20 @@ class NodeClaimWorkflow:
                     raise
                 failures.append(f"{offering.key}: {_cause(err)}")
                 self._event(f"create failed on {offering.key}: {_cause(err)}")
+                if _error_type(err) == "CapacityError":
+                    await self._publish(
+                        failed_offering=offering.key,
+                        reason=_cause(err),
+                        events=[self._warning(events.FAILED_PROVISIONING, _cause(err))],
+                    )
                 if _error_type(err) == "InvalidConfiguration":
                     raise ClaimFailed(FailureReason.INVALID_CONFIG, _cause(err)) from err
                 continue
             self._launched(offering, instance)
+            await self._publish(
+                offering=offering,
+                events=[self._notice(events.LAUNCHED, f"Launched {offering.key}")],
+            )
             return
         raise ClaimFailed(
             FailureReason.NO_CAPACITY, "no offering could be created: " + "; ".join(failures)
@@ -311,6 +331,12 @@ class NodeClaimWorkflow:
         status.set_condition(ConditionType.INITIALIZED, True, "Initialized", "labels synced", now)
         status.set_condition(ConditionType.READY, True, "Ready", "node is Ready", now)
         self._set_phase(NodeClaimPhase.READY, "node Ready; join token and script deleted")
+        await self._publish(
+            events=[
+                self._notice(events.REGISTERED, f"Node {self._name} registered"),
+                self._notice(events.READY, f"Node {self._name} is Ready"),
+            ]
+        )
 
     async def _live(self) -> str:
         """Serve until something says the node should go; return why."""
@@ -373,6 +399,7 @@ class NodeClaimWorkflow:
         status.deletion_reason = reason
         status.set_condition(ConditionType.DISRUPTING, True, reason, "", now)
         self._set_phase(NodeClaimPhase.DELETING, f"deleting: {reason}")
+        await self._publish(reason=reason, events=[self._deletion_event(reason)])
         node_reachable = self._node is None or (self._node.exists and reason != "NodeLost")
         if self._node is not None and node_reachable:
             await self._kube("cordon_node", NodeRef(node_name=self._name), "taint + cordon")
@@ -400,6 +427,7 @@ class NodeClaimWorkflow:
         await self._delete_bootstrap()
         status.deleted_at = workflow.now()
         self._set_phase(NodeClaimPhase.DELETED, f"node and VM deleted ({reason})")
+        await self._publish(reason=reason, remove=True)
 
     async def _fail(self, failure: ClaimFailed) -> None:
         status = self._status
@@ -413,9 +441,75 @@ class NodeClaimWorkflow:
             ConditionType.READY, False, failure.reason.value, failure.message, workflow.now()
         )
         self._set_phase(NodeClaimPhase.FAILED, f"failed: {failure.message}")
+        await self._publish(
+            reason=failure.message,
+            events=[self._warning(events.FAILED_PROVISIONING, failure.message)],
+            remove=True,
+        )
         raise ApplicationError(failure.message, type=failure.reason.value, non_retryable=True)
 
     # --- helpers -------------------------------------------------------------------------
+
+    async def _publish(
+        self,
+        *,
+        offering: Offering | None = None,
+        failed_offering: str | None = None,
+        reason: str = "",
+        events: list[KubeEvent] | None = None,
+        remove: bool = False,
+    ) -> None:
+        """Show the change: to the pool that started the claim, on the NodeClaim resource."""
+        pool_id = self._input.pool_workflow_id
+        if pool_id is not None:
+            report = ClaimReport(
+                claim_name=self._name,
+                phase=self._status.phase,
+                offering=offering,
+                failed_offering=failed_offering,
+                reason=reason,
+            )
+            try:
+                await workflow.get_external_workflow_handle(pool_id).signal("claim_report", report)
+            except Exception as err:  # the pool is gone: the claim's own life goes on
+                workflow.logger.warning("could not report to pool %s: %s", pool_id, err)
+        if not workflow.patched("nodeclaim-mirror"):
+            return  # a claim started before the mirror existed keeps its recorded steps
+        claim = self._claim.model_copy(update={"status": self._status})
+        try:
+            await workflow.execute_activity(
+                "sync_nodeclaim",
+                MirrorInput(claim=claim, events=events or [], remove=remove),
+                start_to_close_timeout=_KUBE_CALL,
+                retry_policy=_MIRROR_RETRY,
+                summary="mirror NodeClaim resource",
+            )
+        except ActivityError as err:
+            if is_cancelled_exception(err):
+                raise
+            # A mirror that cannot be written must not stop the node's life.
+            workflow.logger.warning("NodeClaim mirror not updated: %s", _cause(err))
+
+    def _deletion_event(self, reason: str) -> KubeEvent:
+        event_reason = _DELETION_EVENTS.get(reason, "ScaleDown")
+        message = f"Deleting node {self._name}: {reason}"
+        if event_reason == events.NODE_LOST:
+            return self._warning(event_reason, message)
+        return self._notice(event_reason, message)
+
+    def _notice(self, reason: str, message: str) -> KubeEvent:
+        return KubeEvent(regarding=self._ref(), reason=reason, message=message)
+
+    def _warning(self, reason: str, message: str) -> KubeEvent:
+        return KubeEvent(regarding=self._ref(), reason=reason, message=message, type="Warning")
+
+    def _ref(self) -> ObjectRef:
+        return ObjectRef(
+            kind="NodeClaim",
+            name=self._name,
+            namespace=self._namespace,
+            api_version="cloudburst.io/v1alpha1",
+        )
 
     def _scale_requested_reason(self) -> str:
         return self._scale_down.reason if self._scale_down else "ScaleDown"
@@ -557,6 +651,8 @@ class NodeClaimWorkflow:
 
 
 _FINAL_PHASES = (NodeClaimPhase.DELETED, NodeClaimPhase.FAILED)
+# Reason the claim is deleted -> the Event reason users filter on.
+_DELETION_EVENTS = {"Empty": "ScaleDownEmpty", "Expired": "Expired", "NodeLost": "NodeLost"}
 
 
 def _offering_text(status: NodeClaimStatus) -> str:

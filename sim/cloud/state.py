@@ -156,6 +156,8 @@ class FakeCloud:
         self._creates_attempted = 0
         self._created_by_name: Counter[str] = Counter()
         self._deleted = 0
+        # name -> when the first create for it arrived (full precision, for latency figures)
+        self._first_created_at: dict[str, datetime] = {}
 
     # ---- auth and failure injection -------------------------------------------------
 
@@ -332,6 +334,7 @@ class FakeCloud:
             )
             self._instances[inst.id] = inst
             self._created_by_name[name] += 1
+            self._first_created_at.setdefault(name, inst.created_at)
             out = self._to_json(inst, now, with_user_data=False)
         # Recorded before the (possibly held) answer, as a real cloud would.
         self._wait_if_held("create")
@@ -441,6 +444,11 @@ class FakeCloud:
                 return False
             inst.terminated = True
             return True
+
+    def create_times(self) -> dict[str, datetime]:
+        """When the first create of each instance name arrived (for decision-latency figures)."""
+        with self._lock:
+            return dict(self._first_created_at)
 
     def stats(self) -> dict[str, Any]:
         with self._lock:

@@ -24,6 +24,7 @@ from api.messages import ClaimTimings
 from cli.claims import build_claim, load_pool, new_claim_name, start_claim
 from sim.cluster import SimulatedCluster
 from trigger.nodes import NodeWatcher
+from trigger.pending import BatchWindows, PendingPodTrigger
 from worker.main import build_worker
 from worker.settings import Settings
 from workflows.nodeclaim import NodeClaimWorkflow
@@ -112,6 +113,7 @@ def make_pool(
     empty_ttl: int = 2,
     grace: int = 30,
     namespace: str = "default",
+    limits: dict[str, Any] | None = None,
 ) -> None:
     """A NodePool on the sample NodeClass (the fake cloud), created or updated."""
     custom = k8s.CustomObjectsApi(kube)
@@ -122,6 +124,7 @@ def make_pool(
         "spec": {
             "nodeClassRef": "sample",
             "requirements": {"allowedProviders": ["fake"]},
+            "limits": limits or {},
             "template": {"labels": {"cloudburst.io/test-pool": name}},
             "disruption": {
                 "ttlSecondsAfterEmpty": empty_ttl,
@@ -211,3 +214,43 @@ def new_task_queue() -> str:
 async def in_thread(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     # The sync kubernetes client must not block the loop that runs the worker and the watcher.
     return await asyncio.to_thread(fn, *args, **kwargs)
+
+
+@contextlib.asynccontextmanager
+async def running_trigger(
+    stack: Stack, timings: ClaimTimings = FAST, idle_s: float = 0.3, max_s: float = 2.0
+) -> AsyncIterator[PendingPodTrigger]:
+    """The pending-pod trigger with short batching windows, feeding this test's task queue."""
+    stop = asyncio.Event()
+    trigger = PendingPodTrigger(
+        stack.temporal,
+        stack.kube,
+        task_queue=stack.task_queue,
+        cluster_id=CLUSTER_ID,
+        windows=BatchWindows(idle_s=idle_s, max_s=max_s),
+        claim_timings=timings,
+    )
+    task = asyncio.create_task(trigger.run(stop))
+    try:
+        yield trigger
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, timeout=10)
+
+
+def pool_pod(name: str, pool: str, cpu: str = "500m", memory: str = "256Mi") -> k8s.V1Pod:
+    """A pod only the test's pool can host (it selects the pool's template label)."""
+    return k8s.V1Pod(
+        metadata=k8s.V1ObjectMeta(name=name, namespace="default", labels={"pool": pool}),
+        spec=k8s.V1PodSpec(
+            node_selector={"cloudburst.io/test-pool": pool},
+            termination_grace_period_seconds=0,
+            containers=[
+                k8s.V1Container(
+                    name="app",
+                    image="busybox:1.36",
+                    resources=k8s.V1ResourceRequirements(requests={"cpu": cpu, "memory": memory}),
+                )
+            ],
+        ),
+    )

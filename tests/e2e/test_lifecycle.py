@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import pytest_asyncio
@@ -81,6 +82,18 @@ async def test_claim_lives_its_whole_life(stack: Stack) -> None:
         )
         assert leftovers.items == []
 
+        # The NodeClaim resource mirrors the workflow, owned by its NodePool.
+        mirror = await eventually(
+            lambda: in_thread(read_claim_resource, stack.kube, name),
+            lambda r: r is not None and r.get("status", {}).get("phase") == "Ready",
+        )
+        assert mirror["spec"]["nodePool"] == "life"
+        assert mirror["status"]["instanceID"] == status.instance_id
+        assert mirror["metadata"]["ownerReferences"][0]["kind"] == "NodePool"
+        assert labels.TERMINATION_FINALIZER in mirror["metadata"]["finalizers"]
+        reasons = await claim_event_reasons(core, name)
+        assert {"Launched", "Registered", "Ready"} <= reasons
+
         await in_thread(core.create_namespaced_pod, "default", workload_pod("life-app", name))
         pod = await eventually(
             lambda: in_thread(core.read_namespaced_pod, "life-app", "default"),
@@ -95,6 +108,53 @@ async def test_claim_lives_its_whole_life(stack: Stack) -> None:
         assert not await node_exists(core, name)
         assert live_vms(stack.cluster, name) == []
         assert stack.cluster.cloud.stats()["created_by_name"][name] == 1
+        assert await in_thread(read_claim_resource, stack.kube, name) is None
+        assert "ScaleDownEmpty" in await claim_event_reasons(core, name)
+
+
+async def test_kubectl_delete_nodeclaim_scales_the_node_down(stack: Stack) -> None:
+    make_pool(stack.kube, "kubectl", empty_ttl=3600)
+    custom = k8s.CustomObjectsApi(stack.kube)
+    async with in_process_worker(stack), running_watcher(stack.temporal, stack.kube):
+        name, handle = await start_test_claim(stack, "kubectl")
+        await wait_for_phase(handle, NodeClaimPhase.READY)
+        await eventually(
+            lambda: in_thread(read_claim_resource, stack.kube, name), lambda r: r is not None
+        )
+        await in_thread(
+            custom.delete_namespaced_custom_object,
+            "cloudburst.io",
+            "v1alpha1",
+            "default",
+            "nodeclaims",
+            name,
+        )
+        final = await asyncio.wait_for(handle.result(), timeout=60)
+        assert final.phase == NodeClaimPhase.DELETED
+        assert final.deletion_reason == "NodeClaim deleted"
+        assert live_vms(stack.cluster, name) == []
+        await eventually(
+            lambda: in_thread(read_claim_resource, stack.kube, name), lambda r: r is None
+        )
+
+
+def read_claim_resource(kube: k8s.ApiClient, name: str) -> dict[str, Any] | None:
+    try:
+        found: dict[str, Any] = k8s.CustomObjectsApi(kube).get_namespaced_custom_object(  # type: ignore[assignment]
+            "cloudburst.io", "v1alpha1", "default", "nodeclaims", name
+        )
+    except k8s.ApiException as err:
+        if err.status == 404:
+            return None
+        raise
+    return found
+
+
+async def claim_event_reasons(core: k8s.CoreV1Api, name: str) -> set[str]:
+    listing = await in_thread(
+        core.list_namespaced_event, "default", field_selector=f"involvedObject.name={name}"
+    )
+    return {event.reason or "" for event in listing.items}
 
 
 async def test_busy_again_cancels_the_empty_ttl(stack: Stack) -> None:

@@ -1,0 +1,129 @@
+"""The NodeClaim custom resource: a mirror of the workflow, so `kubectl get nodeclaims` works.
+
+The workflow stays the source of truth. The resource carries a finalizer, so that a
+`kubectl delete nodeclaim` becomes a scale-down request (the node watcher sees the deletion
+timestamp and signals the workflow) instead of losing track of a running VM.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from kubernetes import client as k8s
+from kubernetes.client.exceptions import ApiException
+from temporalio import activity
+
+from activities.events import record_event
+from api import labels
+from api.events import ObjectRef
+from api.messages import MirrorInput
+
+log = logging.getLogger(__name__)
+
+GROUP, VERSION, PLURAL = "cloudburst.io", "v1alpha1", "nodeclaims"
+
+
+class MirrorActivities:
+    def __init__(self, api_client: k8s.ApiClient) -> None:
+        self._custom = k8s.CustomObjectsApi(api_client)
+        self._core = k8s.CoreV1Api(api_client)
+
+    def activities(self) -> list[Callable[..., Any]]:
+        return [self.sync_nodeclaim]
+
+    @activity.defn(name="sync_nodeclaim")
+    def sync_nodeclaim(self, input: MirrorInput) -> None:
+        """Create-or-update the resource and its status; record Events; remove when done."""
+        claim = input.claim
+        name, namespace = claim.metadata.name, claim.metadata.namespace
+        current = self._read(namespace, name)
+        if input.remove:
+            if current is not None:
+                self._release(namespace, name, current)
+        else:
+            if current is None:
+                current = self._create(input)
+            if current is not None:
+                body = {"status": claim.status.model_dump(mode="json", exclude_none=True)}
+                self._custom.patch_namespaced_custom_object_status(
+                    GROUP, VERSION, namespace, PLURAL, name, body
+                )
+        uid = current.get("metadata", {}).get("uid") if current else None
+        for event in input.events:
+            regarding = ObjectRef(
+                kind="NodeClaim",
+                name=name,
+                namespace=namespace,
+                api_version=f"{GROUP}/{VERSION}",
+                uid=uid,
+            )
+            record_event(self._core, event.model_copy(update={"regarding": regarding}))
+
+    def _read(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            found: dict[str, Any] = self._custom.get_namespaced_custom_object(  # type: ignore[assignment]
+                GROUP, VERSION, namespace, PLURAL, name
+            )
+        except ApiException as err:
+            if err.status == 404:
+                return None
+            raise
+        return found
+
+    def _create(self, input: MirrorInput) -> dict[str, Any] | None:
+        claim = input.claim
+        namespace = claim.metadata.namespace
+        body = claim.model_dump(mode="json", exclude_none=True, exclude={"status"})
+        metadata: dict[str, Any] = {
+            "name": claim.metadata.name,
+            "namespace": namespace,
+            "labels": claim.metadata.labels,
+            "finalizers": [labels.TERMINATION_FINALIZER],
+        }
+        owner = self._pool_owner(namespace, claim.spec.node_pool)
+        if owner:
+            metadata["ownerReferences"] = [owner]
+        body["metadata"] = metadata
+        try:
+            created: dict[str, Any] = self._custom.create_namespaced_custom_object(  # type: ignore[assignment]
+                GROUP, VERSION, namespace, PLURAL, body
+            )
+        except ApiException as err:
+            if err.status != 409:
+                raise
+            return self._read(namespace, claim.metadata.name)
+        return created
+
+    def _pool_owner(self, namespace: str, pool: str) -> dict[str, Any] | None:
+        try:
+            found: dict[str, Any] = self._custom.get_namespaced_custom_object(  # type: ignore[assignment]
+                GROUP, VERSION, namespace, "nodepools", pool
+            )
+        except ApiException as err:
+            if err.status == 404:
+                return None  # a claim of a pool that is gone still gets its mirror
+            raise
+        return {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "NodePool",
+            "name": pool,
+            "uid": found["metadata"]["uid"],
+            "blockOwnerDeletion": True,
+        }
+
+    def _release(self, namespace: str, name: str, current: dict[str, Any]) -> None:
+        finalizers = [
+            f
+            for f in current.get("metadata", {}).get("finalizers", [])
+            if f != labels.TERMINATION_FINALIZER
+        ]
+        try:
+            self._custom.patch_namespaced_custom_object(
+                GROUP, VERSION, namespace, PLURAL, name, {"metadata": {"finalizers": finalizers}}
+            )
+            self._custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+        except ApiException as err:
+            if err.status != 404:
+                raise

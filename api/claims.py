@@ -1,0 +1,72 @@
+"""Building a NodeClaim from its pool: shared by the pool workflow and `claims create`."""
+
+from __future__ import annotations
+
+from api import labels
+from api._base import ObjectMeta
+from api.nodeclaim import (
+    ClaimDisruption,
+    ClaimResources,
+    NodeClaim,
+    NodeClaimSpec,
+    Offering,
+    ResourceRequests,
+)
+from api.nodepool import NodePoolSpec
+from api.quantity import format_cpu, format_memory
+
+CLAIM_SUFFIX_ALPHABET = "abcdefghijklmnopqrstuvwxyz0123456789"
+
+
+def new_claim(
+    *,
+    name: str,
+    namespace: str,
+    pool_name: str,
+    pool: NodePoolSpec,
+    node_class_name: str,
+    offerings: list[Offering],
+    cpu_m: int | None = None,
+    memory_bytes: int | None = None,
+    pods: int | None = None,
+) -> NodeClaim:
+    disruption = pool.disruption
+    return NodeClaim(
+        metadata=ObjectMeta(name=name, namespace=namespace, labels={labels.NODEPOOL: pool_name}),
+        spec=NodeClaimSpec(
+            node_pool=pool_name,
+            node_class=node_class_name,
+            offerings=offerings,
+            resources=ClaimResources(
+                requests=ResourceRequests(
+                    cpu=format_cpu(cpu_m) if cpu_m else None,
+                    memory=format_memory(memory_bytes) if memory_bytes else None,
+                    pods=pods or None,
+                )
+            ),
+            labels=dict(pool.template.labels),
+            taints=list(pool.template.taints),
+            disruption=ClaimDisruption(
+                ttl_seconds_after_empty=disruption.ttl_seconds_after_empty,
+                ttl_seconds_until_expired=disruption.ttl_seconds_until_expired,
+                termination_grace_period_seconds=disruption.termination_grace_period_seconds,
+            ),
+        ),
+    )
+
+
+def claim_summary(claim: NodeClaim) -> str:
+    return f"NodeClaim {claim.metadata.name} · pool {claim.spec.node_pool}"
+
+
+def claim_details(claim: NodeClaim) -> str:
+    offerings = ", ".join(o.key for o in claim.spec.offerings)
+    requests = claim.spec.resources.requests
+    return (
+        f"**NodeClaim** `{claim.metadata.name}` in `{claim.metadata.namespace}`\n\n"
+        f"- pool: `{claim.spec.node_pool}`, class: `{claim.spec.node_class}`\n"
+        f"- offerings (in order): {offerings}\n"
+        f"- requests: cpu {requests.cpu or '—'}, memory {requests.memory or '—'}, "
+        f"pods {requests.pods or '—'}\n"
+        f"- empty TTL: {claim.spec.disruption.ttl_seconds_after_empty}s"
+    )

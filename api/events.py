@@ -1,0 +1,39 @@
+"""Kubernetes Events the autoscaler records: stable reasons users can filter on."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel
+
+# Reasons, named like Karpenter's where the meaning is the same.
+NOMINATED = "Nominated"
+LAUNCHED = "Launched"
+REGISTERED = "Registered"
+READY = "Ready"
+FAILED_PROVISIONING = "FailedProvisioning"
+SCALE_DOWN_EMPTY = "ScaleDownEmpty"
+EXPIRED = "Expired"
+NODE_LOST = "NodeLost"
+DISRUPTION_BLOCKED = "DisruptionBlocked"
+NO_MATCHING_NODEPOOL = "NoMatchingNodePool"
+LIMIT_REACHED = "LimitReached"
+
+
+class ObjectRef(BaseModel):
+    kind: str
+    name: str
+    namespace: str = ""
+    api_version: str = "v1"
+    uid: str | None = None
+
+
+class KubeEvent(BaseModel):
+    regarding: ObjectRef
+    reason: str
+    message: str
+    type: Literal["Normal", "Warning"] = "Normal"
+
+
+class EventBatch(BaseModel):
+    events: list[KubeEvent]

@@ -1,0 +1,101 @@
+"""NodePoolWorkflow payloads: demand from the trigger, reports from claims, the pool's status."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from pydantic import BaseModel
+
+from api.messages import ClaimTimings
+from api.nodeclaim import NodeClaimPhase, Offering
+from api.nodeclass import NodeClassSpec
+from api.nodepool import NodePoolSpec
+from api.planning import PodDemand, Resources
+
+
+def pool_workflow_id(namespace: str, name: str) -> str:
+    return f"nodepool-{namespace}-{name}"
+
+
+class PoolSpecs(BaseModel):
+    """The pool and the class its nodes are built from, as the trigger last saw them."""
+
+    pool: NodePoolSpec
+    node_class_name: str
+    node_class: NodeClassSpec
+    # metadata.generation of each, so an older update never overwrites a newer one.
+    pool_generation: int = 0
+    class_generation: int = 0
+
+
+class DemandUpdate(BaseModel):
+    """Pending pods the trigger matched to this pool, and pods that stopped pending.
+
+    Keyed by pod UID: sending the same update twice (two triggers, a restart) changes nothing.
+    """
+
+    pods: list[PodDemand] = []
+    resolved: list[str] = []  # UIDs no longer pending (bound, deleted, matched elsewhere)
+    # When set, the full set of pending pods for this pool: anything else is resolved.
+    full_resync: bool = False
+    sent_at: datetime | None = None
+    specs: PoolSpecs | None = None
+
+
+class ClaimReport(BaseModel):
+    """A child claim telling its pool what happened."""
+
+    claim_name: str
+    phase: NodeClaimPhase
+    offering: Offering | None = None
+    # An offering that failed to launch (capacity, quota, outage): skip it for a while.
+    failed_offering: str | None = None
+    reason: str = ""
+
+
+class PoolClaim(BaseModel):
+    name: str
+    phase: NodeClaimPhase
+    offering: Offering
+    allocatable: Resources
+    nominated: list[str] = []  # pod UIDs expected to land on it
+    started_at: datetime
+    # Started to hold the pool at minNodes, not for pods.
+    for_min_nodes: bool = False
+
+
+class PoolState(BaseModel):
+    """Everything the pool workflow carries across continue-as-new."""
+
+    specs: PoolSpecs
+    pending: dict[str, PodDemand] = {}
+    claims: dict[str, PoolClaim] = {}
+    # offering key -> until when it is skipped
+    failed_offerings: dict[str, datetime] = {}
+    # pod UID -> why it waits (LimitReached, Unschedulable: ...)
+    blocked: dict[str, str] = {}
+    claims_started: int = 0
+
+
+class NodePoolInput(BaseModel):
+    namespace: str
+    name: str
+    cluster_id: str = "cloudburst"
+    claim_timings: ClaimTimings = ClaimTimings()
+    failed_offering_ttl_s: float = 180
+    # Re-plan at least this often even without news (minNodes, expiring failure cache).
+    reconcile_interval_s: float = 60
+    state: PoolState
+
+
+class PoolStatus(BaseModel):
+    name: str
+    namespace: str
+    pending_pods: int
+    blocked: dict[str, str]
+    claims: list[PoolClaim]
+    failed_offerings: dict[str, datetime]
+    nodes: int
+    ready_nodes: int
+    cpu_m: int
+    memory_bytes: int

@@ -1,0 +1,266 @@
+"""Pending pods alone make nodes appear: the right number, cheapest fitting, within limits."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest_asyncio
+from kubernetes import client as k8s
+from temporalio.client import Client
+
+from api import NodeClaimPhase, labels
+from api.pool import PoolStatus, pool_workflow_id
+from sim.cluster import SimulatedCluster
+from tests.e2e.harness import (
+    CLUSTER_ID,
+    FAST,
+    Stack,
+    eventually,
+    in_process_worker,
+    in_thread,
+    make_pool,
+    new_task_queue,
+    pool_pod,
+    running_trigger,
+    running_watcher,
+)
+from worker.settings import Settings
+from workflows.nodepool import NodePoolWorkflow
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def stack(
+    temporal_client: Client, kube: k8s.ApiClient, sim_cluster: SimulatedCluster, kubeconfig: Path
+) -> Stack:
+    queue = new_task_queue()
+    settings = Settings(kubeconfig=kubeconfig, task_queue=queue, cluster_id=CLUSTER_ID)
+    return Stack(temporal_client, kube, sim_cluster, queue, settings)
+
+
+async def pool_status(stack: Stack, pool: str) -> PoolStatus:
+    handle = stack.temporal.get_workflow_handle_for(
+        NodePoolWorkflow.run, pool_workflow_id("default", pool)
+    )
+    return await handle.query(NodePoolWorkflow.status)
+
+
+async def pods_of(stack: Stack, pool: str) -> list[k8s.V1Pod]:
+    listing = await in_thread(
+        stack.core.list_namespaced_pod, "default", label_selector=f"pool={pool}"
+    )
+    return list(listing.items)
+
+
+def all_running(count: int) -> Callable[[list[k8s.V1Pod]], bool]:
+    return lambda pods: len(pods) == count and all(p.status.phase == "Running" for p in pods)
+
+
+def vms_of_pool(cluster: SimulatedCluster, pool: str) -> list[dict[str, object]]:
+    return cluster.cloud.list_instances(label_selector={labels.NODEPOOL: pool})
+
+
+async def delete_pods(stack: Stack, pool: str) -> None:
+    await in_thread(
+        stack.core.delete_collection_namespaced_pod, "default", label_selector=f"pool={pool}"
+    )
+
+
+async def test_pending_pods_get_nodes_then_leave(stack: Stack) -> None:
+    make_pool(stack.kube, "grow", empty_ttl=2)
+    async with (
+        in_process_worker(stack),
+        running_watcher(stack.temporal, stack.kube),
+        running_trigger(stack),
+    ):
+        for index, (cpu, memory) in enumerate([("500m", "512Mi"), ("1", "1Gi"), ("1500m", "2Gi")]):
+            await in_thread(
+                stack.core.create_namespaced_pod,
+                "default",
+                pool_pod(f"grow-{index}", "grow", cpu, memory),
+            )
+        pods = await eventually(lambda: pods_of(stack, "grow"), all_running(3), timeout_s=90)
+        nodes = {p.spec.node_name for p in pods}
+        status = await pool_status(stack, "grow")
+        # Every node the pool made is one the pods use: nothing was made twice or for nothing.
+        assert {c.name for c in status.claims} == nodes
+        # Bound pods are no longer demand: the trigger resolves them.
+        await eventually(lambda: pool_status(stack, "grow"), lambda s: s.pending_pods == 0)
+        events = await in_thread(
+            stack.core.list_namespaced_event,
+            "default",
+            field_selector="involvedObject.name=grow-0,reason=Nominated",
+        )
+        assert events.items, "no Nominated event on the pod"
+
+        await delete_pods(stack, "grow")
+        await eventually(
+            lambda: asyncio.sleep(0, vms_of_pool(stack.cluster, "grow")), lambda v: v == [], 90
+        )
+
+
+async def test_limits_hold_and_blocked_demand_is_reported(stack: Stack) -> None:
+    make_pool(stack.kube, "capped", empty_ttl=3600, limits={"maxNodes": 1, "cpu": "2"})
+    async with (
+        in_process_worker(stack),
+        running_watcher(stack.temporal, stack.kube),
+        running_trigger(stack),
+    ):
+        for index in range(3):
+            await in_thread(
+                stack.core.create_namespaced_pod,
+                "default",
+                pool_pod(f"capped-{index}", "capped", cpu="1500m", memory="1Gi"),
+            )
+        status = await eventually(
+            lambda: pool_status(stack, "capped"),
+            lambda s: s.nodes == 1 and len(s.blocked) == 2,
+            timeout_s=60,
+        )
+        assert all(reason.startswith("LimitReached") for reason in status.blocked.values())
+        await eventually(
+            lambda: pods_of(stack, "capped"),
+            lambda pods: len([p for p in pods if p.status.phase == "Running"]) == 1,
+        )
+        # Demand held back by a limit is not dropped and produces no second node.
+        await asyncio.sleep(2)
+        status = await pool_status(stack, "capped")
+        assert status.nodes == 1 and len(status.blocked) == 2
+        assert len(vms_of_pool(stack.cluster, "capped")) == 1
+        events = await in_thread(
+            stack.core.list_namespaced_event, "default", field_selector="reason=LimitReached"
+        )
+        assert any(e.involved_object.name.startswith("capped-") for e in events.items)
+        await delete_pods(stack, "capped")
+
+
+async def test_min_nodes_are_kept_without_pods(stack: Stack) -> None:
+    make_pool(stack.kube, "floor", empty_ttl=3600, limits={"minNodes": 1, "maxNodes": 3})
+    async with (
+        in_process_worker(stack),
+        running_watcher(stack.temporal, stack.kube),
+        running_trigger(stack),
+    ):
+        status = await eventually(
+            lambda: pool_status(stack, "floor"),
+            lambda s: s.ready_nodes == 1,
+            timeout_s=60,
+        )
+        assert status.nodes == 1
+        assert len(vms_of_pool(stack.cluster, "floor")) == 1
+
+
+async def test_capacity_failure_moves_to_the_next_offering_and_is_remembered(
+    stack: Stack,
+) -> None:
+    make_pool(stack.kube, "failover", empty_ttl=3600)
+    cloud = stack.cluster.cloud
+    cheapest = "fk-small"
+    cloud.inject_failure("create", "capacity", times=None, instance_type=cheapest)
+    try:
+        async with (
+            in_process_worker(stack),
+            running_watcher(stack.temporal, stack.kube),
+            running_trigger(stack),
+        ):
+            await in_thread(
+                stack.core.create_namespaced_pod, "default", pool_pod("failover-0", "failover")
+            )
+            pods = await eventually(lambda: pods_of(stack, "failover"), all_running(1), 90)
+            status = await pool_status(stack, "failover")
+            assert any(key.endswith(f"/{cheapest}") for key in status.failed_offerings)
+            vms = vms_of_pool(stack.cluster, "failover")
+            assert [vm["instance_type"] for vm in vms] != [cheapest]
+            assert pods[0].spec.node_name == vms[0]["name"]
+
+            # Within the failure TTL, a new node is not even tried on the failed offering.
+            attempts = cloud.stats()["creates_attempted"]
+            await in_thread(
+                stack.core.create_namespaced_pod,
+                "default",
+                pool_pod("failover-1", "failover", cpu="1800m"),
+            )
+            await eventually(lambda: pods_of(stack, "failover"), all_running(2), 90)
+            assert cloud.stats()["creates_attempted"] == attempts + 1
+    finally:
+        cloud.clear_failures()
+    await delete_pods(stack, "failover")
+
+
+async def test_a_failed_claims_pods_are_planned_again(stack: Stack) -> None:
+    make_pool(stack.kube, "replan", empty_ttl=3600)
+    cloud = stack.cluster.cloud
+    timings = FAST.model_copy(update={"registration_timeout_s": 3, "node_poll_interval_s": 1})
+    async with (
+        in_process_worker(stack),
+        running_watcher(stack.temporal, stack.kube),
+        running_trigger(stack, timings=timings),
+    ):
+        cloud.boot_delay_s = 3600  # the first VM never boots: its claim times out and fails
+        try:
+            await in_thread(
+                stack.core.create_namespaced_pod, "default", pool_pod("replan-0", "replan")
+            )
+            first = await eventually(
+                lambda: pool_status(stack, "replan"), lambda s: s.nodes == 1, timeout_s=30
+            )
+            first_claim = first.claims[0].name
+            await eventually(
+                lambda: pool_status(stack, "replan"),
+                lambda s: first_claim not in {c.name for c in s.claims},
+                timeout_s=30,
+            )
+        finally:
+            cloud.boot_delay_s = 0.3
+        pods = await eventually(lambda: pods_of(stack, "replan"), all_running(1), 90)
+        assert pods[0].spec.node_name != first_claim
+        final = await stack.temporal.get_workflow_handle(f"nodeclaim-{first_claim}").describe()
+        assert final.status is not None and final.status.name == "FAILED"
+    await delete_pods(stack, "replan")
+
+
+async def test_two_triggers_create_each_node_once(stack: Stack) -> None:
+    make_pool(stack.kube, "twins", empty_ttl=3600)
+    async with (
+        in_process_worker(stack),
+        running_watcher(stack.temporal, stack.kube),
+        running_trigger(stack),
+        running_trigger(stack, idle_s=0.1),
+    ):
+        for index in range(4):
+            await in_thread(
+                stack.core.create_namespaced_pod,
+                "default",
+                pool_pod(f"twins-{index}", "twins", cpu="1", memory="1Gi"),
+            )
+        pods = await eventually(lambda: pods_of(stack, "twins"), all_running(4), 90)
+        await asyncio.sleep(1)  # give a duplicate plan the chance to show up
+        used = {p.spec.node_name for p in pods}
+        vms = vms_of_pool(stack.cluster, "twins")
+        assert {vm["name"] for vm in vms} == used
+        status = await pool_status(stack, "twins")
+        assert all(c.phase == NodeClaimPhase.READY for c in status.claims)
+    await delete_pods(stack, "twins")
+
+
+def test_burst_demo_end_to_end() -> None:
+    """`cloudburst demo --scenario burst`: N pods → bound → deleted → nodes gone, no VM leaked."""
+    import subprocess
+
+    cli = Path(sys.executable).parent / "cloudburst"
+    result = subprocess.run(
+        [str(cli), "demo", "--scenario", "burst", "--pods", "12", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    assert result.returncode == 0, (report, result.stderr[-2000:])
+    assert report["ok"] is True
+    assert report["pods_bound"] == 12 and report["pods_pending"] == 0
+    assert report["vms_leaked"] == 0
+    assert report["nodes_peak"] >= 1
+    assert report["decision_p50_s"] is not None

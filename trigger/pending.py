@@ -1,0 +1,343 @@
+"""The pending-pod trigger: unschedulable pods → the matching pool's workflow, batched.
+
+Stateless in every way that matters: the pool workflow keys demand by pod UID, so a restart
+(which re-lists and re-sends everything) or a second replica sending the same pods changes
+nothing. Pods no pool can host get a `NoMatchingNodePool` Event saying why.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from kubernetes import client as k8s
+from pydantic import BaseModel, ValidationError
+from temporalio.client import Client
+from temporalio.common import WorkflowIDConflictPolicy
+from temporalio.service import RPCError, RPCStatusCode
+
+from activities.events import record_event
+from activities.planning.requirements import pod_demand, pool_can_host
+from api import NodeClass, NodePool, events
+from api.events import KubeEvent, ObjectRef
+from api.messages import ClaimTimings
+from api.planning import PodDemand
+from api.pool import DemandUpdate, NodePoolInput, PoolSpecs, PoolState, pool_workflow_id
+from trigger.watch import start_watches
+from workflows.nodepool import NodePoolWorkflow
+
+log = logging.getLogger(__name__)
+
+GROUP, VERSION = "cloudburst.io", "v1alpha1"
+PoolKey = tuple[str, str]  # (namespace, name)
+
+
+class BatchWindows(BaseModel):
+    """Like Karpenter's batching: send after 1 s without new pods, or 10 s at most."""
+
+    idle_s: float = 1.0
+    max_s: float = 10.0
+
+
+@dataclass
+class _Batch:
+    pods: dict[str, PodDemand] = field(default_factory=dict)
+    resolved: set[str] = field(default_factory=set)
+    full_resync: bool = False
+    first_at: float = 0.0
+    last_at: float = 0.0
+
+
+class PendingPodTrigger:
+    def __init__(
+        self,
+        temporal: Client,
+        api_client: k8s.ApiClient,
+        *,
+        task_queue: str,
+        cluster_id: str,
+        windows: BatchWindows | None = None,
+        claim_timings: ClaimTimings | None = None,
+    ) -> None:
+        self._temporal = temporal
+        self._core = k8s.CoreV1Api(api_client)
+        self._custom = k8s.CustomObjectsApi(api_client)
+        self._task_queue = task_queue
+        self._cluster_id = cluster_id
+        self._windows = windows or BatchWindows()
+        self._claim_timings = claim_timings
+        self._pools: dict[PoolKey, NodePool] = {}
+        self._classes: dict[PoolKey, NodeClass] = {}
+        self._pending: dict[str, PoolKey] = {}  # pod uid -> pool it was sent to
+        self._batches: dict[PoolKey, _Batch] = {}
+        self._unmatched: dict[str, str] = {}  # pod uid -> reason already reported
+        self._pods_synced = False
+        self.updates_sent = 0
+
+    async def run(self, stop: asyncio.Event) -> None:
+        queue: asyncio.Queue[tuple[str, str, Any]] = asyncio.Queue()
+        halt = threading.Event()
+        start_watches(
+            asyncio.get_running_loop(),
+            queue,
+            halt,
+            [
+                ("nodepool", self._custom.list_cluster_custom_object, _crd("nodepools")),
+                ("nodeclass", self._custom.list_cluster_custom_object, _crd("nodeclasses")),
+                (
+                    "pod",
+                    self._core.list_pod_for_all_namespaces,
+                    {"field_selector": "spec.nodeName="},
+                ),
+            ],
+        )
+        try:
+            while not stop.is_set():
+                try:
+                    item = await asyncio.wait_for(queue.get(), timeout=0.1)
+                    await self._apply(*item)
+                    while not queue.empty():
+                        await self._apply(*queue.get_nowait())
+                except TimeoutError:
+                    pass
+                await self._flush_due()
+        finally:
+            halt.set()
+
+    # --- what the watches show -------------------------------------------------------------
+
+    async def _apply(self, kind: str, event: str, obj: Any) -> None:
+        if kind == "nodepool":
+            await self._apply_spec(self._pools, NodePool, event, obj)
+        elif kind == "nodeclass":
+            await self._apply_spec(self._classes, NodeClass, event, obj)
+        elif event == "SYNC":
+            self._resync_pods(obj)
+        else:
+            self._apply_pod(event, obj)
+
+    async def _apply_spec(
+        self, store: dict[PoolKey, Any], model: type[BaseModel], event: str, obj: Any
+    ) -> None:
+        listed = obj if event == "SYNC" else [obj]
+        if event == "SYNC":
+            store.clear()
+        for raw in listed:
+            key = (raw["metadata"].get("namespace", "default"), raw["metadata"]["name"])
+            if event == "DELETED":
+                store.pop(key, None)
+                continue
+            try:
+                store[key] = model.model_validate(raw)
+            except ValidationError as err:
+                log.error("%s %s/%s is invalid, ignored: %s", raw.get("kind"), *key, err)
+                store.pop(key, None)
+        await self._specs_changed()
+
+    def _resync_pods(self, pods: list[Any]) -> None:
+        """After a (re)list: every pool gets its full set of pending pods."""
+        previously = dict(self._pending)
+        self._pending.clear()
+        for pod in pods:
+            self._apply_pod("ADDED", pod)
+        for uid, pool in previously.items():
+            if uid not in self._pending:
+                self._batch(pool).resolved.add(uid)
+        for pool in set(self._pending.values()) | set(previously.values()):
+            self._batch(pool).full_resync = True
+        self._pods_synced = True
+
+    def _apply_pod(self, event: str, pod: Any) -> None:
+        uid = pod.metadata.uid
+        if event == "DELETED" or not is_unschedulable(pod):
+            pool = self._pending.pop(uid, None)
+            self._unmatched.pop(uid, None)
+            if pool is not None:
+                self._batch(pool).resolved.add(uid)
+            return
+        demand = pod_demand(pod)
+        pool = self._match(pod, demand)
+        previous = self._pending.get(uid)
+        if previous is not None and previous != pool:
+            self._batch(previous).resolved.add(uid)
+        if pool is None:
+            self._pending.pop(uid, None)
+            return
+        self._pending[uid] = pool
+        self._batch(pool).pods[uid] = demand
+
+    def _match(self, pod: Any, demand: PodDemand) -> PoolKey | None:
+        """The highest-weight pool that can host the pod (ties by name), else None + Event."""
+        matching: list[tuple[int, PoolKey]] = []
+        reasons: dict[str, str] = {}
+        for key, pool in self._pools.items():
+            if self._node_class_of(key) is None:
+                reasons[f"{key[0]}/{key[1]}"] = "its NodeClass does not exist"
+                continue
+            why = pool_can_host(key[1], pool.spec, demand)
+            if why is None:
+                matching.append((-pool.spec.weight, key))
+            else:
+                reasons[f"{key[0]}/{key[1]}"] = why
+        if matching:
+            self._unmatched.pop(demand.uid, None)
+            return min(matching)[1]
+        reason = "; ".join(f"{pool}: {why}" for pool, why in sorted(reasons.items()))
+        reason = reason or "no NodePool (with a NodeClass) exists"
+        if self._unmatched.get(demand.uid) != reason:
+            self._unmatched[demand.uid] = reason
+            self._warn_unmatched(pod, reason)
+        return None
+
+    def _warn_unmatched(self, pod: Any, reason: str) -> None:
+        event = KubeEvent(
+            regarding=ObjectRef(
+                kind="Pod",
+                name=pod.metadata.name,
+                namespace=pod.metadata.namespace,
+                uid=pod.metadata.uid,
+            ),
+            reason=events.NO_MATCHING_NODEPOOL,
+            message=f"No NodePool can host this pod: {reason}",
+            type="Warning",
+        )
+        try:
+            record_event(self._core, event)
+        except Exception as err:  # an Event is a courtesy; never stop the trigger for one
+            log.warning("could not record %s: %s", event.reason, err)
+
+    # --- sending -----------------------------------------------------------------------------
+
+    def _batch(self, pool: PoolKey) -> _Batch:
+        now = time.monotonic()
+        batch = self._batches.get(pool)
+        if batch is None:
+            batch = self._batches[pool] = _Batch(first_at=now)
+        batch.last_at = now
+        return batch
+
+    async def _flush_due(self) -> None:
+        now = time.monotonic()
+        for pool, batch in list(self._batches.items()):
+            idle = now - batch.last_at >= self._windows.idle_s
+            overdue = now - batch.first_at >= self._windows.max_s
+            if idle or overdue:
+                del self._batches[pool]
+                if not await self._send(pool, batch):
+                    # Keep it for the next round; a newer batch may have started meanwhile.
+                    self._merge_back(pool, batch)
+
+    def _merge_back(self, pool: PoolKey, failed: _Batch) -> None:
+        batch = self._batch(pool)
+        for uid, demand in failed.pods.items():
+            batch.pods.setdefault(uid, demand)
+        batch.resolved |= failed.resolved - set(batch.pods)
+        batch.full_resync = batch.full_resync or failed.full_resync
+
+    async def _send(self, key: PoolKey, batch: _Batch) -> bool:
+        specs = self._specs(key)
+        if specs is None:
+            return True  # the pool or its class is gone: nothing to tell
+        update = DemandUpdate(
+            pods=list(batch.pods.values()),
+            resolved=sorted(batch.resolved - set(batch.pods)),
+            full_resync=batch.full_resync,
+            sent_at=datetime.now(UTC),
+            specs=specs,
+        )
+        try:
+            await self._start_or_signal(key, specs, update)
+        except RPCError as err:
+            log.warning("demand for pool %s/%s not delivered: %s", *key, err)
+            return False
+        self.updates_sent += 1
+        log.info(
+            "pool %s/%s: %d pending pods, %d resolved", *key, len(update.pods), len(update.resolved)
+        )
+        return True
+
+    async def _start_or_signal(self, key: PoolKey, specs: PoolSpecs, update: DemandUpdate) -> None:
+        namespace, name = key
+        timings = self._claim_timings or ClaimTimings(
+            registration_timeout_s=specs.node_class.join.registration_timeout_seconds
+        )
+        await self._temporal.start_workflow(
+            NodePoolWorkflow.run,
+            NodePoolInput(
+                namespace=namespace,
+                name=name,
+                cluster_id=self._cluster_id,
+                claim_timings=timings,
+                state=PoolState(specs=specs),
+            ),
+            id=pool_workflow_id(namespace, name),
+            task_queue=self._task_queue,
+            # One workflow per pool: a start for a running pool just delivers the signal.
+            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+            start_signal="demand",
+            start_signal_args=[update],
+            static_summary=f"NodePool {namespace}/{name}",
+        )
+
+    async def _specs_changed(self) -> None:
+        """Pools hear about spec changes; a pool with a minNodes floor is started."""
+        for key, pool in self._pools.items():
+            specs = self._specs(key)
+            if specs is None:
+                continue
+            if pool.spec.limits.min_nodes > 0:
+                await self._start_or_signal(key, specs, DemandUpdate(specs=specs))
+                continue
+            handle = self._temporal.get_workflow_handle(pool_workflow_id(*key))
+            try:
+                await handle.signal("update_specs", specs)
+            except RPCError as err:
+                if err.status != RPCStatusCode.NOT_FOUND:
+                    log.warning("spec update for pool %s/%s failed: %s", *key, err)
+
+    def _specs(self, key: PoolKey) -> PoolSpecs | None:
+        pool = self._pools.get(key)
+        class_key = self._node_class_of(key)
+        if pool is None or class_key is None:
+            return None
+        node_class = self._classes[class_key]
+        return PoolSpecs(
+            pool=pool.spec,
+            node_class_name=class_key[1],
+            node_class=node_class.spec,
+            pool_generation=pool.metadata.generation or 0,
+            class_generation=node_class.metadata.generation or 0,
+        )
+
+    def _node_class_of(self, key: PoolKey) -> PoolKey | None:
+        pool = self._pools.get(key)
+        if pool is None:
+            return None
+        namespace = key[0]
+        if pool.spec.node_class_ref:
+            ref = (namespace, pool.spec.node_class_ref)
+            return ref if ref in self._classes else None
+        in_namespace = [k for k in self._classes if k[0] == namespace]
+        return in_namespace[0] if len(in_namespace) == 1 else None
+
+
+def is_unschedulable(pod: Any) -> bool:
+    """Marked Unschedulable by the scheduler, unbound, not terminating, not a DaemonSet's."""
+    if pod.spec.node_name or pod.metadata.deletion_timestamp:
+        return False
+    if any(owner.kind == "DaemonSet" for owner in pod.metadata.owner_references or []):
+        return False
+    conditions = (pod.status.conditions if pod.status else None) or []
+    return any(
+        c.type == "PodScheduled" and c.status == "False" and c.reason == "Unschedulable"
+        for c in conditions
+    )
+
+
+def _crd(plural: str) -> dict[str, Any]:
+    return {"group": GROUP, "version": VERSION, "plural": plural}

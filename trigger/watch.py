@@ -1,0 +1,89 @@
+"""List-then-watch loops in threads, feeding an asyncio queue: the base of every watcher."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from kubernetes import watch as k8s_watch
+from kubernetes.client.exceptions import ApiException
+
+log = logging.getLogger(__name__)
+
+WATCH_TIMEOUT_S = 60
+RETRY_AFTER_ERROR_S = 1.0
+
+# (kind, event type, object or list of objects for "SYNC")
+Emit = Callable[[str, str, Any], None]
+
+
+def resource_version(obj: Any) -> str:
+    """Typed client objects and custom-object dicts alike."""
+    if isinstance(obj, dict):
+        return str(obj["metadata"]["resourceVersion"])
+    return str(obj.metadata.resource_version)
+
+
+def items_of(listing: Any) -> tuple[list[Any], str]:
+    if isinstance(listing, dict):
+        return listing.get("items", []), str(listing["metadata"]["resourceVersion"])
+    return listing.items, str(listing.metadata.resource_version)
+
+
+def watch_forever(
+    kind: str,
+    list_fn: Callable[..., Any],
+    kwargs: dict[str, Any],
+    emit: Emit,
+    halt: threading.Event,
+) -> None:
+    """List, then watch from that resourceVersion; on any error or expiry, list again.
+
+    A "SYNC" event carries the full listing, so the consumer can forget what it knew: that
+    is how a restart or a 410 Gone stays correct.
+    """
+    while not halt.is_set():
+        try:
+            items, version = items_of(list_fn(**kwargs))
+            emit(kind, "SYNC", items)
+            while not halt.is_set():
+                stream = k8s_watch.Watch().stream(
+                    list_fn, resource_version=version, timeout_seconds=WATCH_TIMEOUT_S, **kwargs
+                )
+                for event in stream:
+                    if halt.is_set():
+                        return
+                    version = resource_version(event["object"])
+                    emit(kind, event["type"], event["object"])
+        except ApiException as err:
+            if err.status != 410:
+                log.warning("%s watch failed (%s); re-listing", kind, err.reason)
+        except Exception as err:  # the API server restarting must not kill the watcher
+            log.warning("%s watch failed (%s); re-listing", kind, err)
+        halt.wait(RETRY_AFTER_ERROR_S)
+
+
+def start_watches(
+    loop: asyncio.AbstractEventLoop,
+    queue: asyncio.Queue[tuple[str, str, Any]],
+    halt: threading.Event,
+    watches: list[tuple[str, Callable[..., Any], dict[str, Any]]],
+) -> list[threading.Thread]:
+    def emit(kind: str, event: str, obj: Any) -> None:
+        loop.call_soon_threadsafe(queue.put_nowait, (kind, event, obj))
+
+    threads = [
+        threading.Thread(
+            target=watch_forever,
+            args=(kind, list_fn, kwargs, emit, halt),
+            name=f"watch-{kind}",
+            daemon=True,
+        )
+        for kind, list_fn, kwargs in watches
+    ]
+    for thread in threads:
+        thread.start()
+    return threads
