@@ -50,6 +50,9 @@ def new_claim(
                 ttl_seconds_after_empty=disruption.ttl_seconds_after_empty,
                 ttl_seconds_until_expired=disruption.ttl_seconds_until_expired,
                 termination_grace_period_seconds=disruption.termination_grace_period_seconds,
+                node_unreachable_grace_period_seconds=(
+                    disruption.node_unreachable_grace_period_seconds
+                ),
             ),
         ),
     )

@@ -48,6 +48,8 @@ class NodeObservation(BaseModel):
     # No pods but DaemonSet, mirror or finished ones since this moment; None when busy.
     empty_since: datetime | None = None
     pod_count: int = 0
+    # Pods ("namespace/name") annotated do-not-disrupt: they hold voluntary disruption back.
+    do_not_disrupt: list[str] = []
     observed_at: datetime
 
 
@@ -69,6 +71,8 @@ class NodeClaimInput(BaseModel):
 class ScaleDownRequest(BaseModel):
     reason: str = Field(default="Manual", min_length=1)
     requested_by: str = "cli"
+    # Skip the pool's disruption budgets (and do-not-disrupt pods): the operator knows.
+    force: bool = False
 
 
 class ScaleDownResult(BaseModel):
@@ -87,6 +91,7 @@ class BootstrapInput(BaseModel):
     node_class: NodeClassSpec
     labels: dict[str, str] = {}
     taints: list[Taint] = []
+    offering: Offering | None = None
 
 
 class BootstrapRefs(BaseModel):

@@ -70,6 +70,7 @@ class ClaimDisruption(CamelModel):
     ttl_seconds_after_empty: int | None = 30
     ttl_seconds_until_expired: int | None = None
     termination_grace_period_seconds: int = 300
+    node_unreachable_grace_period_seconds: int = 120
 
 
 class NodeClaimSpec(CamelModel):

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import math
+import re
+from datetime import datetime, timedelta
 from typing import Literal
 
+from croniter import croniter
 from pydantic import Field, field_validator, model_validator
 
 from api._base import CamelModel, ObjectMeta
@@ -69,11 +73,89 @@ class NodeTemplate(CamelModel):
     taints: list[Taint] = []
 
 
+DisruptionReason = Literal["Empty", "Drifted", "Underutilized"]
+_DURATION = re.compile(r"^(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
+
+
+def parse_duration(text: str) -> int:
+    """Karpenter-style durations ("10m", "1h30m", "45s") in seconds."""
+    match = _DURATION.match(text.strip())
+    if not text.strip() or not match or not any(match.groups()):
+        raise ValueError(f"{text!r} is not a duration like '30s', '10m' or '1h30m'")
+    hours, minutes, seconds = (int(g) if g else 0 for g in match.groups())
+    return hours * 3600 + minutes * 60 + seconds
+
+
+class Budget(CamelModel):
+    """At most `nodes` of the pool's nodes disrupted at once (Karpenter's budgets)."""
+
+    nodes: str = "10%"  # a count ("1") or a percentage of the pool's nodes ("10%")
+    # Cron (UTC) when the budget starts being active, and for how long; both or neither.
+    schedule: str | None = None
+    duration: str | None = None
+    # Only these voluntary reasons are limited by this budget; None = all of them.
+    reasons: list[DisruptionReason] | None = None
+
+    @field_validator("nodes")
+    @classmethod
+    def _count_or_percent(cls, value: str) -> str:
+        number = value[:-1] if value.endswith("%") else value
+        if not number.isdigit() or (value.endswith("%") and int(number) > 100):
+            raise ValueError(f"{value!r} must be a node count ('2') or a percentage ('20%')")
+        return value
+
+    @field_validator("schedule")
+    @classmethod
+    def _cron(cls, value: str | None) -> str | None:
+        if value is not None and not croniter.is_valid(value):
+            raise ValueError(f"{value!r} is not a cron schedule")
+        return value
+
+    @field_validator("duration")
+    @classmethod
+    def _duration(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_duration(value)
+        return value
+
+    @model_validator(mode="after")
+    def _schedule_needs_duration(self) -> Budget:
+        if (self.schedule is None) != (self.duration is None):
+            raise ValueError("schedule and duration go together: set both or neither")
+        return self
+
+    def active(self, now: datetime) -> bool:
+        """Always, or within `duration` after the latest `schedule` hit (UTC)."""
+        if self.schedule is None or self.duration is None:
+            return True
+        last_hit: datetime = croniter(self.schedule, now).get_prev(datetime)
+        return now < last_hit + timedelta(seconds=parse_duration(self.duration))
+
+    def allowed(self, total_nodes: int) -> int:
+        if self.nodes.endswith("%"):
+            # Rounded up, as Karpenter does, so 10% of a small pool still allows one.
+            return math.ceil(total_nodes * int(self.nodes[:-1]) / 100)
+        return int(self.nodes)
+
+
 class Disruption(CamelModel):
     ttl_seconds_after_empty: int | None = Field(default=30, ge=0)
     ttl_seconds_until_expired: int | None = Field(default=None, ge=0)
-    # How long a drain waits on PDBs before pods are deleted anyway (Karpenter's name).
+    # How long a drain waits on PDBs and do-not-disrupt pods before deleting them anyway.
     termination_grace_period_seconds: int = Field(default=300, ge=0)
+    # A node NotReady/Unknown this long is lost: deleted without a drain, its pods re-planned.
+    node_unreachable_grace_period_seconds: int = Field(default=120, ge=0)
+    budgets: list[Budget] = [Budget()]
+    consolidation_policy: Literal["WhenEmpty", "WhenEmptyOrUnderutilized"] = "WhenEmpty"
+    consolidate_after: str = "30s"
+    # Consolidation moves only when it saves at least this much per hour.
+    consolidation_min_savings_eur_per_hour: float = Field(default=0.005, ge=0)
+
+    @field_validator("consolidate_after")
+    @classmethod
+    def _after(cls, value: str) -> str:
+        parse_duration(value)
+        return value
 
 
 class NodePoolSpec(CamelModel):

@@ -53,6 +53,21 @@ class ClaimReport(BaseModel):
     reason: str = ""
 
 
+class DisruptionRequest(BaseModel):
+    """A claim asking its pool for a disruption permit (or withdrawing the ask)."""
+
+    claim_name: str
+    # Empty, Drifted, Underutilized, or an operator's reason (counted by reason-less budgets).
+    reason: str
+
+
+class DisruptionPermit(BaseModel):
+    """The pool's answer: go ahead. Also sent unasked when the pool chooses a claim
+    (drift replacement, consolidation) within its budgets."""
+
+    reason: str
+
+
 class PoolClaim(BaseModel):
     name: str
     phase: NodeClaimPhase
@@ -74,6 +89,12 @@ class PoolState(BaseModel):
     failed_offerings: dict[str, datetime] = {}
     # pod UID -> why it waits (LimitReached, Unschedulable: ...)
     blocked: dict[str, str] = {}
+    # claim -> reason, in the order asked: waiting for a disruption budget
+    disruption_queue: dict[str, str] = {}
+    # claims allowed to disrupt that have not reported Deleting yet
+    permits: dict[str, str] = {}
+    # claim -> why it is not being disrupted (do-not-disrupt pods), as the claim reported
+    disruption_blocked: dict[str, str] = {}
     claims_started: int = 0
 
 
@@ -88,6 +109,14 @@ class NodePoolInput(BaseModel):
     state: PoolState
 
 
+class BudgetStatus(BaseModel):
+    nodes: str
+    reasons: list[str] | None
+    schedule: str | None
+    duration: str | None
+    active: bool
+
+
 class PoolStatus(BaseModel):
     name: str
     namespace: str
@@ -95,6 +124,12 @@ class PoolStatus(BaseModel):
     blocked: dict[str, str]
     claims: list[PoolClaim]
     failed_offerings: dict[str, datetime]
+    disruption_queue: dict[str, str] = {}
+    permits: dict[str, str] = {}
+    disruption_blocked: dict[str, str] = {}
+    # reason -> how many more nodes may be disrupted right now
+    disruptions_allowed: dict[str, int] = {}
+    budgets: list[BudgetStatus] = []
     nodes: int
     ready_nodes: int
     cpu_m: int

@@ -19,6 +19,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from api import NodeClaimStatus, search_attributes
 from api.messages import ScaleDownRequest, ScaleDownResult, claim_workflow_id
+from cli.bootstrap_cmd import bootstrap_app
 from cli.claims import (
     ClaimError,
     build_claim,
@@ -29,6 +30,7 @@ from cli.claims import (
     start_claim,
 )
 from cli.manifests import load_manifests
+from cli.pools_cmd import pools_app
 from worker.client import connect_temporal, kube_api_client
 from worker.settings import Settings
 from workflows.nodeclaim import NodeClaimWorkflow
@@ -40,6 +42,8 @@ app = typer.Typer(
 )
 claims_app = typer.Typer(help="Inspect and steer NodeClaims (one workflow per node).")
 app.add_typer(claims_app, name="claims")
+app.add_typer(pools_app, name="pools")
+app.add_typer(bootstrap_app, name="bootstrap")
 
 console = Console()
 err_console = Console(stderr=True)
@@ -356,9 +360,14 @@ def claims_describe(name: str, temporal_address: TemporalAddress = None) -> None
 def claims_scale_down(
     name: str,
     reason: Annotated[str, typer.Option(help="why; recorded on the claim")] = "Manual",
+    force: Annotated[
+        bool, typer.Option(help="skip the pool's disruption budgets and do-not-disrupt pods")
+    ] = False,
     temporal_address: TemporalAddress = None,
 ) -> None:
-    """Force a claim's node to drain and be deleted now (an update: answered accepted/rejected)."""
+    """Drain and delete a claim's node (an update: answered accepted/rejected).
+
+    A pool's claim waits for a disruption permit within the pool's budgets unless --force."""
     settings = _settings(temporal_address)
 
     async def main() -> ScaleDownResult:
@@ -366,7 +375,7 @@ def claims_scale_down(
         handle = client.get_workflow_handle_for(NodeClaimWorkflow.run, claim_workflow_id(name))
         try:
             return await handle.execute_update(
-                NodeClaimWorkflow.request_scale_down, ScaleDownRequest(reason=reason)
+                NodeClaimWorkflow.request_scale_down, ScaleDownRequest(reason=reason, force=force)
             )
         except WorkflowUpdateFailedError as err:
             cause = err.cause

@@ -26,6 +26,9 @@ from trigger.watch import start_watches
 
 log = logging.getLogger(__name__)
 
+# Pods annotated with either (value "true") hold voluntary disruption of their node back.
+DO_NOT_DISRUPT_ANNOTATIONS = ("cloudburst.io/do-not-disrupt", "karpenter.sh/do-not-disrupt")
+
 
 @dataclass
 class _NodeView:
@@ -34,13 +37,19 @@ class _NodeView:
     not_ready_since: datetime | None
 
 
+@dataclass(frozen=True)
+class _PodView:
+    workload: bool  # not DaemonSet, mirror or finished: it keeps the node busy
+    do_not_disrupt: str | None  # "namespace/name" when annotated do-not-disrupt
+
+
 @dataclass
 class _ClusterView:
     """What the watches have shown so far: claim nodes and the workload pods per node."""
 
     nodes: dict[str, _NodeView] = field(default_factory=dict)
-    # node name -> pod uid -> counts as workload (not DaemonSet, mirror or finished)
-    pods: dict[str, dict[str, bool]] = field(default_factory=dict)
+    # node name -> pod uid -> what the pod means for disruption
+    pods: dict[str, dict[str, _PodView]] = field(default_factory=dict)
     pod_nodes: dict[str, str] = field(default_factory=dict)
 
 
@@ -51,7 +60,8 @@ class NodeWatcher:
         self._custom = k8s.CustomObjectsApi(api_client)
         self._view = _ClusterView()
         # Per node: the last (exists, ready, empty) sent and when the node became empty.
-        self._sent: dict[str, tuple[bool, bool, bool]] = {}
+        # node -> (exists, ready, empty, do-not-disrupt pods) last sent: a change is a transition
+        self._sent: dict[str, tuple[bool, bool, bool, tuple[str, ...]]] = {}
         self._empty_since: dict[str, datetime] = {}
         self.signals_sent = 0
 
@@ -172,7 +182,12 @@ class NodeWatcher:
         node = pod.spec.node_name
         if not node:
             return
-        self._view.pods.setdefault(node, {})[pod.metadata.uid] = not is_left_alone(pod)
+        annotations = pod.metadata.annotations or {}
+        protected = any(annotations.get(key) == "true" for key in DO_NOT_DISRUPT_ANNOTATIONS)
+        self._view.pods.setdefault(node, {})[pod.metadata.uid] = _PodView(
+            workload=not is_left_alone(pod),
+            do_not_disrupt=f"{pod.metadata.namespace}/{pod.metadata.name}" if protected else None,
+        )
         self._view.pod_nodes[pod.metadata.uid] = node
 
     async def _signal(self, touched: set[str]) -> None:
@@ -185,16 +200,18 @@ class NodeWatcher:
                     await self._send(
                         claim, NodeObservation(node_name=name, exists=False, observed_at=now)
                     )
-                    self._sent[name] = (False, False, True)
+                    self._sent[name] = (False, False, True, ())
                 self._empty_since.pop(name, None)
                 continue
-            workload = sum(self._view.pods.get(name, {}).values())
+            pods = self._view.pods.get(name, {}).values()
+            workload = sum(1 for p in pods if p.workload)
+            protected = tuple(sorted(p.do_not_disrupt for p in pods if p.do_not_disrupt))
             empty = workload == 0
             if empty:
                 self._empty_since.setdefault(name, now)
             else:
                 self._empty_since.pop(name, None)
-            key = (True, node.ready, empty)
+            key = (True, node.ready, empty, protected)
             if self._sent.get(name) == key:
                 continue
             observation = NodeObservation(
@@ -204,6 +221,7 @@ class NodeWatcher:
                 not_ready_since=node.not_ready_since,
                 empty_since=self._empty_since.get(name),
                 pod_count=workload,
+                do_not_disrupt=list(protected),
                 observed_at=now,
             )
             if await self._send(node.claim, observation):

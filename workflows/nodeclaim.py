@@ -38,7 +38,7 @@ with workflow.unsafe.imports_passed_through():
         ScaleDownResult,
     )
     from api.nodeclaim import ConditionType, NodeClaimPhase, NodeClaimStatus, Offering
-    from api.pool import ClaimReport
+    from api.pool import ClaimReport, DisruptionPermit, DisruptionRequest
 
 # Errors an activity raises that no retry can fix (see activities/compute.py).
 _NON_RETRYABLE = ["CapacityError", "ProviderFatal", "InvalidConfiguration", "NodeNotFound"]
@@ -94,6 +94,11 @@ class NodeClaimWorkflow:
         self._bootstrap: BootstrapRefs | None = None
         self._tried: list[Offering] = []
         self._scale_down: ScaleDownRequest | None = None
+        self._permit: DisruptionPermit | None = None
+        self._asked: str | None = None  # the reason a permit was asked for
+        self._blocked_by: str | None = None
+        self._drifted = False
+        self._instance_gone = False
         # Bumped by every signal, so one wait can wake on "anything happened".
         self._signals = 0
         self._last_event = "started"
@@ -151,19 +156,41 @@ class NodeClaimWorkflow:
 
     @workflow.signal
     def scale_down(self, request: ScaleDownRequest) -> None:
-        if self._scale_down is None and not self._status.phase.is_final:
+        if self._status.phase.is_final:
+            return
+        if self._scale_down is None or (request.force and not self._scale_down.force):
             self._scale_down = request
+            self._signals += 1
+
+    @workflow.signal
+    def disruption_permitted(self, permit: DisruptionPermit) -> None:
+        self._permit = permit
+        self._signals += 1
+
+    @workflow.signal
+    def mark_drifted(self, reason: str) -> None:
+        if not self._drifted:
+            self._drifted = True
+            self._status.set_condition(
+                ConditionType.DRIFTED, True, "Drifted", reason, workflow.now()
+            )
             self._signals += 1
 
     @workflow.update
     def request_scale_down(self, request: ScaleDownRequest) -> ScaleDownResult:
-        if self._scale_down is not None:
+        if self._scale_down is not None and not request.force:
             return ScaleDownResult(
                 accepted=False, reason=f"already scaling down: {self._scale_down.reason}"
             )
         self._scale_down = request
         self._signals += 1
-        return ScaleDownResult(accepted=True, reason=f"scale-down requested: {request.reason}")
+        if request.force or self._input.pool_workflow_id is None:
+            return ScaleDownResult(accepted=True, reason=f"scale-down requested: {request.reason}")
+        return ScaleDownResult(
+            accepted=True,
+            reason=f"scale-down requested: {request.reason}; waiting for the pool's "
+            "disruption budget (--force skips it)",
+        )
 
     @request_scale_down.validator
     def _validate_scale_down(self, request: ScaleDownRequest) -> None:
@@ -339,41 +366,27 @@ class NodeClaimWorkflow:
         )
 
     async def _live(self) -> str:
-        """Serve until something says the node should go; return why."""
-        disruption = self._claim.spec.disruption
+        """Serve until something says the node should go; return why.
+
+        Involuntary reasons (node lost, expired, a forced scale-down) end it at once.
+        Voluntary ones (empty, drifted, a plain scale-down) of a pool's claim wait for the
+        pool's disruption permit, and for do-not-disrupt pods to leave.
+        """
         timings = self._input.timings
         next_poll = workflow.now() + timedelta(seconds=timings.ready_poll_interval_s)
         while True:
-            if self._scale_down:
-                return self._scale_down.reason
-            node = self._node
-            if node and not node.exists:
-                return "NodeLost"
             now = workflow.now()
-            self._status.set_condition(
-                ConditionType.EMPTY,
-                bool(node and node.empty_since),
-                "Empty" if node and node.empty_since else "Busy",
-                f"{node.pod_count if node else 0} pods",
-                node.empty_since if node and node.empty_since else now,
-            )
             wake = [next_poll]
-            if node and node.empty_since and disruption.ttl_seconds_after_empty is not None:
-                empty_deadline = node.empty_since + timedelta(
-                    seconds=disruption.ttl_seconds_after_empty
-                )
-                if now >= empty_deadline:
-                    return "Empty"
-                wake.append(empty_deadline)
-            if disruption.ttl_seconds_until_expired is not None:
-                assert self._status.created_at is not None
-                expires = self._status.created_at + timedelta(
-                    seconds=disruption.ttl_seconds_until_expired
-                )
-                if now >= expires:
-                    self._status.set_condition(ConditionType.EXPIRED, True, "Expired", "", now)
-                    return "Expired"
-                wake.append(expires)
+            forced = self._involuntary_reason(now, wake)
+            if forced:
+                return forced
+            self._update_empty_condition(now)
+            wanted = self._voluntary_reason(now, wake)
+            if wanted and await self._may_disrupt(wanted):
+                return wanted
+            if not wanted and self._asked is not None:
+                await self._ask_pool("withdraw_disruption", self._asked)
+                self._asked = None
             if workflow.info().is_continue_as_new_suggested():
                 await workflow.wait_condition(workflow.all_handlers_finished)
                 workflow.continue_as_new(
@@ -390,7 +403,115 @@ class NodeClaimWorkflow:
             signalled = await self._wait_for_signal(timeout, "empty TTL / expiry / poll")
             if not signalled and workflow.now() >= next_poll:
                 await self._poll_node()
+                if workflow.patched("poll-checks-instance"):
+                    await self._check_instance()
                 next_poll = workflow.now() + timedelta(seconds=timings.ready_poll_interval_s)
+
+    def _involuntary_reason(self, now: datetime, wake: list[datetime]) -> str | None:
+        """Reasons no budget holds back; `wake` gets the moments one may become true."""
+        disruption = self._claim.spec.disruption
+        request = self._scale_down
+        if request and (request.force or self._input.pool_workflow_id is None):
+            return request.reason  # a forced request, or a claim no pool budgets
+        node = self._node
+        if self._instance_gone or (node and not node.exists):
+            return "NodeLost"
+        if node and node.not_ready_since:
+            lost_at = node.not_ready_since + timedelta(
+                seconds=disruption.node_unreachable_grace_period_seconds
+            )
+            if now >= lost_at:
+                return "NodeLost"
+            wake.append(lost_at)
+        if disruption.ttl_seconds_until_expired is not None:
+            assert self._status.created_at is not None
+            expires = self._status.created_at + timedelta(
+                seconds=disruption.ttl_seconds_until_expired
+            )
+            if now >= expires:
+                self._status.set_condition(ConditionType.EXPIRED, True, "Expired", "", now)
+                return "Expired"
+            wake.append(expires)
+        return None
+
+    def _voluntary_reason(self, now: datetime, wake: list[datetime]) -> str | None:
+        if self._permit is not None and self._permit.reason in _POOL_CHOSEN_REASONS:
+            return self._permit.reason  # the pool chose this node (drift, consolidation)
+        if self._scale_down:
+            return self._scale_down.reason
+        if self._drifted:
+            return "Drifted"
+        node = self._node
+        ttl = self._claim.spec.disruption.ttl_seconds_after_empty
+        if node and node.empty_since and ttl is not None:
+            empty_deadline = node.empty_since + timedelta(seconds=ttl)
+            if now >= empty_deadline:
+                return "Empty"
+            wake.append(empty_deadline)
+        return None
+
+    async def _may_disrupt(self, reason: str) -> bool:
+        """True when the node may go now for `reason`: no do-not-disrupt pod, and a permit."""
+        node = self._node
+        blockers = node.do_not_disrupt if node else []
+        if blockers:
+            message = "do-not-disrupt pods: " + ", ".join(sorted(blockers))
+            if self._blocked_by != message:
+                self._blocked_by = message
+                self._event(f"disruption ({reason}) blocked by {message}")
+                await self._publish(
+                    reason=f"DisruptionBlocked: {message}",
+                    events=[self._notice(events.DISRUPTION_BLOCKED, message)],
+                )
+            if self._asked is not None:
+                await self._ask_pool("withdraw_disruption", self._asked)
+                self._asked = None
+            self._permit = None
+            return False
+        self._blocked_by = None
+        if self._input.pool_workflow_id is None:
+            return True
+        if self._permit is not None and self._permit.reason == reason:
+            return True
+        if self._asked != reason:
+            await self._ask_pool("request_disruption", reason)
+            self._asked = reason
+            self._event(f"waiting for a disruption permit ({reason})")
+        return False
+
+    async def _ask_pool(self, signal: str, reason: str) -> None:
+        pool_id = self._input.pool_workflow_id
+        assert pool_id is not None
+        request = DisruptionRequest(claim_name=self._name, reason=reason)
+        try:
+            await workflow.get_external_workflow_handle(pool_id).signal(signal, request)
+        except Exception as err:  # no pool any more: nobody budgets this claim
+            workflow.logger.warning("pool %s unreachable: %s", pool_id, err)
+            self._permit = DisruptionPermit(reason=reason)
+
+    async def _check_instance(self) -> None:
+        """Is the VM still there? A VM deleted behind our back means the node is lost."""
+        if self._status.provider is None:
+            return
+        found = await workflow.execute_activity(
+            "get_instance",
+            self._instance_ref(self._status.provider, self._instance_id),
+            result_type=InstanceInfo | None,  # type: ignore[arg-type]
+            start_to_close_timeout=_KUBE_CALL,
+            retry_policy=_RETRY,
+            summary="is the VM still there?",
+        )
+        self._instance_gone = found is None or found.state == "terminated"
+
+    def _update_empty_condition(self, now: datetime) -> None:
+        node = self._node
+        self._status.set_condition(
+            ConditionType.EMPTY,
+            bool(node and node.empty_since),
+            "Empty" if node and node.empty_since else "Busy",
+            f"{node.pod_count if node else 0} pods",
+            node.empty_since if node and node.empty_since else now,
+        )
 
     async def _delete(self, reason: str) -> None:
         """Taint + cordon, drain, delete the Node, delete the VM, confirm it is gone."""
@@ -523,21 +644,24 @@ class NodeClaimWorkflow:
             instance_id = self._instance_id if provider == self._status.provider else None
             await workflow.execute_activity(
                 "delete_instance",
-                InstanceRef(
-                    claim_name=self._name,
-                    instance_id=instance_id,
-                    provider=provider,
-                    cluster_id=self._input.cluster_id,
-                    namespace=self._namespace,
-                    node_class_name=self._input.node_class_name,
-                    node_class=self._input.node_class,
-                ),
+                self._instance_ref(provider, instance_id),
                 start_to_close_timeout=timedelta(minutes=10),
                 heartbeat_timeout=_HEARTBEAT,
                 retry_policy=_DELETE_RETRY,
                 summary=f"delete VM on {provider}",
             )
         self._event("VM deleted and confirmed gone")
+
+    def _instance_ref(self, provider: str, instance_id: str | None) -> InstanceRef:
+        return InstanceRef(
+            claim_name=self._name,
+            instance_id=instance_id,
+            provider=provider,
+            cluster_id=self._input.cluster_id,
+            namespace=self._namespace,
+            node_class_name=self._input.node_class_name,
+            node_class=self._input.node_class,
+        )
 
     async def _delete_bootstrap(self) -> None:
         if self._bootstrap is None:
@@ -651,6 +775,8 @@ class NodeClaimWorkflow:
 
 
 _FINAL_PHASES = (NodeClaimPhase.DELETED, NodeClaimPhase.FAILED)
+# Disruptions the pool starts itself, within its budgets.
+_POOL_CHOSEN_REASONS = ("Drifted", "Underutilized")
 # Reason the claim is deleted -> the Event reason users filter on.
 _DELETION_EVENTS = {"Empty": "ScaleDownEmpty", "Expired": "Expired", "NodeLost": "NodeLost"}
 

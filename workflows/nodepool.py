@@ -24,8 +24,11 @@ with workflow.unsafe.imports_passed_through():
     from api.nodeclaim import NodeClaimPhase, Offering
     from api.planning import InFlightNode, Plan, PlannedNode, PlanRequest, PodDemand, Resources
     from api.pool import (
+        BudgetStatus,
         ClaimReport,
         DemandUpdate,
+        DisruptionPermit,
+        DisruptionRequest,
         NodePoolInput,
         PoolClaim,
         PoolSpecs,
@@ -98,18 +101,40 @@ class NodePoolWorkflow:
     @workflow.signal
     def claim_report(self, report: ClaimReport) -> None:
         state = self._state
+        name = report.claim_name
         if report.failed_offering:
             until = workflow.now() + timedelta(seconds=self._input.failed_offering_ttl_s)
             state.failed_offerings[report.failed_offering] = until
-        claim = state.claims.get(report.claim_name)
+        claim = state.claims.get(name)
         if claim is None:
             return
         claim.phase = report.phase
         if report.offering:
             claim.offering = report.offering
+        if report.reason.startswith("DisruptionBlocked"):
+            state.disruption_blocked[name] = report.reason
+        elif report.phase == NodeClaimPhase.READY:
+            state.disruption_blocked.pop(name, None)
         if report.phase not in _LIVE_PHASES:
-            # Deleting, Deleted or Failed: its pods (if still pending) need another node.
-            del state.claims[report.claim_name]
+            # Deleting counts against the budgets until Deleted; its pods need another node.
+            state.permits.pop(name, None)
+            state.disruption_queue.pop(name, None)
+            state.disruption_blocked.pop(name, None)
+            claim.nominated.clear()
+        if report.phase.is_final:
+            del state.claims[name]
+        self._dirty = True
+
+    @workflow.signal
+    def request_disruption(self, request: DisruptionRequest) -> None:
+        if request.claim_name in self._state.claims:
+            self._state.disruption_queue[request.claim_name] = request.reason
+            self._dirty = True
+
+    @workflow.signal
+    def withdraw_disruption(self, request: DisruptionRequest) -> None:
+        self._state.disruption_queue.pop(request.claim_name, None)
+        self._state.permits.pop(request.claim_name, None)
         self._dirty = True
 
     @workflow.query
@@ -122,6 +147,23 @@ class NodePoolWorkflow:
             blocked=dict(self._state.blocked),
             claims=claims,
             failed_offerings=dict(self._state.failed_offerings),
+            disruption_queue=dict(self._state.disruption_queue),
+            permits=dict(self._state.permits),
+            disruption_blocked=dict(self._state.disruption_blocked),
+            budgets=[
+                BudgetStatus(
+                    nodes=budget.nodes,
+                    reasons=list(budget.reasons) if budget.reasons is not None else None,
+                    schedule=budget.schedule,
+                    duration=budget.duration,
+                    active=budget.active(workflow.now()),
+                )
+                for budget in self._state.specs.pool.disruption.budgets
+            ],
+            disruptions_allowed={
+                reason: self._disruptions_allowed(reason)
+                for reason in ("Empty", "Drifted", "Underutilized", "Manual")
+            },
             nodes=len(claims),
             ready_nodes=sum(1 for c in claims if c.phase == NodeClaimPhase.READY),
             cpu_m=sum(_offering_cpu_m(c.offering) for c in claims),
@@ -135,10 +177,12 @@ class NodePoolWorkflow:
         now = workflow.now()
         for key in [k for k, until in state.failed_offerings.items() if until <= now]:
             del state.failed_offerings[key]
-        nominated = {uid for claim in state.claims.values() for uid in claim.nominated}
+        await self._grant_permits()
+        live = self._live_claims()
+        nominated = {uid for claim in live for uid in claim.nominated}
         uncovered = [pod for uid, pod in state.pending.items() if uid not in nominated]
         pool = state.specs.pool
-        missing_floor = max(0, pool.limits.min_nodes - len(state.claims))
+        missing_floor = max(0, pool.limits.min_nodes - len(live))
         if not uncovered and not missing_floor:
             state.blocked.clear()
             return
@@ -174,7 +218,7 @@ class NodePoolWorkflow:
         specs = state.specs
         pool = specs.pool
         limits = pool.limits
-        claims = list(state.claims.values())
+        claims = self._live_claims()
         in_flight = []
         for claim in claims:
             used = Resources()
@@ -314,7 +358,46 @@ class NodePoolWorkflow:
         ]
         return "pool limits " + ", ".join(p for p in parts if p)
 
+    # --- disruption budgets ---------------------------------------------------------------
+
+    async def _grant_permits(self) -> None:
+        """Grant waiting claims their permits, first asked first served, within the budgets."""
+        state = self._state
+        for name, reason in list(state.disruption_queue.items()):
+            if self._disruptions_allowed(reason) <= 0:
+                continue
+            del state.disruption_queue[name]
+            state.permits[name] = reason
+            handle = workflow.get_external_workflow_handle(claim_workflow_id(name))
+            try:
+                await handle.signal("disruption_permitted", DisruptionPermit(reason=reason))
+            except Exception as err:  # the claim is gone: its permit goes with it
+                workflow.logger.warning("claim %s did not take its permit: %s", name, err)
+                state.permits.pop(name, None)
+
+    def _disruptions_allowed(self, reason: str) -> int:
+        """How many more nodes may be disrupted for `reason` now: the strictest active budget."""
+        state = self._state
+        budgets = state.specs.pool.disruption.budgets
+        now = workflow.now()
+        total = len(state.claims)
+        disrupting = len(
+            set(state.permits)
+            | {c.name for c in state.claims.values() if c.phase == NodeClaimPhase.DELETING}
+        )
+        limits = [
+            budget.allowed(total)
+            for budget in budgets
+            if budget.active(now) and (budget.reasons is None or reason in budget.reasons)
+        ]
+        if not limits:
+            return max(0, total - disrupting)
+        return max(0, min(limits) - disrupting)
+
     # --- state helpers ----------------------------------------------------------------------
+
+    def _live_claims(self) -> list[PoolClaim]:
+        return [c for c in self._state.claims.values() if c.phase in _LIVE_PHASES]
 
     def _resolve(self, uid: str) -> None:
         state = self._state
