@@ -30,7 +30,9 @@ typecheck: setup
 unit: setup
 	$(BIN)/pytest tests/unit
 
+# The first-boot script's test needs shellcheck (the Debian package; CI runs as root).
 test: lint typecheck
+	@command -v shellcheck >/dev/null || (apt-get update -qq && apt-get install -y -qq shellcheck)
 	$(BIN)/pytest
 
 clean:

@@ -33,6 +33,7 @@ from temporalio.exceptions import ApplicationError
 from activities.kube import (
     INVALID_CONFIGURATION,
     MERGE_PATCH,
+    STARTUP_TAINT,
     discard,
     is_not_found,
     read_secret_value,
@@ -40,6 +41,8 @@ from activities.kube import (
 from api import labels
 from api._base import SecretKeyRef
 from api.messages import BootstrapInput, BootstrapRefs
+from api.nodeclaim import Offering
+from api.nodeclass import NodeClassSpec
 from api.nodepool import Taint
 
 log = logging.getLogger(__name__)
@@ -58,6 +61,10 @@ MAX_USER_DATA_BYTES = 32 * 1024
 # A token this close to expiry is not reused: the VM might not boot before it lapses.
 MIN_REUSE_VALIDITY = timedelta(minutes=5)
 USER_DATA_TOO_LARGE = "UserDataTooLarge"
+# Stands in for the token when checking that a configuration renders, before minting one.
+_SAME_LENGTH_TOKEN = "abcdef.0123456789abcdef"
+# The oldest Kubernetes minor pkgs.k8s.io publishes packages for.
+MIN_KUBERNETES = (1, 24)
 
 _DNS_LABELISH = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,61}[a-z0-9])?$")
 _LABEL_KEY = re.compile(
@@ -121,23 +128,51 @@ def _yaml_str(value: str) -> str:
     return json.dumps(value)
 
 
-def _render_taints(taints: list[Taint]) -> str:
-    items = []
-    for taint in taints:
-        fields = [f"key: {_yaml_str(taint.key)}"]
-        if taint.value is not None:
-            fields.append(f"value: {_yaml_str(taint.value)}")
-        fields.append(f"effect: {_yaml_str(taint.effect)}")
-        items.append("{" + ", ".join(fields) + "}")
-    return "[" + ", ".join(items) + "]"
+def registration_taints(taints: list[Taint]) -> list[Taint]:
+    """The pool's taints plus the startup taint the claim lifts once it has synced labels."""
+    kept = [t for t in taints if t.key != STARTUP_TAINT]
+    return [*kept, Taint(key=STARTUP_TAINT, value="true", effect="NoExecute")]
 
 
-def _render_node_labels(node_labels: dict[str, str]) -> str:
-    for key, value in node_labels.items():
-        # kubelet's --node-labels is comma-separated `k=v`: only valid labels survive it.
-        if not _LABEL_KEY.match(key) or not _LABEL_VALUE.match(value):
-            raise _invalid(f"invalid node label {key}={value!r}")
-    return ",".join(f"{k}={v}" for k, v in sorted(node_labels.items()))
+def registration_labels(
+    claim_name: str, node_pool: str, labels_in: dict[str, str], offering: Offering | None
+) -> dict[str, str]:
+    """The labels a node registers with: the pool's template labels, pool and claim, and
+    (when the offering is known) provider, region and instance type."""
+    result = {**labels_in, labels.NODEPOOL: node_pool, labels.NODECLAIM: claim_name}
+    if offering is not None:
+        result[labels.PROVIDER] = offering.provider
+        result[labels.REGION] = offering.region
+        result[labels.INSTANCE_TYPE] = offering.instance_type
+    return result
+
+
+def render_claim_script(
+    *,
+    claim_name: str,
+    namespace: str,
+    node_pool: str,
+    node_class: NodeClassSpec,
+    node_labels: dict[str, str],
+    taints: list[Taint],
+    offering: Offering | None,
+    token: str,
+    ca_hash: str,
+    tailscale_auth_key: str | None,
+) -> str:
+    """The first-boot script of one claim: what `prepare_bootstrap` stores and what
+    `cloudburst bootstrap render` prints (with placeholders for the secrets)."""
+    return render_script(
+        namespace=namespace,
+        claim_name=claim_name,
+        kubernetes_version=node_class.bootstrap.kubernetes_version,
+        api_server=api_server_endpoint(node_class.join.host_api_server),
+        token=token,
+        ca_hash=ca_hash,
+        node_labels=registration_labels(claim_name, node_pool, node_labels, offering),
+        taints=taints,
+        tailscale_auth_key=tailscale_auth_key,
+    )
 
 
 def render_script(
@@ -155,6 +190,7 @@ def render_script(
     """The first-boot script, from `bootstrap.sh.tmpl` beside this module.
 
     Values landing in shell are `shlex.quote`d; values in the join YAML are JSON-quoted.
+    The node registers with `taints` plus the startup taint (`registration_taints`).
     """
     if not _DNS_LABELISH.match(claim_name):
         raise _invalid(f"claim name {claim_name!r} is not a valid node/host name")
@@ -165,7 +201,14 @@ def render_script(
         raise _invalid(
             f"bootstrap.kubernetesVersion {kubernetes_version!r} is not MAJOR.MINOR.PATCH"
         )
-    major, minor, patch = version.groups()
+    major, minor, patch = (int(part) for part in version.groups())
+    if (major, minor) < MIN_KUBERNETES:
+        raise _invalid(
+            f"bootstrap.kubernetesVersion {kubernetes_version!r}: pkgs.k8s.io has packages "
+            f"from {MIN_KUBERNETES[0]}.{MIN_KUBERNETES[1]} on"
+        )
+    # kubeadm reads JoinConfiguration v1beta4 from 1.31 on; older releases only v1beta3.
+    beta4 = (major, minor) >= (1, 31)
     template = _Template(
         resources.files("activities").joinpath("bootstrap.sh.tmpl").read_text(encoding="utf-8")
     )
@@ -176,22 +219,53 @@ def render_script(
         K8S_MINOR=shlex.quote(f"{major}.{minor}"),
         TAILSCALE_ENABLED="true" if tailscale_auth_key is not None else "false",
         TAILSCALE_AUTHKEY=shlex.quote(tailscale_auth_key or ""),
+        JOIN_API_VERSION="kubeadm.k8s.io/v1beta4" if beta4 else "kubeadm.k8s.io/v1beta3",
         API_SERVER_ENDPOINT=_yaml_str(api_server),
         TOKEN=_yaml_str(token),
         CA_CERT_HASH=_yaml_str(ca_hash),
         NODE_NAME_YAML=_yaml_str(claim_name),
-        TAINTS=_render_taints(taints),
-        NODE_LABELS=_yaml_str(_render_node_labels(node_labels)),
+        TAINTS=_render_taints(registration_taints(taints)),
+        KUBELET_EXTRA_ARGS=_render_kubelet_args(
+            {"node-labels": _render_node_labels(node_labels)}, beta4
+        ),
     )
     size = len(script.encode())
     if size > MAX_USER_DATA_BYTES:
         raise ApplicationError(
             f"first-boot script is {size} bytes, over the {MAX_USER_DATA_BYTES}-byte user-data "
-            "limit; reduce node labels/taints",
+            "limit (Hetzner's, the smallest provider limit); reduce node labels/taints",
             type=USER_DATA_TOO_LARGE,
             non_retryable=True,
         )
     return script
+
+
+def _render_taints(taints: list[Taint]) -> str:
+    items = []
+    for taint in taints:
+        fields = [f"key: {_yaml_str(taint.key)}"]
+        if taint.value is not None:
+            fields.append(f"value: {_yaml_str(taint.value)}")
+        fields.append(f"effect: {_yaml_str(taint.effect)}")
+        items.append("{" + ", ".join(fields) + "}")
+    return "[" + ", ".join(items) + "]"
+
+
+def _render_kubelet_args(args: dict[str, str], beta4: bool) -> str:
+    # v1beta4 has a list of {name, value}; v1beta3 a map.
+    if beta4:
+        return "\n".join(
+            f"    - {{name: {_yaml_str(k)}, value: {_yaml_str(v)}}}" for k, v in args.items()
+        )
+    return "\n".join(f"    {_yaml_str(k)}: {_yaml_str(v)}" for k, v in args.items())
+
+
+def _render_node_labels(node_labels: dict[str, str]) -> str:
+    for key, value in node_labels.items():
+        # kubelet's --node-labels is comma-separated `k=v`: only valid labels survive it.
+        if not _LABEL_KEY.match(key) or not _LABEL_VALUE.match(value):
+            raise _invalid(f"invalid node label {key}={value!r}")
+    return ",".join(f"{k}={v}" for k, v in sorted(node_labels.items()))
 
 
 def _b64(value: str) -> str:
@@ -259,27 +333,33 @@ class BootstrapActivities:
     def prepare_bootstrap(self, input: BootstrapInput) -> BootstrapRefs:
         """Token Secret (reused when a valid one exists), CA hash, script Secret; names back."""
         spec = input.node_class
-        api_server = api_server_endpoint(spec.join.host_api_server)
         ca_hash = self._cluster_ca_hash()
         auth_key: str | None = None
         if spec.tailscale is not None:
             auth_key = read_secret_value(
                 self.core, input.namespace, spec.tailscale.auth_key_secret_ref
             )
+
+        def render(token: str) -> str:
+            return render_claim_script(
+                claim_name=input.claim_name,
+                namespace=input.namespace,
+                node_pool=input.node_pool,
+                node_class=spec,
+                node_labels=input.labels,
+                taints=input.taints,
+                offering=input.offering,
+                token=token,
+                ca_hash=ca_hash,
+                tailscale_auth_key=auth_key,
+            )
+
+        # A configuration that cannot render (bad label, version, size) mints no token.
+        render(_SAME_LENGTH_TOKEN)
         token_secret_name, token, expires_at = self._ensure_token(
             input.namespace, input.claim_name, spec.join.token_ttl_minutes
         )
-        script = render_script(
-            namespace=input.namespace,
-            claim_name=input.claim_name,
-            kubernetes_version=spec.bootstrap.kubernetes_version,
-            api_server=api_server,
-            token=token,
-            ca_hash=ca_hash,
-            node_labels=input.labels,
-            taints=input.taints,
-            tailscale_auth_key=auth_key,
-        )
+        script = render(token)
         script_secret = self.script_secret_name(input.claim_name)
         self._put_script(input.namespace, input.claim_name, script_secret, script)
         log.info(

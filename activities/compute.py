@@ -17,6 +17,7 @@ from kubernetes import client as k8s
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from activities import metrics
 from activities.bootstrap import read_user_data
 from activities.heartbeat import heartbeating
 from activities.kube import read_secret_value
@@ -69,9 +70,16 @@ class ComputeActivities:
             user_data=read_user_data(self._core, input.bootstrap),
             labels=_ownership_labels(input.cluster_id, input.node_pool, input.claim_name),
         )
-        with heartbeating(details=lambda: f"creating {offering.key}"), _classified():
+        with (
+            heartbeating(details=lambda: f"creating {offering.key}"),
+            _classified(),
+            metrics.cloud_call(offering.provider, "create"),
+        ):
             instance = provider.create(spec)
         log.info("instance %s ready for claim %s", instance.id, input.claim_name)
+        # Counted once the activity has its VM: a retry that finds it again after a crash
+        # between create and completion is the only double count, and it is rare.
+        metrics.record_claim_created(input.node_pool, offering.provider)
         return _info(instance)
 
     @activity.defn(name="get_instance")
@@ -86,16 +94,20 @@ class ComputeActivities:
         """Delete the claim's VM and return only once the provider says it is gone."""
         provider = self._provider(ref.provider, ref.namespace, ref.node_class)
         with heartbeating(details=lambda: f"deleting VM of {ref.claim_name}"), _classified():
-            instance = self._find(provider, ref)
+            instance = found = self._find(provider, ref)
             last_request = 0.0
             while instance is not None:
                 # Deletion is asynchronous at every cloud; re-ask now and then in case the
                 # first request was lost, and return only when the VM is really gone.
                 if time.monotonic() - last_request > _DELETE_REREQUEST_S:
-                    provider.delete(instance.id)
+                    with metrics.cloud_call(ref.provider, "delete"):
+                        provider.delete(instance.id)
                     last_request = time.monotonic()
                 time.sleep(_DELETE_POLL_S)
-                instance = provider.get(instance.id)
+                with metrics.cloud_call(ref.provider, "get"):
+                    instance = provider.get(instance.id)
+        if found is not None:
+            _record_terminated(ref, found)
 
     def _provider(self, name: str, namespace: str, node_class: NodeClassSpec) -> Provider:
         try:
@@ -114,9 +126,11 @@ class ComputeActivities:
     @staticmethod
     def _find(provider: Provider, ref: InstanceRef) -> Instance | None:
         if ref.instance_id:
-            return provider.get(ref.instance_id)
+            with metrics.cloud_call(ref.provider, "get"):
+                return provider.get(ref.instance_id)
         # The id is unknown when a create was interrupted: find the VM by the claim's label.
-        owned = provider.list_owned(ref.cluster_id)
+        with metrics.cloud_call(ref.provider, "list"):
+            owned = provider.list_owned(ref.cluster_id)
         return next((i for i in owned if i.labels.get(labels.NODECLAIM) == ref.claim_name), None)
 
 
@@ -127,6 +141,15 @@ def _ownership_labels(cluster_id: str, node_pool: str, claim_name: str) -> dict[
         labels.NODEPOOL: node_pool,
         labels.NODECLAIM: claim_name,
     }
+
+
+def _record_terminated(ref: InstanceRef, instance: Instance) -> None:
+    # The pool is on the VM's own labels; the workflow passes why the VM goes.
+    nodepool = instance.labels.get(labels.NODEPOOL, "unknown")
+    reason = ref.reason or "Deleted"
+    metrics.record_claim_terminated(nodepool, ref.provider, reason)
+    if reason in metrics.DISRUPTION_REASONS:
+        metrics.record_claim_disrupted(nodepool, reason)
 
 
 def _info(instance: Instance) -> InstanceInfo:

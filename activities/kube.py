@@ -33,6 +33,10 @@ NODE_NOT_FOUND = "NodeNotFound"
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 STRATEGIC_PATCH = "application/strategic-merge-patch+json"
 MERGE_PATCH = "application/merge-patch+json"
+# The taint a new node registers with (see activities/bootstrap.sh.tmpl) until its claim has
+# synced its labels; `label_node` lifts it.
+STARTUP_TAINT = labels.STARTUP_TAINT
+_CONFLICT_RETRIES = 5
 
 
 def is_not_found(err: ApiException) -> bool:
@@ -165,42 +169,86 @@ class KubeActivities:
 
     @activity.defn(name="label_node")
     def label_node(self, input: LabelNodeInput) -> None:
-        """Merge `input.labels` into the node's labels (existing other labels are kept)."""
-        try:
-            self.core.patch_node(
-                input.node_name,
-                {"metadata": {"labels": dict(input.labels)}},
-                _content_type=MERGE_PATCH,
-            )
-        except ApiException as err:
-            if is_not_found(err):
+        """Merge `input.labels` into the node's labels and lift the startup taint.
+
+        The first-boot script registers the node with `STARTUP_TAINT` (NoExecute) so nothing
+        runs there before its labels are synced; once they are, the taint goes, in the same
+        patch (Karpenter does the same with its unregistered taint). Other labels and taints
+        are kept; running it again changes nothing.
+        """
+        for _ in range(_CONFLICT_RETRIES):
+            node = self._read_node(input.node_name)
+            if node is None:
                 raise ApplicationError(
                     f"node {input.node_name} not found", type=NODE_NOT_FOUND, non_retryable=True
-                ) from None
-            raise
+                )
+            patch: dict[str, Any] = {"metadata": {"labels": dict(input.labels)}}
+            taints = list((node.spec.taints if node.spec else None) or [])
+            kept = [t for t in taints if t.key != STARTUP_TAINT]
+            if len(kept) != len(taints):
+                # Node taints are an atomic list for the API server: the whole list is sent,
+                # so the resourceVersion guards against dropping a taint added meanwhile.
+                patch["metadata"]["resourceVersion"] = (
+                    node.metadata.resource_version if node.metadata else None
+                )
+                patch["spec"] = {
+                    "taints": [self.api_client.sanitize_for_serialization(t) for t in kept]
+                }
+            try:
+                self.core.patch_node(input.node_name, patch, _content_type=MERGE_PATCH)
+                return
+            except ApiException as err:
+                if is_not_found(err):
+                    raise ApplicationError(
+                        f"node {input.node_name} not found",
+                        type=NODE_NOT_FOUND,
+                        non_retryable=True,
+                    ) from None
+                if err.status != 409:
+                    raise
+                log.info("node %s changed while labelling it; trying again", input.node_name)
+        raise ApplicationError(
+            f"node {input.node_name} kept changing while labelling it", type="KubeApi409"
+        )
 
     @activity.defn(name="cordon_node")
     def cordon_node(self, input: NodeRef) -> None:
         """Taint the node `cloudburst.io/disrupted:NoSchedule` and mark it unschedulable."""
-        node = self._read_node(input.node_name)
-        if node is None:
-            return  # nothing left to cordon
-        spec = node.spec or client.V1NodeSpec()
-        tainted = any(
-            t.key == labels.DISRUPTED_TAINT and t.effect == "NoSchedule" for t in spec.taints or []
+        for _ in range(_CONFLICT_RETRIES):
+            node = self._read_node(input.node_name)
+            if node is None:
+                return  # nothing left to cordon
+            spec = node.spec or client.V1NodeSpec()
+            taints = list(spec.taints or [])
+            tainted = any(
+                t.key == labels.DISRUPTED_TAINT and t.effect == "NoSchedule" for t in taints
+            )
+            if tainted and spec.unschedulable:
+                return
+            patch: dict[str, Any] = {"spec": {"unschedulable": True}}
+            if not tainted:
+                # Node taints are an atomic list for the API server (no merge key): send the
+                # whole list, guarded by the resourceVersion, so no other taint is lost.
+                serialized = [self.api_client.sanitize_for_serialization(t) for t in taints]
+                patch["spec"]["taints"] = [
+                    *serialized,
+                    {"key": labels.DISRUPTED_TAINT, "effect": "NoSchedule"},
+                ]
+                patch["metadata"] = {
+                    "resourceVersion": node.metadata.resource_version if node.metadata else None
+                }
+            try:
+                self.core.patch_node(input.node_name, patch, _content_type=MERGE_PATCH)
+                return
+            except ApiException as err:
+                if is_not_found(err):
+                    return
+                if err.status != 409:
+                    raise
+                log.info("node %s changed while cordoning it; trying again", input.node_name)
+        raise ApplicationError(
+            f"node {input.node_name} kept changing while cordoning it", type="KubeApi409"
         )
-        if tainted and spec.unschedulable:
-            return
-        patch: dict[str, Any] = {"spec": {"unschedulable": True}}
-        if not tainted:
-            # Strategic merge adds to the taints list by key instead of replacing the list,
-            # so taints other controllers put there meanwhile are kept.
-            patch["spec"]["taints"] = [{"key": labels.DISRUPTED_TAINT, "effect": "NoSchedule"}]
-        try:
-            self.core.patch_node(input.node_name, patch, _content_type=STRATEGIC_PATCH)
-        except ApiException as err:
-            if not is_not_found(err):
-                raise
 
     @activity.defn(name="delete_node")
     def delete_node(self, input: NodeRef) -> None:

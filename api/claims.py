@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
+
 from api import labels
 from api._base import ObjectMeta
 from api.nodeclaim import (
@@ -12,10 +15,25 @@ from api.nodeclaim import (
     Offering,
     ResourceRequests,
 )
+from api.nodeclass import NodeClassSpec
 from api.nodepool import NodePoolSpec
 from api.quantity import format_cpu, format_memory
 
 CLAIM_SUFFIX_ALPHABET = "abcdefghijklmnopqrstuvwxyz0123456789"
+DRIFT_HASH_ANNOTATION = "cloudburst.io/drift-hash"
+
+
+def drift_hash(pool: NodePoolSpec, node_class: NodeClassSpec) -> str:
+    """What a node is built from: the pool's template and requirements and the whole class.
+
+    A node whose hash differs from its pool's current one has drifted and gets replaced.
+    """
+    basis = {
+        "template": pool.template.model_dump(mode="json"),
+        "requirements": pool.requirements.model_dump(mode="json"),
+        "nodeClass": node_class.model_dump(mode="json"),
+    }
+    return hashlib.sha256(json.dumps(basis, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def new_claim(
@@ -29,10 +47,16 @@ def new_claim(
     cpu_m: int | None = None,
     memory_bytes: int | None = None,
     pods: int | None = None,
+    annotations: dict[str, str] | None = None,
 ) -> NodeClaim:
     disruption = pool.disruption
     return NodeClaim(
-        metadata=ObjectMeta(name=name, namespace=namespace, labels={labels.NODEPOOL: pool_name}),
+        metadata=ObjectMeta(
+            name=name,
+            namespace=namespace,
+            labels={labels.NODEPOOL: pool_name},
+            annotations=annotations or {},
+        ),
         spec=NodeClaimSpec(
             node_pool=pool_name,
             node_class=node_class_name,

@@ -18,3 +18,6 @@ DISRUPTED_TAINT = "cloudburst.io/disrupted"
 SECRET_PURPOSE = "cloudburst.io/purpose"
 # On every NodeClaim resource: deleting it asks the claim's workflow to scale down first.
 TERMINATION_FINALIZER = "cloudburst.io/termination"
+# Put on a node at registration by its first-boot script; lifted once its labels are synced,
+# so nothing runs there before (Karpenter's unregistered taint).
+STARTUP_TAINT = "cloudburst.io/unregistered"

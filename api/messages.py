@@ -132,6 +132,8 @@ class InstanceRef(BaseModel):
     instance_id: str | None = None
     provider: str
     cluster_id: str
+    # Why the VM goes (Empty, Expired, NodeLost, ...): the terminated metric's label.
+    reason: str | None = None
     namespace: str
     node_class_name: str
     node_class: NodeClassSpec

@@ -37,56 +37,166 @@ class ProviderBlock(CamelModel):
 
 
 class HetznerClass(ProviderBlock):
+    """Hetzner Cloud. The Secret value is the project's API token (read & write).
+
+    `location` is the default when an offering names none (fsn1, nbg1, hel1, ash, hil, sin);
+    `networkID` attaches a private network (its IP becomes the node's InternalIP),
+    `firewallIDs` and `sshKeys` (names) are passed to the server create. `endpoint` defaults
+    to https://api.hetzner.cloud/v1.
+    """
+
     location: str
     api_token_secret_ref: SecretKeyRef
     image: str | None = "ubuntu-24.04"
+    network_id: int | None = Field(default=None, alias="networkID")
+    firewall_ids: list[int] = Field(default_factory=list, alias="firewallIDs")
+    ssh_keys: list[str] = []
 
 
 class ScalewayClass(ProviderBlock):
+    """Scaleway Instances. The Secret value (`apiKeySecretRef`) is the API key's SECRET key
+    (a UUID; the `SCW_SECRET_KEY`), or a JSON object `{"access_key": ..., "secret_key": ...}`.
+
+    The SDK authenticates with the secret key alone (`X-Auth-Token`) but insists on an
+    access-key-shaped value: when none is given the placeholder "SCWXXXXXXXXXXXXXXXXX" is
+    used. `accessKeySecretRef` is accepted for manifests that name it but is not read (one
+    Secret value per provider): put the access key into the JSON form instead.
+
+    `zone` (fr-par-1, nl-ams-1, pl-waw-1, ...) is the default; an offering naming a region
+    (fr-par) uses that region's zone of the same number. `projectID` must be the project's
+    UUID. `securityGroup` (ID) and `placementGroup` (ID) are optional. `endpoint` defaults to
+    https://api.scaleway.com.
+    """
+
     zone: str
     # The seed spells it `projectID`, which the camelCase generator would not produce.
     project_id: str = Field(alias="projectID")
     api_key_secret_ref: SecretKeyRef
     access_key_secret_ref: SecretKeyRef | None = None
     image: str | None = "ubuntu_jammy"
+    security_group: str | None = None
+    placement_group: str | None = None
 
 
 class AwsClass(ProviderBlock):
+    """Amazon EC2.
+
+    `credentialsSecretRef` names a Secret key whose value is JSON
+    `{"aws_access_key_id": "...", "aws_secret_access_key": "..."[, "aws_session_token": "..."]}`;
+    without it the default AWS chain is used (instance profile, IRSA, environment).
+    `image`/`imageArm64` take an AMI id or a `resolve:ssm:` public parameter (the defaults are
+    Canonical's Ubuntu 24.04, resolved in whatever region the VM lands in); the arm64 one is
+    used for Graviton types (m7g, t4g, ...). Without `subnetId` the default VPC's default
+    subnet of the zone is used; nodes need outbound internet (public IP or NAT).
+    """
+
     region: str
-    image: str | None = None
+    image: str | None = (
+        "resolve:ssm:/aws/service/canonical/ubuntu/server/24.04/stable/current/amd64/hvm/"
+        "ebs-gp3/ami-id"
+    )
+    image_arm64: str | None = (
+        "resolve:ssm:/aws/service/canonical/ubuntu/server/24.04/stable/current/arm64/hvm/"
+        "ebs-gp3/ami-id"
+    )
     subnet_id: str | None = None
     security_group_ids: list[str] = []
+    associate_public_ip: bool | None = None
+    # Instance profile name or ARN (e.g. for ECR pulls); none by default.
+    instance_profile: str | None = None
+    root_volume_gib: int = Field(default=30, ge=8, le=16384)
+    root_device_name: str = "/dev/sda1"
     credentials_secret_ref: SecretKeyRef | None = None
 
 
 class GcpClass(ProviderBlock):
+    """Google Compute Engine.
+
+    `credentialsSecretRef` names a Secret key whose value is a service-account key JSON (the
+    file `gcloud iam service-accounts keys create` writes); without it requests are sent
+    unauthenticated (only a local stand-in accepts that). `zone` is the default zone; an
+    offering in another region uses `zones[region]`, else `<region>-b`. `network`/`subnetwork`
+    take URLs or `projects/P/global/networks/N` paths (default: the `default` network).
+    Labels are stored as `cloudburst-io_<name>` (GCE forbids `.` and `/` in label keys).
+    """
+
     project: str
     zone: str
+    zones: dict[str, str] = {}
     image: str | None = "projects/ubuntu-os-cloud/global/images/family/ubuntu-2404-lts-amd64"
+    image_arm64: str | None = "projects/ubuntu-os-cloud/global/images/family/ubuntu-2404-lts-arm64"
     network: str | None = None
     subnetwork: str | None = None
+    # An ephemeral public IP, for outbound internet without Cloud NAT.
+    external_ip: bool = True
+    # Service account the VM runs as (email); none by default.
+    service_account: str | None = None
+    disk_size_gb: int = Field(default=30, ge=10, le=65536)
+    disk_type: str = "pd-balanced"
     credentials_secret_ref: SecretKeyRef | None = None
 
 
 class AzureClass(ProviderBlock):
+    """Azure virtual machines.
+
+    `credentialsSecretRef` names a Secret key whose value is JSON
+    `{"tenant_id": "...", "client_id": "...", "client_secret": "..."}` (a service principal;
+    optional `authority_host` for sovereign clouds) or `{"access_token": "..."}`; without it
+    `DefaultAzureCredential` is used (managed/workload identity). `subnetId` is the full
+    resource id of an existing subnet (`/subscriptions/S/resourceGroups/RG/providers/
+    Microsoft.Network/virtualNetworks/V/subnets/N`) with outbound internet (NAT gateway);
+    the NIC is created in it. `image`/`imageArm64` are `publisher:offer:sku:version` URNs or
+    an image resource id; the arm64 one is used for Ampere/Cobalt sizes (`D2ps_v5`, ...).
+    """
+
     subscription_id: str
     resource_group: str
     location: str
     subnet_id: str | None = None
+    network_security_group_id: str | None = None
+    image: str | None = "Canonical:ubuntu-24_04-lts:server:latest"
+    image_arm64: str | None = "Canonical:ubuntu-24_04-lts:server-arm64:latest"
+    os_disk_size_gb: int = Field(default=30, ge=30, le=4095)
+    os_disk_type: str = "StandardSSD_LRS"
     credentials_secret_ref: SecretKeyRef | None = None
 
 
 class DigitalOceanClass(ProviderBlock):
-    region: str
+    """DigitalOcean droplets.
+
+    Credential: the API token (read and write scope) in the Secret `apiTokenSecretRef` names.
+    `endpoint`: the API base URL, default `https://api.digitalocean.com/v2/`. `region` is the
+    default when an offering names none; `vpcUUID` puts droplets in a VPC (the region's default
+    VPC otherwise); `sshKeyIDs` are numeric key ids (fingerprints would make the SDK look
+    keys up behind the endpoint's back).
+    """
+
+    region: str = "fra1"
     api_token_secret_ref: SecretKeyRef
     image: str | None = "ubuntu-24-04-x64"
+    vpc_uuid: str | None = Field(default=None, alias="vpcUUID")
+    ssh_key_ids: list[int] = Field(default=[], alias="sshKeyIDs")
+    monitoring: bool = False
 
 
 class OvhClass(ProviderBlock):
-    project_id: str
-    region: str
+    """OVHcloud Public Cloud instances in one project.
+
+    Credential: ONE Secret value (`credentialsSecretRef`) holding JSON
+    `{"application_key": ..., "application_secret": ..., "consumer_key": ...}`.
+    `apiEndpoint` is the OVH API to use (`ovh-eu`, `ovh-ca`, `ovh-us`); `endpoint` (a URL such
+    as `https://eu.api.ovh.com/1.0`) overrides it. `projectID` is the Public Cloud project
+    (the API's serviceName); `region` the default region (e.g. `GRA11`); `image` an image
+    name looked up per region; `sshKeyID` and `networkID` (a private network) are optional.
+    """
+
+    project_id: str = Field(alias="projectID")
+    region: str = "GRA11"
     credentials_secret_ref: SecretKeyRef
     image: str | None = "Ubuntu 24.04"
+    api_endpoint: Literal["ovh-eu", "ovh-ca", "ovh-us"] = "ovh-eu"
+    ssh_key_id: str | None = Field(default=None, alias="sshKeyID")
+    network_id: str | None = Field(default=None, alias="networkID")
 
 
 class FakeClass(ProviderBlock):

@@ -101,6 +101,8 @@ class PlanRequest(BaseModel):
     remaining_memory_bytes: int | None = None
     # How many offerings each planned node carries for failover.
     offerings_per_node: int = 3
+    # The pool's namespace: where the NodeClass's credential Secrets are read from.
+    namespace: str = "default"
     # Empty nodes to add on top of the pods' (the pool's minNodes floor), cheapest offering.
     min_new_nodes: int = 0
 

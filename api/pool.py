@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Literal
 
 from pydantic import BaseModel
 
@@ -10,7 +11,7 @@ from api.messages import ClaimTimings
 from api.nodeclaim import NodeClaimPhase, Offering
 from api.nodeclass import NodeClassSpec
 from api.nodepool import NodePoolSpec
-from api.planning import PodDemand, Resources
+from api.planning import PlannedNode, PodDemand, Resources
 
 
 def pool_workflow_id(namespace: str, name: str) -> str:
@@ -77,6 +78,16 @@ class PoolClaim(BaseModel):
     started_at: datetime
     # Started to hold the pool at minNodes, not for pods.
     for_min_nodes: bool = False
+    # What it was planned for; a drift replacement is planned for the same.
+    requests: Resources = Resources()
+    # Hash of the pool template and NodeClass it was built from; "" when unknown.
+    drift_hash: str = ""
+    drifted: bool = False
+    # Replacement (drift, consolidation): the claim this one replaces / the one replacing it,
+    # and the disruption reason the replaced claim gets once this one is Ready.
+    replaces: str | None = None
+    replaced_by: str | None = None
+    replace_reason: str = "Drifted"
 
 
 class PoolState(BaseModel):
@@ -96,6 +107,8 @@ class PoolState(BaseModel):
     # claim -> why it is not being disrupted (do-not-disrupt pods), as the claim reported
     disruption_blocked: dict[str, str] = {}
     claims_started: int = 0
+    last_consolidation: datetime | None = None
+    consolidation_note: str = ""
 
 
 class NodePoolInput(BaseModel):
@@ -124,6 +137,7 @@ class PoolStatus(BaseModel):
     blocked: dict[str, str]
     claims: list[PoolClaim]
     failed_offerings: dict[str, datetime]
+    consolidation: str = ""
     disruption_queue: dict[str, str] = {}
     permits: dict[str, str] = {}
     disruption_blocked: dict[str, str] = {}
@@ -134,3 +148,25 @@ class PoolStatus(BaseModel):
     ready_nodes: int
     cpu_m: int
     memory_bytes: int
+
+
+class ConsolidationInput(BaseModel):
+    pool_name: str
+    namespace: str
+    pool: NodePoolSpec
+    node_class: NodeClassSpec
+    # Ready claims that have been stable for consolidateAfter: the candidates to remove.
+    candidates: list[str]
+    # Every Ready claim of the pool: where the candidates' pods could move.
+    ready: dict[str, Offering]
+    min_savings_eur_per_hour: float
+    failed_offerings: list[str] = []
+
+
+class ConsolidationDecision(BaseModel):
+    action: Literal["none", "delete", "replace"] = "none"
+    claim_name: str | None = None
+    # For "replace": the cheaper node to start first.
+    replacement: PlannedNode | None = None
+    savings_eur_per_hour: float = 0.0
+    explanation: str = ""

@@ -1,4 +1,8 @@
-"""`cloudburst demo --scenario lifecycle`: one claim's whole life on the embedded stack, checked."""
+"""`cloudburst demo --scenario lifecycle`: one claim's whole life on the embedded stack, checked.
+
+`--provider P` runs that life through provider P's real module and SDK against P's local
+stand-in (`sim/clouds/<P>.py`), whose VMs the simulated kubelets boot.
+"""
 
 from __future__ import annotations
 
@@ -22,6 +26,7 @@ from cli.devstack import (
     cheapest_offering,
     embedded_stack,
     free_port,
+    standin_offering,
 )
 from workflows.nodeclaim import NodeClaimWorkflow
 
@@ -32,6 +37,9 @@ T = TypeVar("T")
 @dataclass
 class LifecycleReport:
     ok: bool = False
+    provider: str = "fake"
+    offering: str = ""
+    instance_id: str = ""
     claim: str = ""
     claims_ready: int = 0
     claims_deleted: int = 0
@@ -46,7 +54,9 @@ class LifecycleReport:
         return asdict(self)
 
 
-async def run_lifecycle(say: Say, state_dir: Path | None = None) -> LifecycleReport:
+async def run_lifecycle(
+    say: Say, state_dir: Path | None = None, provider: str = "fake"
+) -> LifecycleReport:
     with tempfile.TemporaryDirectory(prefix="cloudburst-demo-") as tmp:
         options = StackOptions(
             state_dir=state_dir or Path(tmp),
@@ -57,18 +67,29 @@ async def run_lifecycle(say: Say, state_dir: Path | None = None) -> LifecycleRep
             ready_delay_s=0.5,
             empty_ttl_s=3,
             cluster_id="cloudburst-demo",
+            clouds=[] if provider == "fake" else [provider],
         )
-        say("starting the embedded stack (Temporal dev server, simulated cluster, worker, watcher)")
+        where = "" if provider == "fake" else f", {provider} stand-in"
+        say(
+            "starting the embedded stack (Temporal dev server, simulated cluster"
+            f"{where}, worker, watcher)"
+        )
         async with embedded_stack(options) as stack:
-            return await _lifecycle(stack, say)
+            return await _lifecycle(stack, say, provider)
 
 
-async def _lifecycle(stack: EmbeddedStack, say: Say) -> LifecycleReport:
-    report = LifecycleReport()
+async def _lifecycle(
+    stack: EmbeddedStack, say: Say, provider: str = "fake", claim_name: str | None = None
+) -> LifecycleReport:
+    report = LifecycleReport(provider=provider)
     started = time.monotonic()
     context = load_pool(stack.api_client, "default", SAMPLE_POOL)
-    offering = cheapest_offering(stack.cluster)
-    claim = build_claim(context, [offering], f"{SAMPLE_POOL}-demo1")
+    if provider == "fake":
+        offering = cheapest_offering(stack.cluster)
+    else:
+        offering = await asyncio.to_thread(standin_offering, stack.cluster, provider)
+    report.offering = offering.key
+    claim = build_claim(context, [offering], claim_name or f"{SAMPLE_POOL}-demo1")
     report.claim = claim.metadata.name
     handle = await start_claim(
         stack.temporal,
@@ -88,6 +109,7 @@ async def _lifecycle(stack: EmbeddedStack, say: Say) -> LifecycleReport:
         report.problems.append(f"claim never became Ready (last phase {status and status.phase})")
         return report
     report.claims_ready = 1
+    report.instance_id = status.instance_id or ""
     report.seconds_to_ready = round(time.monotonic() - started, 2)
     say(f"node {status.node_name} Ready after {report.seconds_to_ready}s")
 
@@ -119,19 +141,38 @@ async def _lifecycle(stack: EmbeddedStack, say: Say) -> LifecycleReport:
     else:
         report.problems.append(f"claim ended in phase {final.phase}")
 
-    stats = stack.cluster.cloud.stats()
-    report.vms_created = int(stats["created_by_name"].get(claim.metadata.name, 0))
-    report.vms_leaked = sum(
-        1
-        for instance in stack.cluster.cloud.list_instances()
-        if instance["labels"].get(labels.NODECLAIM) == claim.metadata.name
-    )
+    report.vms_created, report.vms_leaked = _vm_counts(stack, provider, claim.metadata.name)
     if report.vms_created != 1:
         report.problems.append(f"expected exactly one VM, the cloud made {report.vms_created}")
     if report.vms_leaked:
         report.problems.append(f"{report.vms_leaked} VM(s) left behind")
     report.ok = not report.problems
     return report
+
+
+def _vm_counts(stack: EmbeddedStack, provider: str, claim: str) -> tuple[int, int]:
+    """(VMs the cloud ever made for the claim, VMs of it still there), read from the cloud."""
+    if provider == "fake":
+        stats = stack.cluster.cloud.stats()
+        leaked = sum(
+            1
+            for instance in stack.cluster.cloud.list_instances()
+            if instance["labels"].get(labels.NODECLAIM) == claim
+        )
+        return int(stats["created_by_name"].get(claim, 0)), leaked
+    cloud = stack.cluster.standins[provider].cloud
+    created = sum(
+        int(n) for name, n in cloud.stats()["created_by_name"].items() if claim in str(name)
+    )
+    leaked = 0
+    for native in cloud.instance_states():
+        vm = cloud.peek(native) or {}
+        if (
+            claim in str(vm.get("name") or "")
+            or (vm.get("labels") or {}).get(labels.NODECLAIM) == claim
+        ):
+            leaked += 1
+    return created, leaked
 
 
 def _runs_on(pod: k8s.V1Pod, node: str) -> bool:

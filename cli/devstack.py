@@ -3,6 +3,11 @@
 This is the composition root of `cloudburst dev` and `cloudburst demo`: the only product code
 that knows the cluster is simulated. Everything else reaches it through the Kubernetes API and
 the cloud API over HTTP, as in production.
+
+`StackOptions.clouds` adds local stand-ins of real clouds (`sim/clouds/`): the sample
+NodeClass then has one block per started cloud (its `endpoint` pointing at the stand-in, its
+credential in a Secret `cloud-<name>-credential`), and the sample pool allows them all, so
+the product's real provider modules and SDKs do the work.
 """
 
 from __future__ import annotations
@@ -19,12 +24,14 @@ import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from kubernetes import client as k8s
 from temporalio.client import Client
 
+from activities.providers import provider_class
 from api import Offering, search_attributes
+from api.nodeclass import NodeClassSpec
 from sim.cluster import SimulatedCluster
 from trigger.nodes import NodeWatcher
 from trigger.pending import PendingPodTrigger
@@ -37,6 +44,12 @@ log = logging.getLogger(__name__)
 SAMPLE_POOL = "sample"
 SAMPLE_CLASS = "sample"
 CLOUD_TOKEN_SECRET = "fake-cloud-token"
+CREDENTIAL_KEY = "credential"
+
+
+def credential_secret(cloud: str) -> str:
+    """The Secret holding a stand-in's credential in the sample NodeClass."""
+    return CLOUD_TOKEN_SECRET if cloud == "fake" else f"cloud-{cloud}-credential"
 
 
 def temporal_cli() -> str:
@@ -71,6 +84,10 @@ class StackOptions:
     # the Kubernetes API and the fake cloud at the addresses in their input, and converge.
     kube_port: int = 0
     cloud_port: int = 0
+    # Stand-ins of real clouds to start beside the fake one ("hetzner", "scaleway", "aws"...);
+    # "skip": a cloud whose stand-in does not exist yet is left out with an error logged.
+    clouds: list[str] = field(default_factory=list)
+    missing_standins: Literal["error", "skip"] = "error"
 
 
 @dataclass
@@ -98,6 +115,8 @@ async def embedded_stack(options: StackOptions) -> AsyncIterator[EmbeddedStack]:
         cloud_token=secrets.token_hex(16),
         kube_port=options.kube_port,
         cloud_port=options.cloud_port,
+        clouds=options.clouds,
+        missing_standins=options.missing_standins,
     )
     stop = asyncio.Event()
     tasks: list[asyncio.Task[Any]] = []
@@ -140,27 +159,41 @@ async def embedded_stack(options: StackOptions) -> AsyncIterator[EmbeddedStack]:
 
 
 def seed_sample_resources(api_client: k8s.ApiClient, cluster: SimulatedCluster, ttl: int) -> None:
-    """A sample NodePool/NodeClass on the fake cloud, its token in a Secret (idempotent)."""
+    """A sample NodePool/NodeClass on the fake cloud, its token in a Secret (idempotent).
+
+    Every other cloud the cluster started a stand-in for gets a block in the NodeClass (its
+    credential in Secret `cloud-<name>-credential`, key `credential`) and a place in the
+    pool's `allowedProviders`.
+    """
     core = k8s.CoreV1Api(api_client)
     custom = k8s.CustomObjectsApi(api_client)
-    secret = k8s.V1Secret(
-        metadata=k8s.V1ObjectMeta(name=CLOUD_TOKEN_SECRET, namespace="default"),
-        string_data={"token": cluster.cloud.token or ""},
-    )
-    _create_or_replace(
-        lambda: core.create_namespaced_secret("default", secret),
-        lambda: core.replace_namespaced_secret(CLOUD_TOKEN_SECRET, "default", secret),
-    )
+    secrets_: dict[str, dict[str, str]] = {CLOUD_TOKEN_SECRET: {"token": cluster.cloud.token or ""}}
+    spec: dict[str, Any] = {
+        "fake": {
+            "endpoint": cluster.cloud_url,
+            "region": "sim-1",
+            "apiTokenSecretRef": {"name": CLOUD_TOKEN_SECRET, "key": "token"},
+        }
+    }
+    for name, handle in cluster.standins.items():
+        if name == "fake":
+            continue
+        secrets_[credential_secret(name)] = {CREDENTIAL_KEY: handle.credential}
+        spec[name] = handle.nodeclass_block(credential_secret(name), CREDENTIAL_KEY)
+    for secret_name, data in secrets_.items():
+        secret = k8s.V1Secret(
+            metadata=k8s.V1ObjectMeta(name=secret_name, namespace="default"), string_data=data
+        )
+        _create_or_replace(
+            lambda b=secret: core.create_namespaced_secret("default", b),
+            lambda b=secret, n=secret_name: core.replace_namespaced_secret(n, "default", b),
+        )
     node_class = {
         "apiVersion": "cloudburst.io/v1alpha1",
         "kind": "NodeClass",
         "metadata": {"name": SAMPLE_CLASS, "namespace": "default"},
         "spec": {
-            "fake": {
-                "endpoint": cluster.cloud_url,
-                "region": "sim-1",
-                "apiTokenSecretRef": {"name": CLOUD_TOKEN_SECRET, "key": "token"},
-            },
+            **spec,
             "join": {
                 "hostApiServer": cluster.kube_url.replace("http://", "https://"),
                 "kindClusterName": "cloudburst-dev",
@@ -176,7 +209,7 @@ def seed_sample_resources(api_client: k8s.ApiClient, cluster: SimulatedCluster, 
         "metadata": {"name": SAMPLE_POOL, "namespace": "default"},
         "spec": {
             "nodeClassRef": SAMPLE_CLASS,
-            "requirements": {"arch": ["x86_64"], "allowedProviders": ["fake"]},
+            "requirements": {"arch": ["x86_64"], "allowedProviders": list(spec)},
             "limits": {"maxNodes": 10},
             "template": {"labels": {"cloudburst.io/burst": "true"}},
             "disruption": {"ttlSecondsAfterEmpty": ttl, "terminationGracePeriodSeconds": 60},
@@ -206,6 +239,62 @@ def cheapest_offering(cluster: SimulatedCluster, arch: str = "x86_64") -> Offeri
         memory_gib=cheapest["memory_gib"],
         arch=arch,
         price_eur_per_hour=cheapest["price_eur_per_hour"],
+    )
+
+
+def standin_offering(cluster: SimulatedCluster, cloud: str, arch: str = "x86_64") -> Offering:
+    """An offering the cloud's stand-in accepts, found as the product would find it.
+
+    The instance type is the stand-in's `instance_type` when it names one, else the cheapest
+    of the provider module's own catalog (`instance_types()` through the real SDK); the region
+    (and zone) come from the stand-in; the shape from its `instance_shape`.
+    """
+    if cloud == "fake":
+        return cheapest_offering(cluster, arch)
+    handle = cluster.standins[cloud]
+    obj = handle.cloud
+    region: str | None = getattr(obj, "region", None)
+    zone: str | None = getattr(obj, "zone", None)
+    instance_type: str | None = getattr(obj, "instance_type", None)
+    price: float | None = None
+    if instance_type is None or region is None:
+        block = NodeClassSpec.model_validate(
+            {
+                cloud: handle.nodeclass_block(credential_secret(cloud), CREDENTIAL_KEY),
+                "join": {"hostApiServer": "https://127.0.0.1:6443"},
+            }
+        ).provider_block(cloud)
+        types = [
+            t
+            for t in provider_class(cloud)(block, handle.credential).instance_types()
+            if t.arch == arch
+            and (region is None or not t.regions or region in t.regions)
+            and (instance_type is None or t.name == instance_type)
+        ]
+        if not types:
+            raise RuntimeError(f"the {cloud} stand-in offers no {arch} instance type")
+        best = min(
+            types, key=lambda t: (t.price_eur_per_hour or float("inf"), t.vcpu, t.memory_gib)
+        )
+        instance_type, price = best.name, best.price_eur_per_hour
+        region = region or (best.regions[0] if best.regions else None)
+    if region is None and zone is not None:
+        region = zone.rsplit("-", 1)[0]
+    if region is None:
+        raise RuntimeError(f"the {cloud} stand-in names no region")
+    shape = obj.instance_shape(instance_type)
+    if shape is None:
+        raise RuntimeError(f"the {cloud} stand-in does not know {instance_type!r}")
+    vcpu, memory_gib, type_arch = shape
+    return Offering(
+        provider=cloud,
+        region=region,
+        zone=zone,
+        instance_type=instance_type,
+        vcpu=vcpu,
+        memory_gib=memory_gib,
+        arch="arm64" if type_arch in ("arm64", "aarch64", "arm") else "x86_64",
+        price_eur_per_hour=price,
     )
 
 

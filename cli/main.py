@@ -13,6 +13,7 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.live import Live
 from rich.table import Table
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowUpdateFailedError
 from temporalio.service import RPCError, RPCStatusCode
@@ -20,6 +21,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from api import NodeClaimStatus, search_attributes
 from api.messages import ScaleDownRequest, ScaleDownResult, claim_workflow_id
 from cli.bootstrap_cmd import bootstrap_app
+from cli.catalog_cmd import catalog_app
 from cli.claims import (
     ClaimError,
     build_claim,
@@ -29,9 +31,12 @@ from cli.claims import (
     parse_offering,
     start_claim,
 )
+from cli.connect import connect_or_exit, run_or_exit
+from cli.crds_cmd import crds
 from cli.manifests import load_manifests
 from cli.pools_cmd import pools_app
-from worker.client import connect_temporal, kube_api_client
+from cli.timeline import PhaseSpan, format_duration, phase_timeline
+from worker.client import kube_api_client
 from worker.settings import Settings
 from workflows.nodeclaim import NodeClaimWorkflow
 
@@ -44,6 +49,8 @@ claims_app = typer.Typer(help="Inspect and steer NodeClaims (one workflow per no
 app.add_typer(claims_app, name="claims")
 app.add_typer(pools_app, name="pools")
 app.add_typer(bootstrap_app, name="bootstrap")
+app.add_typer(catalog_app, name="catalog")
+app.command("crds")(crds)
 
 console = Console()
 err_console = Console(stderr=True)
@@ -81,37 +88,80 @@ def _fail(message: str) -> typer.Exit:
 
 
 async def _temporal(settings: Settings) -> Client:
-    try:
-        return await connect_temporal(settings)
-    except RuntimeError as err:
-        raise _fail(
-            f"cannot reach Temporal at {settings.temporal_address} ({err}); "
-            "is `cloudburst dev` or your Temporal server running?"
-        ) from None
+    return await connect_or_exit(settings)
+
+
+HealthPort = Annotated[
+    int | None,
+    typer.Option(
+        help="port of /healthz and /readyz (default $CLOUDBURST_HEALTH_PORT or 8081; 0: off)"
+    ),
+]
+LogFormat = Annotated[
+    str | None, typer.Option(help="text | json (default $CLOUDBURST_LOG_FORMAT or text)")
+]
+
+
+def _process_settings(
+    component: str,
+    temporal_address: str | None,
+    kubeconfig: Path | None,
+    health_port: int | None,
+    log_format: str | None,
+) -> Settings:
+    """Settings of a long-running process, with its logging and telemetry set up."""
+    from worker.logs import configure_logging
+    from worker.telemetry import setup_telemetry
+
+    settings = _settings(temporal_address, kubeconfig)
+    updates: dict[str, object] = {}
+    if health_port is not None:
+        updates["health_port"] = health_port
+    if log_format is not None:
+        if log_format not in ("text", "json"):
+            raise _fail(f"--log-format {log_format!r}: use text or json")
+        updates["log_format"] = log_format
+    settings = settings.model_copy(update=updates)
+    configure_logging(settings.log_format, settings.log_level)
+    setup_telemetry(
+        service_name=f"cloudburst-{component}",
+        metrics_port=settings.metrics_port,
+        sdk_metrics_port=settings.sdk_metrics_port,
+        tracing=settings.tracing,
+    )
+    return settings
 
 
 # --- processes -----------------------------------------------------------------------------
 
 
 @app.command()
-def worker(temporal_address: TemporalAddress = None, kubeconfig: Kubeconfig = None) -> None:
+def worker(
+    temporal_address: TemporalAddress = None,
+    kubeconfig: Kubeconfig = None,
+    health_port: HealthPort = None,
+    log_format: LogFormat = None,
+) -> None:
     """Run the worker: NodeClaim workflows and their activities."""
     from worker.main import run_worker
 
-    _logging()
-    asyncio.run(
-        _until_signalled(lambda stop: run_worker(_settings(temporal_address, kubeconfig), stop))
-    )
+    settings = _process_settings("worker", temporal_address, kubeconfig, health_port, log_format)
+    asyncio.run(_until_signalled(lambda stop: run_worker(settings, stop)))
 
 
 @app.command()
-def trigger(temporal_address: TemporalAddress = None, kubeconfig: Kubeconfig = None) -> None:
+def trigger(
+    temporal_address: TemporalAddress = None,
+    kubeconfig: Kubeconfig = None,
+    health_port: HealthPort = None,
+    log_format: LogFormat = None,
+) -> None:
     """Run the watchers: pending pods -> pool demand; claim nodes and their pods -> claims."""
     from trigger.nodes import NodeWatcher
     from trigger.pending import PendingPodTrigger
+    from worker.health import serving_health
 
-    _logging()
-    settings = _settings(temporal_address, kubeconfig)
+    settings = _process_settings("trigger", temporal_address, kubeconfig, health_port, log_format)
 
     async def main(stop: asyncio.Event) -> None:
         client = await _temporal(settings)
@@ -119,7 +169,8 @@ def trigger(temporal_address: TemporalAddress = None, kubeconfig: Kubeconfig = N
         pending = PendingPodTrigger(
             client, api_client, task_queue=settings.task_queue, cluster_id=settings.cluster_id
         )
-        await asyncio.gather(NodeWatcher(client, api_client).run(stop), pending.run(stop))
+        with serving_health(settings.health_port, client, api_client):
+            await asyncio.gather(NodeWatcher(client, api_client).run(stop), pending.run(stop))
 
     asyncio.run(_until_signalled(main))
 
@@ -134,11 +185,31 @@ def dev(
     empty_ttl: Annotated[int, typer.Option(help="sample pool's ttlSecondsAfterEmpty")] = 30,
     kube_port: Annotated[int, typer.Option(help="simulated Kubernetes API port")] = 16443,
     cloud_port: Annotated[int, typer.Option(help="fake cloud API port")] = 18788,
+    clouds: Annotated[
+        str,
+        typer.Option(
+            help="local stand-ins of real clouds to add, comma-separated "
+            "(hetzner,scaleway,aws,gcp,azure,digitalocean,ovh); the fake cloud is always there"
+        ),
+    ] = "",
 ) -> None:
     """Run the embedded stack: Temporal + Web UI, simulated cluster, worker, watcher."""
-    from cli.devstack import SAMPLE_POOL, StackOptions, cheapest_offering, embedded_stack
+    from cli.devstack import (
+        SAMPLE_POOL,
+        StackOptions,
+        cheapest_offering,
+        embedded_stack,
+        standin_offering,
+    )
+    from sim.clouds import KNOWN_STANDINS
 
     _logging()
+    wanted = [c.strip() for c in clouds.split(",") if c.strip() and c.strip() != "fake"]
+    unknown = [c for c in wanted if c not in KNOWN_STANDINS]
+    if unknown:
+        raise _fail(
+            f"unknown cloud(s) {', '.join(unknown)}; choose from {', '.join(KNOWN_STANDINS)}"
+        )
     options = StackOptions(
         state_dir=state_dir.resolve(),
         temporal_port=port,
@@ -146,20 +217,34 @@ def dev(
         empty_ttl_s=empty_ttl,
         kube_port=kube_port,
         cloud_port=cloud_port,
+        clouds=wanted,
+        missing_standins="skip",
     )
 
     async def main(stop: asyncio.Event) -> None:
         async with embedded_stack(options) as stack:
             kubeconfig = stack.kubeconfig
             offering = cheapest_offering(stack.cluster).key
+            providers = ", ".join(stack.cluster.standins)
+            standin_lines = ""
+            for name, handle in stack.cluster.standins.items():
+                if name == "fake":
+                    continue
+                try:
+                    hint = f"   (try --offering {standin_offering(stack.cluster, name).key})"
+                except Exception as err:  # only a hint
+                    hint = f"   (no offering found: {err})"
+                standin_lines += f"\n  {name + ' API':<17} {handle.endpoint}{hint}"
+            for name, why in stack.cluster.missing_standins.items():
+                err_console.print(f"[yellow]! {name} left out: {why}[/yellow]")
             console.print(
                 f"""
 [bold green]Cloudburst embedded stack is up[/bold green]
   Temporal Web UI   http://127.0.0.1:{ui_port}  (claims: WorkflowType = "NodeClaimWorkflow")
   Temporal gRPC     127.0.0.1:{port}
   Kubernetes API    {stack.cluster.kube_url}   (kubeconfig: {kubeconfig})
-  Fake cloud API    {stack.cluster.cloud_url}
-  Sample NodePool   default/{SAMPLE_POOL} (fake provider, empty TTL {empty_ttl}s)
+  Fake cloud API    {stack.cluster.cloud_url}{standin_lines}
+  Sample NodePool   default/{SAMPLE_POOL} (providers: {providers}; empty TTL {empty_ttl}s)
 
 Try, in another shell:
   export KUBECONFIG={kubeconfig}
@@ -182,12 +267,32 @@ def demo(
     scenario: Annotated[str, typer.Option(help="lifecycle | burst")] = "lifecycle",
     pods: Annotated[int, typer.Option(help="burst: how many pending pods")] = 20,
     json_output: Annotated[bool, typer.Option("--json", help="last line: one JSON object")] = False,
+    provider: Annotated[
+        str,
+        typer.Option(
+            help="lifecycle: the provider module to run it through, against its local "
+            "stand-in (fake, hetzner, scaleway, aws, gcp, azure, digitalocean, ovh)"
+        ),
+    ] = "fake",
 ) -> None:
     """Run a scenario end to end on the embedded stack; exit 0 only if everything held."""
+    from activities.providers import supported_providers
     from cli.demo import BurstReport, LifecycleReport, run_burst, run_lifecycle
+    from sim.clouds import StandinMissingError, standin_module
 
     if scenario not in ("lifecycle", "burst"):
         raise _fail(f"unknown scenario {scenario!r}; available: lifecycle, burst")
+    if provider != "fake":
+        if scenario != "lifecycle":
+            raise _fail("--provider applies to the lifecycle scenario")
+        if provider not in supported_providers():
+            raise _fail(
+                f"unknown provider {provider!r}; available: {', '.join(supported_providers())}"
+            )
+        try:
+            standin_module(provider)
+        except StandinMissingError as err:
+            raise _fail(str(err)) from None
     logging.basicConfig(level=logging.WARNING)
 
     def say(text: str) -> None:
@@ -195,7 +300,7 @@ def demo(
 
     report: LifecycleReport | BurstReport
     if scenario == "lifecycle":
-        report = asyncio.run(run_lifecycle(say))
+        report = asyncio.run(run_lifecycle(say, provider=provider))
     else:
         report = asyncio.run(run_burst(say, pods))
     if json_output:
@@ -258,7 +363,7 @@ def claims_create(
         )
 
     try:
-        asyncio.run(main())
+        run_or_exit(main(), settings)
     except RPCError as err:
         if err.status == RPCStatusCode.ALREADY_EXISTS:
             raise _fail(f"a NodeClaim named {claim.metadata.name} already exists") from None
@@ -275,6 +380,10 @@ def claims_list(
     all_claims: Annotated[
         bool, typer.Option("--all", help="include Deleted/Failed claims")
     ] = False,
+    watch: Annotated[
+        bool, typer.Option("--watch", "-w", help="keep the table live until Ctrl-C")
+    ] = False,
+    interval: Annotated[float, typer.Option(help="--watch refresh, seconds")] = 2.0,
     temporal_address: TemporalAddress = None,
 ) -> None:
     """NAME NODEPOOL PROVIDER REGION INSTANCE PHASE AGE, from Temporal visibility."""
@@ -285,8 +394,7 @@ def claims_list(
     if not all_claims:
         query += " AND ExecutionStatus = 'Running'"
 
-    async def main() -> Table:
-        client = await _temporal(settings)
+    async def claims_table(client: Client) -> Table:
         table = Table(
             "NAME", "NODEPOOL", "PROVIDER", "REGION", "INSTANCE", "PHASE", "AGE", box=None
         )
@@ -303,27 +411,44 @@ def claims_list(
             )
         return table
 
-    console.print(asyncio.run(main()))
+    async def main() -> Table | None:
+        client = await _temporal(settings)
+        if not watch:
+            return await claims_table(client)
+        with Live(await claims_table(client), console=console, auto_refresh=False) as live:
+            while True:
+                await asyncio.sleep(interval)
+                table = await claims_table(client)
+                table.caption = f"every {interval:g}s · {datetime.now():%H:%M:%S} · Ctrl-C to stop"
+                live.update(table, refresh=True)
+
+    try:
+        table = run_or_exit(main(), settings)
+    except KeyboardInterrupt:
+        return
+    if table is not None:
+        console.print(table)
 
 
 @claims_app.command("describe")
 def claims_describe(name: str, temporal_address: TemporalAddress = None) -> None:
-    """Phase, offering, instance, node and conditions of one claim."""
+    """Phase, offering, instance, node, conditions and the phase timeline of one claim."""
     settings = _settings(temporal_address)
 
-    async def main() -> tuple[NodeClaimStatus, WorkflowExecutionStatus | None]:
+    async def main() -> tuple[NodeClaimStatus, WorkflowExecutionStatus | None, list[PhaseSpan]]:
         client = await _temporal(settings)
         handle = client.get_workflow_handle_for(NodeClaimWorkflow.run, claim_workflow_id(name))
         try:
             description = await handle.describe()
             status = await handle.query(NodeClaimWorkflow.status)
+            timeline = await phase_timeline(client, claim_workflow_id(name))
         except RPCError as err:
             if err.status == RPCStatusCode.NOT_FOUND:
                 raise _fail(f"no NodeClaim named {name}") from None
             raise
-        return status, description.status
+        return status, description.status, timeline
 
-    status, execution = asyncio.run(main())
+    status, execution, timeline = run_or_exit(main(), settings)
     console.print(
         f"[bold]NodeClaim {name}[/bold]  workflow {claim_workflow_id(name)} ({execution.name if execution else '?'})"
     )
@@ -354,6 +479,24 @@ def claims_describe(name: str, temporal_address: TemporalAddress = None) -> None
             condition.last_transition_time.strftime("%Y-%m-%d %H:%M:%S"),
         )
     console.print(table)
+    console.print(_timeline_table(timeline))
+
+
+def _timeline_table(timeline: list[PhaseSpan]) -> Table:
+    """Each phase with when it began and how long it lasted (the last: so far)."""
+    table = Table("PHASE", "SINCE", "DURATION", box=None, title="Timeline", title_justify="left")
+    now = datetime.now(UTC)
+    for span in timeline:
+        lasted = format_duration(span.duration(now))
+        table.add_row(
+            span.phase,
+            span.since.astimezone().strftime("%Y-%m-%d %H:%M:%S"),
+            lasted if span.until else f"{lasted} (so far)",
+        )
+    if timeline:
+        end = timeline[-1].until or now
+        table.add_row("[bold]total[/bold]", "", format_duration(end - timeline[0].since))
+    return table
 
 
 @claims_app.command("scale-down")
@@ -386,7 +529,7 @@ def claims_scale_down(
                 raise _fail(f"no running NodeClaim named {name}") from None
             raise
 
-    result = asyncio.run(main())
+    result = run_or_exit(main(), settings)
     if not result.accepted:
         raise _fail(f"scale-down rejected: {result.reason}")
     console.print(f"[green]accepted[/green]: {result.reason}")

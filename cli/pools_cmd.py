@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from typing import Annotated
 
 import typer
@@ -12,7 +11,7 @@ from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
 from api.pool import PoolStatus, pool_workflow_id
-from worker.client import connect_temporal
+from cli.connect import connect_or_exit, run_or_exit
 from worker.settings import Settings
 from workflows.nodepool import NodePoolWorkflow
 
@@ -39,7 +38,9 @@ def pools_list(
     table = Table(
         "NAMESPACE", "NAME", "NODES", "READY", "PENDING", "WAITING", "DISRUPTING", box=None
     )
-    for status in sorted(asyncio.run(main()), key=lambda s: (s.namespace, s.name)):
+    for status in sorted(
+        run_or_exit(main(), _settings(temporal_address)), key=lambda s: (s.namespace, s.name)
+    ):
         table.add_row(
             status.namespace,
             status.name,
@@ -76,7 +77,7 @@ def pools_describe(
                 raise typer.Exit(1) from None
             raise
 
-    status = asyncio.run(main())
+    status = run_or_exit(main(), _settings(temporal_address))
     console.print(f"[bold]NodePool {namespace}/{name}[/bold]")
     console.print(
         f"  Nodes {status.nodes} ({status.ready_nodes} Ready) · pending pods "
@@ -112,14 +113,12 @@ def pools_describe(
         console.print(f"  skipping {offering} until {until:%H:%M:%S}", highlight=False)
 
 
-async def _connect(temporal_address: str | None) -> Client:
+def _settings(temporal_address: str | None) -> Settings:
     settings = Settings()
     if temporal_address:
         settings = settings.model_copy(update={"temporal_address": temporal_address})
-    try:
-        return await connect_temporal(settings)
-    except RuntimeError as err:
-        err_console.print(
-            f"[red]error:[/red] cannot reach Temporal at {settings.temporal_address} ({err})"
-        )
-        raise typer.Exit(1) from None
+    return settings
+
+
+async def _connect(temporal_address: str | None) -> Client:
+    return await connect_or_exit(_settings(temporal_address))

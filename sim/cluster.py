@@ -2,17 +2,62 @@
 
 The product reaches it only over HTTP: `kube_url` (or `write_kubeconfig`) for the Kubernetes
 API, `cloud_url` for the `fake` provider's NodeClass `spec.fake.endpoint`.
+
+`clouds=["hetzner", "scaleway", ...]` also starts those clouds' local stand-ins
+(`sim/clouds/<name>.py`, imported on first use) and lets the kubelets boot their VMs;
+`standins[name]` gives each one's `endpoint`, the `credential` to put in a Secret and its
+`nodeclass_block(secret_name, key)` ("fake" is always there).
 """
 
 from __future__ import annotations
 
+import logging
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from sim.cloud import FakeCloud, FakeCloudServer
+from sim.clouds import KNOWN_STANDINS, StandinMissingError, standin_module
+from sim.clouds.base import standin_endpoint
+from sim.controllers import Controllers
 from sim.kubeapi import KubeApiServer
 from sim.kubelet import Kubelets
 from sim.scheduler import Scheduler
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class StandinHandle:
+    """One cloud of the simulated cluster as the product is pointed at it."""
+
+    name: str
+    cloud: Any  # the stand-in object (FakeCloud for "fake"): inject_failure, stats, peek...
+    _endpoint: Any  # str, or a callable giving it once started
+
+    @property
+    def endpoint(self) -> str:
+        return str(self._endpoint() if callable(self._endpoint) else self._endpoint)
+
+    @property
+    def credential(self) -> str:
+        """The ONE string the provider reads from its Secret."""
+        value = getattr(self.cloud, "credential", None)
+        if value is None:
+            value = getattr(self.cloud, "token", None)
+        return "" if value is None else str(value)
+
+    def nodeclass_block(self, secret_name: str, secret_key: str) -> dict[str, Any]:
+        """The camelCase NodeClass block reaching this cloud with the credential in that key."""
+        if self.name == "fake":
+            block: dict[str, Any] = {"endpoint": self.endpoint, "region": self.cloud.regions[0]}
+            if self.cloud.token is not None:
+                block["apiTokenSecretRef"] = {"name": secret_name, "key": secret_key}
+            return block
+        make = getattr(self.cloud, "nodeclass_block", None)
+        if make is None:
+            raise NotImplementedError(f"the {self.name} stand-in has no nodeclass_block()")
+        return dict(make(secret_name, secret_key))
 
 
 class SimulatedCluster:
@@ -29,6 +74,8 @@ class SimulatedCluster:
         host: str = "127.0.0.1",
         delete_delay_s: float = 0.2,
         regions: list[str] | None = None,
+        clouds: list[str] | None = None,
+        missing_standins: Literal["error", "skip"] = "error",
     ) -> None:
         self.kube = KubeApiServer(host=host, port=kube_port)
         self.cloud = FakeCloud(
@@ -39,8 +86,37 @@ class SimulatedCluster:
         )
         self.cloud_server = FakeCloudServer(self.cloud, host=host, port=cloud_port)
         self.ready_delay_s = ready_delay_s
+        self.standins: dict[str, StandinHandle] = {
+            "fake": StandinHandle("fake", self.cloud, lambda: self.cloud_server.url)
+        }
+        # Clouds asked for whose stand-in does not exist (yet), with why (missing="skip").
+        self.missing_standins: dict[str, str] = {}
+        for name in dict.fromkeys(clouds or []):
+            if name == "fake":
+                continue
+            if name not in KNOWN_STANDINS:
+                raise ValueError(
+                    f"unknown cloud {name!r}: choose from fake, {', '.join(KNOWN_STANDINS)}"
+                )
+            try:
+                module = standin_module(name)
+            except (StandinMissingError, ImportError) as exc:
+                # ImportError: the stand-in exists but a dependency of it (an SDK, moto) is
+                # not installed here.
+                if missing_standins == "error":
+                    raise
+                self.missing_standins[name] = (
+                    str(exc)
+                    if isinstance(exc, StandinMissingError)
+                    else f"the {name} stand-in cannot be imported: {exc}"
+                )
+                log.error("skipping cloud %s: %s", name, self.missing_standins[name])
+                continue
+            obj = module.standin(boot_delay_s=boot_delay_s, host=host)
+            self.standins[name] = StandinHandle(name, obj, lambda o=obj: standin_endpoint(o))
         self.scheduler: Scheduler | None = None
         self.kubelets: Kubelets | None = None
+        self.controllers: Controllers | None = None
         self._api_clients: list[Any] = []
         self._started = False
 
@@ -60,13 +136,23 @@ class SimulatedCluster:
             return self
         self.kube.start()
         self.cloud_server.start()
+        for name, handle in self.standins.items():
+            if name != "fake":
+                handle.cloud.start()
         # Each loop gets its own ApiClient (its own connection pool).
         sched_client, kubelet_client = self.kube.api_client(), self.kube.api_client()
-        self._api_clients = [sched_client, kubelet_client]
+        controllers_client = self.kube.api_client()
+        self._api_clients = [sched_client, kubelet_client, controllers_client]
         self.scheduler = Scheduler(sched_client)
-        self.kubelets = Kubelets(kubelet_client, self.cloud, ready_delay_s=self.ready_delay_s)
+        self.kubelets = Kubelets(
+            kubelet_client,
+            [self.cloud, *(h.cloud for n, h in self.standins.items() if n != "fake")],
+            ready_delay_s=self.ready_delay_s,
+        )
+        self.controllers = Controllers(controllers_client)
         self.scheduler.start()
         self.kubelets.start()
+        self.controllers.start()
         self._started = True
         return self
 
@@ -77,6 +163,14 @@ class SimulatedCluster:
             self.kubelets.stop()
         if self.scheduler is not None:
             self.scheduler.stop()
+        if self.controllers is not None:
+            self.controllers.stop()
+        for name, handle in self.standins.items():
+            if name != "fake":
+                try:
+                    handle.cloud.stop()
+                except Exception:
+                    log.exception("stopping the %s stand-in failed", name)
         self.cloud_server.stop()
         self.kube.stop()
         for api_client in self._api_clients:

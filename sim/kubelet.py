@@ -1,6 +1,13 @@
-"""Simulated kubelets: a fake-cloud VM that boots with valid join material becomes a Node.
+"""Simulated kubelets: a VM that boots with valid join material becomes a Node.
 
-For every running VM of the fake cloud, `Kubelets` does what `kubeadm join` + the kubelet
+`Kubelets` boots the VMs of a list of clouds: the fake cloud (`sim.cloud.FakeCloud`) and any
+stand-in of `sim/clouds/` — anything with the `BootableCloud` protocol of
+`sim/clouds/base.py`. VMs are keyed by (provider, native id) (`instance_key`: the bare native
+id for the fake cloud, as before, `<provider>/<native id>` for the others); a Node's
+providerID is `<provider>:///<region>/<native id>` and its capacity comes from the cloud's
+`instance_shape`.
+
+For every running VM, `Kubelets` does what `kubeadm join` + the kubelet
 would: parse the JoinConfiguration from the user data, verify the bootstrap token against
 its `kube-system/bootstrap-token-<id>` Secret and the CA pin against `kube-public/
 cluster-info`, then register the Node (NotReady, Ready after `ready_delay_s`) and run the
@@ -38,6 +45,7 @@ from kubernetes import client
 
 from api import labels as L
 from sim.cloud import FakeCloud
+from sim.clouds.base import BootableCloud, as_bootable
 from sim.scheduler import call
 
 log = logging.getLogger(__name__)
@@ -66,6 +74,52 @@ _ALLOWED_K8S_LABELS = {
     "topology.kubernetes.io/zone",
 }
 _ALLOWED_K8S_PREFIXES = ("kubelet.kubernetes.io/", "node.kubernetes.io/")
+
+
+def allocatable(vcpu: float, memory_gib: float) -> dict[str, str]:
+    """Capacity minus kube-reserved and the eviction threshold, as a kubelet configured the
+    GKE/Karpenter way reports it: cpu 6% of the first core, 1% of the next, 0.5% of the next
+    two, 0.25% above four; memory 25% of the first 4 GiB, 20% of the next 4, 10% of the next
+    8, 6% of the next 112, 2% above; plus 100Mi for eviction."""
+    millicores = vcpu * 1000
+    reserved_cpu = 0.0
+    for size, share in ((1000, 0.06), (1000, 0.01), (2000, 0.005), (float("inf"), 0.0025)):
+        step = min(size, millicores)
+        reserved_cpu += step * share
+        millicores -= step
+        if millicores <= 0:
+            break
+    mib = memory_gib * 1024
+    reserved_mib = 0.0
+    for size, share in (
+        (4096, 0.25),
+        (4096, 0.2),
+        (8192, 0.1),
+        (114688, 0.06),
+        (float("inf"), 0.02),
+    ):
+        step = min(size, mib)
+        reserved_mib += step * share
+        mib -= step
+        if mib <= 0:
+            break
+    cpu = int(vcpu * 1000 - reserved_cpu)
+    memory_ki = int((memory_gib * 1024 - reserved_mib - 100) * 1024)
+    return {
+        "cpu": f"{cpu}m",
+        "memory": f"{memory_ki}Ki",
+        "pods": "110",
+        "ephemeral-storage": "36Gi",
+    }
+
+
+def instance_key(provider: str, native_id: str) -> str:
+    """How `Kubelets.joined` / `join_failures` name a VM: unique over all its clouds."""
+    return native_id if provider == "fake" else f"{provider}/{native_id}"
+
+
+def _quantity_cpu(vcpu: float) -> str:
+    return str(int(vcpu)) if float(vcpu).is_integer() else f"{round(vcpu * 1000)}m"
 
 
 def _now() -> str:
@@ -212,12 +266,16 @@ class _Joined:
 
 
 class Kubelets:
-    """All the kubelets of the simulated cluster, on one thread."""
+    """All the kubelets of the simulated cluster, on one thread.
+
+    `cloud` is one cloud or a list of them (`FakeCloud` or any `BootableCloud`); more can be
+    added with `add_cloud` while running.
+    """
 
     def __init__(
         self,
         api_client: client.ApiClient,
-        cloud: FakeCloud,
+        cloud: FakeCloud | BootableCloud | list[FakeCloud | BootableCloud],
         ready_delay_s: float = 1.0,
         *,
         poll_s: float = 0.25,
@@ -225,7 +283,15 @@ class Kubelets:
         join_timeout_s: float = 60.0,
     ) -> None:
         self.core = client.CoreV1Api(api_client)
-        self.cloud = cloud
+        given = cloud if isinstance(cloud, list) else [cloud]
+        if not given:
+            raise ValueError("Kubelets needs at least one cloud")
+        self.cloud = given[0]  # the first (usually the fake cloud), as before
+        self.clouds: list[BootableCloud] = []
+        for c in given:
+            self.add_cloud(c)
+        # instance key -> (cloud, native id), refreshed every tick
+        self._where: dict[str, tuple[BootableCloud, str]] = {}
         self.ready_delay_s = ready_delay_s
         self.poll_s = poll_s
         self.join_retry_s = join_retry_s
@@ -240,6 +306,12 @@ class Kubelets:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._indexes = iter(range(1, 1 << 30))
+
+    def add_cloud(self, cloud: FakeCloud | BootableCloud) -> None:
+        bootable = as_bootable(cloud)
+        if any(c.provider == bootable.provider for c in self.clouds):
+            raise ValueError(f"a {bootable.provider} cloud is already booted by these kubelets")
+        self.clouds = [*self.clouds, bootable]
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="kubelets", daemon=True)
@@ -266,7 +338,23 @@ class Kubelets:
     def tick(self) -> None:
         """One round: join new VMs, turn nodes Ready, notice lost VMs, run bound pods."""
         now = time.monotonic()
-        states = self.cloud.instance_states()
+        states: dict[str, str] = {}
+        where: dict[str, tuple[BootableCloud, str]] = {}
+        for cloud in self.clouds:
+            try:
+                cloud_states = cloud.instance_states()
+            except Exception:
+                # One stand-in failing must not stop the others' nodes (nor mark its VMs lost).
+                log.exception("reading %s instance states failed", cloud.provider)
+                for key, (c, native) in self._where.items():
+                    if c is cloud:
+                        states[key], where[key] = "unknown", (c, native)
+                continue
+            for native, state in cloud_states.items():
+                key = instance_key(cloud.provider, str(native))
+                states[key] = state
+                where[key] = (cloud, str(native))
+        self._where = where
         to_join = [
             iid
             for iid, state in states.items()
@@ -279,6 +367,8 @@ class Kubelets:
             self._join_all(to_join, now)
         for j in list(self.joined.values()):
             if j.lost:
+                continue
+            if states.get(j.instance_id) == "unknown":
                 continue
             if states.get(j.instance_id, "terminated") in ("terminated", "stopping"):
                 # stopping: the OS is shutting down; the kubelet stops posting status.
@@ -297,14 +387,15 @@ class Kubelets:
             ca_error = str(exc)
         for iid in instance_ids:
             try:
-                detail = self.cloud.peek(iid)
+                cloud, native = self._where[iid]
+                detail = cloud.peek(native)
                 if detail is None:
                     continue
                 if ca_hash is None:
                     raise JoinError(ca_error)
                 config = parse_join_config(str(detail.get("user_data") or ""))
                 self._verify(config, ca_hash)
-                self._register(iid, detail, config, now)
+                self._register(iid, cloud, native, detail, config, now)
                 self.join_failures.pop(iid, None)
             except JoinError as exc:
                 self._join_failed(iid, str(exc), now)
@@ -354,11 +445,21 @@ class Kubelets:
             raise JoinError("cluster CA public key does not match any caCertHashes pin")
         check_node_labels(config.node_labels)
 
-    def _register(self, iid: str, detail: Obj, config: JoinConfig, now: float) -> None:
-        itype = self.cloud.types.get(str(detail.get("instance_type")))
-        if itype is None:
-            raise JoinError(f"unknown instance type {detail.get('instance_type')!r}")
-        arch = ARCH.get(itype.arch, itype.arch)
+    def _register(
+        self,
+        iid: str,
+        cloud: BootableCloud,
+        native: str,
+        detail: Obj,
+        config: JoinConfig,
+        now: float,
+    ) -> None:
+        type_name = str(detail.get("instance_type"))
+        shape = cloud.instance_shape(type_name)
+        if shape is None:
+            raise JoinError(f"unknown instance type {type_name!r}")
+        vcpu, memory_gib, raw_arch = shape
+        arch = ARCH.get(raw_arch, raw_arch)
         region = str(detail.get("region"))
         ip = config.node_ip or str(detail.get("private_ip") or "")
         labels = {
@@ -368,12 +469,14 @@ class Kubelets:
             "kubernetes.io/os": "linux",
             "beta.kubernetes.io/arch": arch,
             "beta.kubernetes.io/os": "linux",
-            L.K8S_INSTANCE_TYPE: itype.name,
+            L.K8S_INSTANCE_TYPE: type_name,
             L.K8S_REGION: region,
         }
+        if detail.get("zone"):
+            labels["topology.kubernetes.io/zone"] = str(detail["zone"])
         resources = {
-            "cpu": str(itype.vcpu),
-            "memory": f"{int(itype.memory_gib * 1024 * 1024)}Ki",
+            "cpu": _quantity_cpu(vcpu),
+            "memory": f"{int(memory_gib * 1024 * 1024)}Ki",
             "pods": "110",
             "ephemeral-storage": "40Gi",
         }
@@ -385,10 +488,10 @@ class Kubelets:
                 "labels": labels,
                 "annotations": {"node.alpha.kubernetes.io/ttl": "0"},
             },
-            "spec": {"providerID": f"fake:///{region}/{detail.get('id')}"},
+            "spec": {"providerID": f"{cloud.provider}:///{region}/{native}"},
             "status": {
                 "capacity": resources,
-                "allocatable": resources,
+                "allocatable": allocatable(vcpu, memory_gib),
                 "addresses": [
                     {"type": "InternalIP", "address": ip},
                     {"type": "Hostname", "address": config.node_name},
@@ -411,9 +514,9 @@ class Kubelets:
                     "containerRuntimeVersion": "containerd://2.1.0",
                     "kubeletVersion": KUBELET_VERSION,
                     "kubeProxyVersion": "",
-                    "machineID": str(detail.get("id")),
-                    "systemUUID": str(detail.get("id")),
-                    "bootID": str(detail.get("id")),
+                    "machineID": native,
+                    "systemUUID": native,
+                    "bootID": native,
                 },
             },
         }

@@ -131,3 +131,44 @@ def secret_recorder(kube: k8s.ApiClient) -> Iterator[SecretRecorder]:
     recorder.start()
     yield recorder
     recorder.stop()
+
+
+@pytest.fixture(scope="session")
+def multicloud_cluster() -> Iterator[SimulatedCluster]:
+    """A second simulated cluster whose kubelets also boot every existing cloud stand-in.
+
+    Clouds whose stand-in does not exist (yet) are left out: see `missing_standins`.
+    """
+    from sim.clouds import KNOWN_STANDINS
+
+    cluster = SimulatedCluster(
+        boot_delay_s=0.3,
+        ready_delay_s=0.3,
+        cloud_token=secrets.token_hex(16),
+        clouds=list(KNOWN_STANDINS),
+        missing_standins="skip",
+    )
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def multicloud_kubeconfig(
+    multicloud_cluster: SimulatedCluster, tmp_path_factory: pytest.TempPathFactory
+) -> Path:
+    path = tmp_path_factory.mktemp("kube-multicloud") / "kubeconfig"
+    multicloud_cluster.write_kubeconfig(path)
+    return path
+
+
+@pytest.fixture(scope="session")
+def multicloud_kube(
+    multicloud_cluster: SimulatedCluster, multicloud_kubeconfig: Path
+) -> k8s.ApiClient:
+    from worker.client import kube_api_client
+    from worker.settings import Settings
+
+    return kube_api_client(Settings(kubeconfig=multicloud_kubeconfig))

@@ -52,6 +52,15 @@ class _Batch:
     first_at: float = 0.0
     last_at: float = 0.0
 
+    # The latest news about a pod wins: pending again, or resolved.
+    def add(self, demand: PodDemand) -> None:
+        self.pods[demand.uid] = demand
+        self.resolved.discard(demand.uid)
+
+    def resolve(self, uid: str) -> None:
+        self.pods.pop(uid, None)
+        self.resolved.add(uid)
+
 
 class PendingPodTrigger:
     def __init__(
@@ -147,7 +156,7 @@ class PendingPodTrigger:
             self._apply_pod("ADDED", pod)
         for uid, pool in previously.items():
             if uid not in self._pending:
-                self._batch(pool).resolved.add(uid)
+                self._batch(pool).resolve(uid)
         for pool in set(self._pending.values()) | set(previously.values()):
             self._batch(pool).full_resync = True
         self._pods_synced = True
@@ -158,18 +167,18 @@ class PendingPodTrigger:
             pool = self._pending.pop(uid, None)
             self._unmatched.pop(uid, None)
             if pool is not None:
-                self._batch(pool).resolved.add(uid)
+                self._batch(pool).resolve(uid)
             return
         demand = pod_demand(pod)
         pool = self._match(pod, demand)
         previous = self._pending.get(uid)
         if previous is not None and previous != pool:
-            self._batch(previous).resolved.add(uid)
+            self._batch(previous).resolve(uid)
         if pool is None:
             self._pending.pop(uid, None)
             return
         self._pending[uid] = pool
-        self._batch(pool).pods[uid] = demand
+        self._batch(pool).add(demand)
 
     def _match(self, pod: Any, demand: PodDemand) -> PoolKey | None:
         """The highest-weight pool that can host the pod (ties by name), else None + Event."""
@@ -234,9 +243,13 @@ class PendingPodTrigger:
 
     def _merge_back(self, pool: PoolKey, failed: _Batch) -> None:
         batch = self._batch(pool)
+        # The failed batch is older than anything that arrived since: it only fills gaps.
         for uid, demand in failed.pods.items():
-            batch.pods.setdefault(uid, demand)
-        batch.resolved |= failed.resolved - set(batch.pods)
+            if uid not in batch.pods and uid not in batch.resolved:
+                batch.add(demand)
+        for uid in failed.resolved:
+            if uid not in batch.pods:
+                batch.resolved.add(uid)
         batch.full_resync = batch.full_resync or failed.full_resync
 
     async def _send(self, key: PoolKey, batch: _Batch) -> bool:
@@ -245,7 +258,7 @@ class PendingPodTrigger:
             return True  # the pool or its class is gone: nothing to tell
         update = DemandUpdate(
             pods=list(batch.pods.values()),
-            resolved=sorted(batch.resolved - set(batch.pods)),
+            resolved=sorted(batch.resolved),
             full_resync=batch.full_resync,
             sent_at=datetime.now(UTC),
             specs=specs,

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+from pathlib import Path
+from typing import Any
 
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
@@ -13,21 +15,80 @@ from temporalio.api.operatorservice.v1 import (
 )
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.runtime import Runtime
+from temporalio.service import TLSConfig
 
 from api import search_attributes
+from worker import telemetry
 from worker.settings import Settings
 
 log = logging.getLogger(__name__)
 
 
-async def connect_temporal(settings: Settings) -> Client:
+class TemporalConfigError(Exception):
+    """A Temporal connection setting that cannot work; the message names the setting."""
+
+
+def client_options(settings: Settings) -> dict[str, Any]:
+    """The keyword arguments of `Client.connect` (besides the address) that settings decide."""
+    options: dict[str, Any] = {
+        "namespace": settings.temporal_namespace,
+        "api_key": _api_key(settings),
+        "tls": tls_config(settings),
+        "data_converter": pydantic_data_converter,
+        "interceptors": telemetry.client_interceptors(),
+    }
+    return options
+
+
+def tls_config(settings: Settings) -> TLSConfig | bool:
+    """False, or the TLS config: mTLS client pair, server CA and server name when given."""
+    if not settings.tls_enabled():
+        if settings.temporal_tls_cert or settings.temporal_tls_key:
+            raise TemporalConfigError(
+                "CLOUDBURST_TEMPORAL_TLS is false but a client certificate is configured"
+            )
+        return False
+    if (settings.temporal_tls_cert is None) != (settings.temporal_tls_key is None):
+        raise TemporalConfigError(
+            "set both CLOUDBURST_TEMPORAL_TLS_CERT and CLOUDBURST_TEMPORAL_TLS_KEY, or neither"
+        )
+    return TLSConfig(
+        server_root_ca_cert=_read(settings.temporal_tls_ca, "CLOUDBURST_TEMPORAL_TLS_CA"),
+        client_cert=_read(settings.temporal_tls_cert, "CLOUDBURST_TEMPORAL_TLS_CERT"),
+        client_private_key=_read(settings.temporal_tls_key, "CLOUDBURST_TEMPORAL_TLS_KEY"),
+        domain=settings.temporal_tls_server_name,
+    )
+
+
+async def connect_temporal(settings: Settings, runtime: Runtime | None = None) -> Client:
+    """A client for the configured Temporal; workers built on it inherit its interceptors.
+
+    Raises RuntimeError (as `Client.connect` does) when the server cannot be reached, and
+    TemporalConfigError when the settings themselves are wrong."""
     return await Client.connect(
         settings.temporal_address,
-        namespace=settings.temporal_namespace,
-        api_key=settings.temporal_api_key,
-        tls=settings.temporal_tls or bool(settings.temporal_api_key),
-        data_converter=pydantic_data_converter,
+        runtime=runtime or telemetry.current_runtime(),
+        **client_options(settings),
     )
+
+
+def _api_key(settings: Settings) -> str | None:
+    try:
+        return settings.api_key()
+    except OSError as err:
+        raise TemporalConfigError(
+            f"CLOUDBURST_TEMPORAL_API_KEY_FILE={settings.temporal_api_key_file}: {err.strerror}"
+        ) from None
+
+
+def _read(path: Path | None, setting: str) -> bytes | None:
+    if path is None:
+        return None
+    try:
+        return path.read_bytes()
+    except OSError as err:
+        raise TemporalConfigError(f"{setting}={path}: {err.strerror}") from None
 
 
 async def register_search_attributes(client: Client, namespace: str) -> None:

@@ -15,9 +15,14 @@ from temporalio.worker import Worker
 from activities.bootstrap import BootstrapActivities
 from activities.compute import ComputeActivities
 from activities.events import EventActivities
+from activities.gc import GcActivities
 from activities.kube import KubeActivities
 from activities.mirror import MirrorActivities
+from activities.planning.activity import PlanningActivities
+from activities.planning.consolidation import ConsolidationActivities
 from worker.client import connect_temporal, kube_api_client, register_search_attributes
+from worker.gc_schedule import ensure_gc_schedule
+from worker.health import serving_health
 from worker.settings import Settings
 from workflows import WORKFLOWS
 
@@ -25,12 +30,16 @@ log = logging.getLogger(__name__)
 
 
 def build_activities(api_client: k8s.ApiClient) -> list[Callable[..., Any]]:
+    planning = PlanningActivities(api_client)
     return [
         *BootstrapActivities(api_client).activities(),
         *KubeActivities(api_client).activities(),
         *ComputeActivities(api_client).activities(),
         *EventActivities(api_client).activities(),
+        *GcActivities(api_client).activities(),
         *MirrorActivities(api_client).activities(),
+        *planning.activities(),
+        *ConsolidationActivities(api_client, planning).activities(),
     ]
 
 
@@ -50,8 +59,12 @@ def build_worker(
 async def run_worker(settings: Settings, stop: asyncio.Event | None = None) -> None:
     client = await connect_temporal(settings)
     await register_search_attributes(client, settings.temporal_namespace)
+    await ensure_gc_schedule(client, settings)
     api_client = kube_api_client(settings)
-    with ThreadPoolExecutor(max_workers=settings.max_concurrent_activities) as executor:
+    with (
+        ThreadPoolExecutor(max_workers=settings.max_concurrent_activities) as executor,
+        serving_health(settings.health_port, client, api_client),
+    ):
         worker = build_worker(client, settings, api_client, executor)
         log.info(
             "worker polling task queue %r on %s", settings.task_queue, settings.temporal_address

@@ -205,32 +205,18 @@ class NodeClaimWorkflow:
         self._set_phase(NodeClaimPhase.PROVISIONING, "preparing join token and first-boot script")
         await self._publish()
         spec = self._claim.spec
-        self._bootstrap = await workflow.execute_activity(
-            "prepare_bootstrap",
-            BootstrapInput(
-                claim_name=self._name,
-                namespace=self._namespace,
-                node_pool=spec.node_pool,
-                node_class_name=self._input.node_class_name,
-                node_class=self._input.node_class,
-                labels={
-                    **spec.labels,
-                    labels.NODEPOOL: spec.node_pool,
-                    labels.NODECLAIM: self._name,
-                },
-                taints=spec.taints,
-            ),
-            result_type=BootstrapRefs,
-            start_to_close_timeout=_KUBE_CALL,
-            retry_policy=_RETRY,
-            summary="bootstrap token + script Secret",
-        )
-        self._event("token created, script stored in Secret " + self._bootstrap.script_secret)
+        # Newer claims render the script per offering, so the node registers with its
+        # provider/region/instance-type labels; the join token is reused across renders.
+        per_offering = workflow.patched("bootstrap-per-offering")
+        if not per_offering:
+            await self._prepare_bootstrap(None)
         failures: list[str] = []
         for offering in spec.offerings:
             if self._scale_down:
                 return  # nothing launched yet; _join sees the request and the claim is deleted
             self._tried.append(offering)
+            if per_offering:
+                await self._prepare_bootstrap(offering)
             try:
                 instance = await self._create_instance(offering)
             except ActivityError as err:
@@ -256,6 +242,38 @@ class NodeClaimWorkflow:
         raise ClaimFailed(
             FailureReason.NO_CAPACITY, "no offering could be created: " + "; ".join(failures)
         )
+
+    async def _prepare_bootstrap(self, offering: Offering | None) -> None:
+        spec = self._claim.spec
+        try:
+            self._bootstrap = await workflow.execute_activity(
+                "prepare_bootstrap",
+                BootstrapInput(
+                    claim_name=self._name,
+                    namespace=self._namespace,
+                    node_pool=spec.node_pool,
+                    node_class_name=self._input.node_class_name,
+                    node_class=self._input.node_class,
+                    labels={
+                        **spec.labels,
+                        labels.NODEPOOL: spec.node_pool,
+                        labels.NODECLAIM: self._name,
+                    },
+                    taints=spec.taints,
+                    offering=offering,
+                ),
+                result_type=BootstrapRefs,
+                start_to_close_timeout=_KUBE_CALL,
+                retry_policy=_RETRY,
+                summary=f"bootstrap token + script Secret{f' for {offering.key}' if offering else ''}",
+            )
+        except ActivityError as err:
+            fatal = isinstance(err.cause, ApplicationError) and err.cause.non_retryable
+            if is_cancelled_exception(err) or not fatal:
+                raise
+            # A missing Secret, a script too large: the NodeClass needs fixing.
+            raise ClaimFailed(FailureReason.INVALID_CONFIG, _cause(err)) from err
+        self._event("token created, script stored in Secret " + self._bootstrap.script_secret)
 
     async def _create_instance(self, offering: Offering) -> InstanceInfo:
         assert self._bootstrap is not None
@@ -657,6 +675,7 @@ class NodeClaimWorkflow:
             claim_name=self._name,
             instance_id=instance_id,
             provider=provider,
+            reason=self._status.deletion_reason or self._status.failure_reason,
             cluster_id=self._input.cluster_id,
             namespace=self._namespace,
             node_class_name=self._input.node_class_name,

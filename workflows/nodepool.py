@@ -18,14 +18,24 @@ from temporalio.workflow import ParentClosePolicy
 with workflow.unsafe.imports_passed_through():
     from api import events
     from api import search_attributes as sa
-    from api.claims import CLAIM_SUFFIX_ALPHABET, claim_details, claim_summary, new_claim
+    from api.claims import (
+        CLAIM_SUFFIX_ALPHABET,
+        DRIFT_HASH_ANNOTATION,
+        claim_details,
+        claim_summary,
+        drift_hash,
+        new_claim,
+    )
     from api.events import EventBatch, KubeEvent, ObjectRef
     from api.messages import NodeClaimInput, claim_workflow_id
     from api.nodeclaim import NodeClaimPhase, Offering
+    from api.nodepool import parse_duration
     from api.planning import InFlightNode, Plan, PlannedNode, PlanRequest, PodDemand, Resources
     from api.pool import (
         BudgetStatus,
         ClaimReport,
+        ConsolidationDecision,
+        ConsolidationInput,
         DemandUpdate,
         DisruptionPermit,
         DisruptionRequest,
@@ -66,9 +76,7 @@ class NodePoolWorkflow:
             # Woken by news, or after the interval for a periodic look (failure cache, floor).
             with contextlib.suppress(TimeoutError):
                 await workflow.wait_condition(
-                    lambda: self._dirty,
-                    timeout=input.reconcile_interval_s,
-                    timeout_summary="reconcile",
+                    lambda: self._dirty, timeout=self._next_wake_s(), timeout_summary="reconcile"
                 )
             self._dirty = False
             await self._reconcile()
@@ -111,6 +119,9 @@ class NodePoolWorkflow:
         claim.phase = report.phase
         if report.offering:
             claim.offering = report.offering
+        if report.phase == NodeClaimPhase.READY and claim.replaces in state.claims:
+            # The replacement is up: the drifted node may now go, within the budgets.
+            state.disruption_queue.setdefault(claim.replaces, claim.replace_reason)
         if report.reason.startswith("DisruptionBlocked"):
             state.disruption_blocked[name] = report.reason
         elif report.phase == NodeClaimPhase.READY:
@@ -147,6 +158,7 @@ class NodePoolWorkflow:
             blocked=dict(self._state.blocked),
             claims=claims,
             failed_offerings=dict(self._state.failed_offerings),
+            consolidation=self._state.consolidation_note,
             disruption_queue=dict(self._state.disruption_queue),
             permits=dict(self._state.permits),
             disruption_blocked=dict(self._state.disruption_blocked),
@@ -178,6 +190,8 @@ class NodePoolWorkflow:
         for key in [k for k, until in state.failed_offerings.items() if until <= now]:
             del state.failed_offerings[key]
         await self._grant_permits()
+        await self._replace_drifted()
+        await self._consolidate()
         live = self._live_claims()
         nominated = {uid for claim in live for uid in claim.nominated}
         uncovered = [pod for uid, pod in state.pending.items() if uid not in nominated]
@@ -186,13 +200,8 @@ class NodePoolWorkflow:
         if not uncovered and not missing_floor:
             state.blocked.clear()
             return
-        plan = await workflow.execute_activity(
-            "plan_capacity",
-            self._plan_request(uncovered, missing_floor),
-            result_type=Plan,
-            start_to_close_timeout=timedelta(minutes=2),
-            retry_policy=_ACTIVITY_RETRY,
-            summary=f"plan {len(uncovered)} pods",
+        plan = await self._plan(
+            self._plan_request(uncovered, missing_floor), f"plan {len(uncovered)} pods"
         )
         self._last_plan = plan
         notices: list[KubeEvent] = []
@@ -213,6 +222,16 @@ class NodePoolWorkflow:
                 summary=f"{len(notices)} events",
             )
 
+    async def _plan(self, request: PlanRequest, summary: str) -> Plan:
+        return await workflow.execute_activity(
+            "plan_capacity",
+            request,
+            result_type=Plan,
+            start_to_close_timeout=timedelta(minutes=2),
+            retry_policy=_ACTIVITY_RETRY,
+            summary=summary,
+        )
+
     def _plan_request(self, uncovered: list[PodDemand], missing_floor: int) -> PlanRequest:
         state = self._state
         specs = state.specs
@@ -220,7 +239,9 @@ class NodePoolWorkflow:
         limits = pool.limits
         claims = self._live_claims()
         in_flight = []
-        for claim in claims:
+        # Only nodes still on their way: the scheduler already tried the Ready ones, so a
+        # pod pending now does not fit there.
+        for claim in (c for c in claims if c.phase != NodeClaimPhase.READY):
             used = Resources()
             for uid in claim.nominated:
                 pod = state.pending.get(uid)
@@ -238,6 +259,7 @@ class NodePoolWorkflow:
         used_memory = sum(_offering_memory(c.offering) for c in claims)
         return PlanRequest(
             pool_name=self._input.name,
+            namespace=self._input.namespace,
             pool=pool,
             class_providers=specs.node_class.configured_providers(),
             node_class=specs.node_class,
@@ -256,10 +278,18 @@ class NodePoolWorkflow:
             min_new_nodes=missing_floor,
         )
 
-    async def _start_claim(self, node: PlannedNode, *, for_min_nodes: bool) -> str:
+    async def _start_claim(
+        self,
+        node: PlannedNode,
+        *,
+        for_min_nodes: bool = False,
+        replaces: str | None = None,
+        replace_reason: str = "Drifted",
+    ) -> str:
         state = self._state
         specs = state.specs
         name = self._new_claim_name()
+        current_hash = drift_hash(specs.pool, specs.node_class)
         claim = new_claim(
             name=name,
             namespace=self._input.namespace,
@@ -270,6 +300,7 @@ class NodePoolWorkflow:
             cpu_m=node.requests.cpu_m,
             memory_bytes=node.requests.memory_bytes,
             pods=node.requests.pods,
+            annotations={DRIFT_HASH_ANNOTATION: current_hash},
         )
         await workflow.start_child_workflow(
             NodeClaimWorkflow.run,
@@ -299,9 +330,14 @@ class NodePoolWorkflow:
             phase=NodeClaimPhase.PENDING,
             offering=node.offerings[0],
             allocatable=allocatable,
-            nominated=list(node.pod_uids),
+            # Only real pending pods: a drift replacement is planned for a synthetic one.
+            nominated=[uid for uid in node.pod_uids if uid in state.pending],
             started_at=workflow.now(),
             for_min_nodes=for_min_nodes,
+            requests=node.requests,
+            drift_hash=current_hash,
+            replaces=replaces,
+            replace_reason=replace_reason,
         )
         state.claims_started += 1
         for uid in node.pod_uids:
@@ -358,6 +394,111 @@ class NodePoolWorkflow:
         ]
         return "pool limits " + ", ".join(p for p in parts if p)
 
+    # --- drift ------------------------------------------------------------------------------
+
+    async def _replace_drifted(self) -> None:
+        """Claims built from an older template/class get a replacement first; the old one
+        is disrupted (within the budgets) once its replacement is Ready."""
+        state = self._state
+        current = drift_hash(state.specs.pool, state.specs.node_class)
+        replacing = sum(
+            1 for c in state.claims.values() if c.replaces and c.phase != NodeClaimPhase.READY
+        )
+        for claim in self._live_claims():
+            if not claim.drift_hash or claim.drift_hash == current or claim.replaces:
+                continue
+            if not claim.drifted:
+                claim.drifted = True
+                await self._tell_claim(claim.name, "mark_drifted", "NodePool or NodeClass changed")
+            if claim.replaced_by is not None or claim.phase != NodeClaimPhase.READY:
+                continue
+            if self._disruptions_allowed("Drifted") - replacing <= 0:
+                break
+            synthetic = PodDemand(
+                uid=f"replacement-for/{claim.name}",
+                namespace=self._input.namespace,
+                name=f"replacement for {claim.name}",
+                requests=claim.requests if claim.requests.pods else claim.allocatable,
+            )
+            plan = await self._plan(self._plan_request([synthetic], 0), "plan drift replacement")
+            if plan.new_nodes:
+                claim.replaced_by = await self._start_claim(plan.new_nodes[0], replaces=claim.name)
+                replacing += 1
+
+    # --- consolidation ----------------------------------------------------------------------
+
+    async def _consolidate(self) -> None:
+        """Opt-in: every consolidateAfter, make the one move that saves the most, if any."""
+        state = self._state
+        disruption = state.specs.pool.disruption
+        if disruption.consolidation_policy != "WhenEmptyOrUnderutilized":
+            return
+        now = workflow.now()
+        after = timedelta(seconds=parse_duration(disruption.consolidate_after))
+        if state.last_consolidation and now < state.last_consolidation + after:
+            return
+        busy = [c for c in state.claims.values() if c.replaces and c.phase != NodeClaimPhase.READY]
+        if busy or "Underutilized" in {*state.permits.values(), *state.disruption_queue.values()}:
+            return  # one move at a time: let the last one finish
+        if self._disruptions_allowed("Underutilized") <= 0:
+            return
+        ready = {c.name: c for c in self._live_claims() if c.phase == NodeClaimPhase.READY}
+        candidates = [
+            c.name
+            for c in ready.values()
+            if now - c.started_at >= after and c.replaced_by is None and c.replaces is None
+        ]
+        if not candidates:
+            return
+        state.last_consolidation = now
+        decision = await workflow.execute_activity(
+            "find_consolidation",
+            ConsolidationInput(
+                pool_name=self._input.name,
+                namespace=self._input.namespace,
+                pool=state.specs.pool,
+                node_class=state.specs.node_class,
+                candidates=candidates,
+                ready={name: c.offering for name, c in ready.items()},
+                min_savings_eur_per_hour=disruption.consolidation_min_savings_eur_per_hour,
+                failed_offerings=sorted(state.failed_offerings),
+            ),
+            result_type=ConsolidationDecision,
+            start_to_close_timeout=timedelta(minutes=2),
+            retry_policy=_ACTIVITY_RETRY,
+            summary="look for consolidation",
+        )
+        state.consolidation_note = decision.explanation
+        name = decision.claim_name
+        if decision.action == "delete" and name:
+            state.permits[name] = "Underutilized"
+            if not await self._tell_claim(
+                name, "disruption_permitted", DisruptionPermit(reason="Underutilized")
+            ):
+                state.permits.pop(name, None)
+        elif decision.action == "replace" and name and decision.replacement:
+            new = await self._start_claim(
+                decision.replacement, replaces=name, replace_reason="Underutilized"
+            )
+            state.claims[name].replaced_by = new
+
+    def _next_wake_s(self) -> float:
+        """The periodic look; sooner when consolidation is on and due earlier."""
+        disruption = self._state.specs.pool.disruption
+        interval = self._input.reconcile_interval_s
+        if disruption.consolidation_policy == "WhenEmptyOrUnderutilized":
+            interval = min(interval, max(1.0, parse_duration(disruption.consolidate_after)))
+        return interval
+
+    async def _tell_claim(self, claim_name: str, signal: str, arg: object) -> bool:
+        handle = workflow.get_external_workflow_handle(claim_workflow_id(claim_name))
+        try:
+            await handle.signal(signal, arg)
+        except Exception as err:  # the claim is gone
+            workflow.logger.warning("claim %s did not take %s: %s", claim_name, signal, err)
+            return False
+        return True
+
     # --- disruption budgets ---------------------------------------------------------------
 
     async def _grant_permits(self) -> None:
@@ -368,11 +509,8 @@ class NodePoolWorkflow:
                 continue
             del state.disruption_queue[name]
             state.permits[name] = reason
-            handle = workflow.get_external_workflow_handle(claim_workflow_id(name))
-            try:
-                await handle.signal("disruption_permitted", DisruptionPermit(reason=reason))
-            except Exception as err:  # the claim is gone: its permit goes with it
-                workflow.logger.warning("claim %s did not take its permit: %s", name, err)
+            permit = DisruptionPermit(reason=reason)
+            if not await self._tell_claim(name, "disruption_permitted", permit):
                 state.permits.pop(name, None)
 
     def _disruptions_allowed(self, reason: str) -> int:

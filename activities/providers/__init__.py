@@ -9,6 +9,13 @@ from activities.providers.base import Provider
 # provider name -> "module:Class"; SDK imports are heavy, so each loads on first use.
 _PROVIDER_CLASSES: dict[str, str] = {
     "fake": "activities.providers.fake:FakeProvider",
+    "aws": "activities.providers.aws:AwsProvider",
+    "gcp": "activities.providers.gcp:GcpProvider",
+    "azure": "activities.providers.azure:AzureProvider",
+    "digitalocean": "activities.providers.digitalocean:DigitalOceanProvider",
+    "ovh": "activities.providers.ovh:OvhProvider",
+    "hetzner": "activities.providers.hetzner:HetznerProvider",
+    "scaleway": "activities.providers.scaleway:ScalewayProvider",
 }
 
 

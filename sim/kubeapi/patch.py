@@ -17,7 +17,6 @@ MERGE_KEYS: dict[str, tuple[str, ...]] = {
     "containers": ("name",),
     "initContainers": ("name",),
     "ephemeralContainers": ("name",),
-    "taints": ("key", "effect"),
     "addresses": ("type",),
     "volumes": ("name",),
     "volumeMounts": ("mountPath",),

@@ -1,0 +1,352 @@
+"""Orphan garbage collection: list what we own, ask which claims still live, remove the rest.
+
+Three activities, so that the one needing the Temporal client (only `async def` activities
+get `activity.client()`) stays small and the sync ones run on the worker's thread pool:
+
+- `collect_orphans` (sync): every provider block of every NodeClass in the cluster (all
+  namespaces) → `list_owned(cluster_id)`, credentials read from the NodeClass' Secret
+  reference like `create_instance` does; plus every bootstrap-token / bootstrap-script
+  Secret (by their `cloudburst.io/purpose` label). A provider that cannot be listed is
+  reported and skipped; the others are still collected.
+- `claim_workflow_states` (async): `nodeclaim-<claim>` running, closed or unknown.
+- `remove_orphans` (sync): deletes the VMs the workflow chose (idempotent; waits until each
+  is confirmed gone, up to a timeout) and the stale Secrets (already gone is fine).
+
+The decision — which VM is an orphan, which Secret is stale — is the workflow's, from these
+results, so it is visible in history and deterministic.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import logging
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any, cast
+
+from kubernetes import client as k8s
+from kubernetes.client.exceptions import ApiException
+from pydantic import ValidationError
+from temporalio import activity
+from temporalio.client import WorkflowExecutionStatus
+from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError, RPCStatusCode
+
+from activities.bootstrap import SCRIPT_PURPOSE, TOKEN_NAMESPACE, TOKEN_PURPOSE
+from activities.heartbeat import heartbeating
+from activities.kube import discard, read_secret_value
+from activities.providers import provider_class
+from activities.providers.base import Provider, ProviderError
+from api import labels
+from api.gc import (
+    ClaimState,
+    ClaimStates,
+    ClaimStatesInput,
+    GcInventory,
+    GcScope,
+    LabelledSecret,
+    OrphanGcInput,
+    OrphanVm,
+    OwnedVm,
+    RemovalResult,
+    RemovedSecret,
+    RemovedVm,
+    RemoveOrphansInput,
+    SecretPurpose,
+)
+from api.messages import claim_workflow_id
+from api.nodeclass import NodeClass
+
+log = logging.getLogger(__name__)
+
+GROUP, VERSION = "cloudburst.io", "v1alpha1"
+_DESCRIBE_CONCURRENCY = 16
+_DELETE_POLL_S = 1.0
+_DELETE_REREQUEST_S = 30.0
+
+
+def _parse_time(value: str | None) -> datetime | None:
+    if not value:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def _b64_text(value: bytes | str | None) -> str:
+    if not value:
+        return ""
+    try:
+        return base64.b64decode(value).decode()
+    except (binascii.Error, UnicodeDecodeError):
+        return ""
+
+
+def _close(provider: Provider) -> None:
+    close = getattr(provider, "close", None)
+    if callable(close):
+        close()
+
+
+def _message(exc: BaseException) -> str:
+    """A short, credential-free description (provider errors are scrubbed at the boundary)."""
+    if isinstance(exc, ProviderError):
+        return exc.message
+    if isinstance(exc, ApplicationError):
+        return exc.message
+    if isinstance(exc, ApiException):
+        return f"Kubernetes API: HTTP {exc.status} {exc.reason or ''}".strip()
+    return type(exc).__name__
+
+
+class GcActivities:
+    def __init__(self, api_client: k8s.ApiClient) -> None:
+        self._core = k8s.CoreV1Api(api_client)
+        self._custom = k8s.CustomObjectsApi(api_client)
+
+    def activities(self) -> list[Callable[..., Any]]:
+        return [self.collect_orphans, self.claim_workflow_states, self.remove_orphans]
+
+    # ---- collect -------------------------------------------------------------------------
+
+    @activity.defn(name="collect_orphans")
+    def collect_orphans(self, input: OrphanGcInput) -> GcInventory:
+        errors: list[str] = []
+        progress = {"scope": ""}
+        with heartbeating(details=lambda: f"listing {progress['scope']}"):
+            scopes = self._scopes(errors)
+            vms: list[OwnedVm] = []
+            seen: set[str] = set()
+            for index, scope in enumerate(scopes):
+                where = f"{scope.provider} (NodeClass {scope.namespace}/{scope.node_class_name})"
+                progress["scope"] = where
+                try:
+                    provider = self._provider(scope)
+                    try:
+                        owned = provider.list_owned(input.cluster_id)
+                    finally:
+                        _close(provider)
+                except (ProviderError, ApplicationError, ApiException, KeyError) as exc:
+                    log.warning("orphan GC: cannot list %s: %s", where, _message(exc))
+                    errors.append(f"{where}: {_message(exc)}")
+                    continue
+                for inst in owned:
+                    if inst.id in seen:  # two NodeClasses reaching the same account
+                        continue
+                    seen.add(inst.id)
+                    vms.append(
+                        OwnedVm(
+                            scope=index,
+                            instance_id=inst.id,
+                            provider=inst.provider,
+                            claim_name=inst.labels.get(labels.NODECLAIM),
+                            node_pool=inst.labels.get(labels.NODEPOOL),
+                            state=inst.state.value,
+                            created_at=inst.created_at,
+                        )
+                    )
+            progress["scope"] = "bootstrap Secrets"
+            secrets = self._secrets()
+        log.info(
+            "orphan GC: %d owned VM(s) on %d provider scope(s), %d bootstrap Secret(s)",
+            len(vms),
+            len(scopes),
+            len(secrets),
+        )
+        return GcInventory(
+            scopes=scopes, vms=vms, secrets=secrets, errors=errors, listed_at=datetime.now(UTC)
+        )
+
+    def _scopes(self, errors: list[str]) -> list[GcScope]:
+        """One scope per distinct provider configuration among all NodeClasses."""
+        raw = cast(
+            dict[str, Any],
+            self._custom.list_cluster_custom_object(GROUP, VERSION, "nodeclasses"),
+        )
+        scopes: list[GcScope] = []
+        keys: set[tuple[str, str, str]] = set()
+        for item in raw.get("items") or []:
+            meta = item.get("metadata") or {}
+            where = f"NodeClass {meta.get('namespace', '?')}/{meta.get('name', '?')}"
+            try:
+                node_class = NodeClass.model_validate(item)
+            except ValidationError as exc:
+                errors.append(f"{where}: invalid ({exc.error_count()} error(s)); skipped")
+                continue
+            namespace = node_class.metadata.namespace
+            for provider in node_class.spec.configured_providers():
+                block = node_class.spec.provider_block(provider)
+                ref = block.credential_ref()
+                secret_ns = (ref.namespace or namespace) if ref else ""
+                key = (provider, secret_ns, block.model_dump_json())
+                if key in keys:
+                    continue
+                keys.add(key)
+                scopes.append(
+                    GcScope(
+                        provider=provider,
+                        namespace=namespace,
+                        node_class_name=node_class.metadata.name,
+                        node_class=node_class.spec,
+                    )
+                )
+        return scopes
+
+    def _provider(self, scope: GcScope) -> Provider:
+        block = scope.node_class.provider_block(scope.provider)
+        cls = provider_class(scope.provider)
+        ref = block.credential_ref()
+        credential = read_secret_value(self._core, scope.namespace, ref) if ref else None
+        return cls(block, credential)
+
+    def _secrets(self) -> list[LabelledSecret]:
+        out: list[LabelledSecret] = []
+        for purpose in (TOKEN_PURPOSE, SCRIPT_PURPOSE):
+            listed = self._core.list_secret_for_all_namespaces(
+                label_selector=f"{labels.SECRET_PURPOSE}={purpose}"
+            )
+            for secret in listed.items or []:
+                meta = secret.metadata
+                if meta is None or not meta.name or meta.deletion_timestamp:
+                    continue
+                if purpose == TOKEN_PURPOSE and meta.namespace != TOKEN_NAMESPACE:
+                    continue  # bootstrap tokens only count in kube-system
+                expires = None
+                if purpose == TOKEN_PURPOSE:
+                    expires = _parse_time(_b64_text((secret.data or {}).get("expiration")))
+                created = meta.creation_timestamp
+                out.append(
+                    LabelledSecret(
+                        namespace=meta.namespace or "default",
+                        name=meta.name,
+                        purpose=SecretPurpose(purpose),
+                        claim_name=(meta.labels or {}).get(labels.NODECLAIM),
+                        created_at=created if isinstance(created, datetime) else None,
+                        expires_at=expires,
+                    )
+                )
+        return out
+
+    # ---- claim states --------------------------------------------------------------------
+
+    @activity.defn(name="claim_workflow_states")
+    async def claim_workflow_states(self, input: ClaimStatesInput) -> ClaimStates:
+        client = activity.client()
+        limit = asyncio.Semaphore(_DESCRIBE_CONCURRENCY)
+
+        async def state(claim: str) -> tuple[str, ClaimState]:
+            async with limit:
+                handle = client.get_workflow_handle(claim_workflow_id(claim))
+                try:
+                    desc = await handle.describe()
+                except RPCError as err:
+                    if err.status == RPCStatusCode.NOT_FOUND:
+                        return claim, ClaimState.UNKNOWN
+                    raise
+            running = desc.status == WorkflowExecutionStatus.RUNNING
+            return claim, ClaimState.RUNNING if running else ClaimState.CLOSED
+
+        results = await asyncio.gather(*(state(c) for c in sorted(set(input.claim_names))))
+        return ClaimStates(states=dict(results))
+
+    # ---- remove --------------------------------------------------------------------------
+
+    @activity.defn(name="remove_orphans")
+    def remove_orphans(self, input: RemoveOrphansInput) -> RemovalResult:
+        result = RemovalResult()
+        progress = {"doing": "starting"}
+        with heartbeating(details=lambda: progress["doing"]):
+            by_scope: dict[int, list[int]] = {}
+            for i, orphan in enumerate(input.vms):
+                by_scope.setdefault(orphan.vm.scope, []).append(i)
+            for scope_index, members in by_scope.items():
+                scope = input.scopes[scope_index]
+                where = f"{scope.provider} (NodeClass {scope.namespace}/{scope.node_class_name})"
+                try:
+                    provider = self._provider(scope)
+                except (ProviderError, ApplicationError, ApiException, KeyError) as exc:
+                    result.errors.append(f"{where}: {_message(exc)}")
+                    continue
+                try:
+                    self._remove_vms(
+                        provider, [input.vms[i] for i in members], input, result, progress
+                    )
+                finally:
+                    _close(provider)
+            for stale in input.secrets:
+                s = stale.secret
+                progress["doing"] = f"deleting Secret {s.namespace}/{s.name}"
+                try:
+                    discard(
+                        self._core.delete_namespaced_secret(
+                            s.name, s.namespace, _preload_content=False
+                        )
+                    )
+                except ApiException as exc:
+                    if exc.status != 404:
+                        result.errors.append(f"Secret {s.namespace}/{s.name}: {_message(exc)}")
+                        continue
+                log.info("orphan GC: deleted Secret %s/%s: %s", s.namespace, s.name, stale.reason)
+                result.secrets_deleted.append(
+                    RemovedSecret(
+                        namespace=s.namespace,
+                        name=s.name,
+                        purpose=s.purpose,
+                        claim_name=s.claim_name,
+                        reason=stale.reason,
+                    )
+                )
+        return result
+
+    def _remove_vms(
+        self,
+        provider: Provider,
+        orphans: list[OrphanVm],
+        input: RemoveOrphansInput,
+        result: RemovalResult,
+        progress: dict[str, str],
+    ) -> None:
+        for orphan in orphans:
+            progress["doing"] = f"deleting {orphan.vm.instance_id}"
+            try:
+                gone = self._delete_vm(provider, orphan.vm.instance_id, input)
+            except ProviderError as exc:
+                result.errors.append(f"{orphan.vm.instance_id}: {_message(exc)}")
+                continue
+            if not gone:
+                result.vms_pending.append(orphan.vm.instance_id)
+                continue
+            log.info(
+                "orphan GC: deleted VM %s (claim %s): %s",
+                orphan.vm.instance_id,
+                orphan.vm.claim_name,
+                orphan.reason,
+            )
+            result.vms_deleted.append(
+                RemovedVm(
+                    instance_id=orphan.vm.instance_id,
+                    provider=orphan.vm.provider,
+                    claim_name=orphan.vm.claim_name,
+                    reason=orphan.reason,
+                )
+            )
+
+    @staticmethod
+    def _delete_vm(provider: Provider, instance_id: str, input: RemoveOrphansInput) -> bool:
+        """Ask for deletion and wait until the provider says the VM is gone (True)."""
+        deadline = time.monotonic() + input.delete_timeout_s
+        last_request = float("-inf")
+        while True:
+            if provider.get(instance_id) is None:
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            if time.monotonic() - last_request >= _DELETE_REREQUEST_S:
+                provider.delete(instance_id)
+                last_request = time.monotonic()
+            time.sleep(_DELETE_POLL_S if input.delete_timeout_s > 5 else 0.2)

@@ -1,0 +1,120 @@
+"""The built-in catalog: real instance types with on-demand prices, shipped as `catalog.json`.
+
+A package rather than a `catalog.py` module so that the data file beside it is package data
+(`"*.json"` in pyproject) and the import path stays `activities.planning.catalog`.
+Prices are kept in their original currency and normalised to EUR/hour with the file's
+documented `usd_to_eur` rate; every entry names its source and date. Set
+`CLOUDBURST_CATALOG=/path/to/catalog.json` to use a refreshed copy instead of the shipped one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from activities.planning.regions import offering_allowed
+from api.nodeclaim import Offering
+from api.nodepool import Requirements
+
+SHIPPED_PATH = Path(__file__).with_name("catalog.json")
+CATALOG_ENV = "CLOUDBURST_CATALOG"
+
+
+@dataclass(frozen=True)
+class CatalogEntry:
+    provider: str
+    name: str
+    vcpu: float
+    memory_gib: float
+    arch: str  # x86_64 or arm64
+    currency: str  # of `prices`
+    prices: dict[str, float]  # region -> hourly price in `currency`
+    prices_eur: dict[str, float]  # region -> hourly price in EUR
+    source: str
+    as_of: str
+    zones: dict[str, str] = field(default_factory=dict)  # region -> zone to launch in
+
+
+class Catalog:
+    def __init__(self, header: dict[str, Any], entries: list[CatalogEntry]) -> None:
+        self.header = header
+        self.entries = entries
+
+    @property
+    def usd_to_eur(self) -> float:
+        return float(self.header.get("usd_to_eur", 0.92))
+
+    @classmethod
+    def load(cls, path: Path | str | None = None) -> Catalog:
+        path = Path(path or os.environ.get(CATALOG_ENV) or SHIPPED_PATH)
+        data = json.loads(path.read_text())
+        entries = [
+            CatalogEntry(
+                provider=raw["provider"],
+                name=raw["name"],
+                vcpu=float(raw["vcpu"]),
+                memory_gib=float(raw["memory_gib"]),
+                arch=raw["arch"],
+                currency=raw.get("currency", "EUR"),
+                prices={k: float(v) for k, v in raw["prices"].items()},
+                prices_eur={k: float(v) for k, v in raw["prices_eur"].items()},
+                source=raw.get("source", ""),
+                as_of=raw.get("as_of", ""),
+                zones=dict(raw.get("zones") or {}),
+            )
+            for raw in data.get("instance_types", [])
+        ]
+        header = {k: v for k, v in data.items() if k != "instance_types"}
+        return cls(header, entries)
+
+    def save(self, path: Path | str) -> None:
+        data = dict(self.header)
+        data["instance_types"] = [
+            {k: v for k, v in asdict(e).items() if k != "zones" or v} for e in self.entries
+        ]
+        Path(path).write_text(json.dumps(data, indent=1) + "\n")
+
+    def providers(self) -> list[str]:
+        return sorted({e.provider for e in self.entries})
+
+    def to_eur(self, price: float, currency: str) -> float:
+        if currency == "EUR":
+            return round(price, 5)
+        if currency == "USD":
+            return round(price * self.usd_to_eur, 5)
+        raise ValueError(f"no exchange rate for {currency}")
+
+    def with_provider(self, provider: str, entries: list[CatalogEntry]) -> Catalog:
+        """A copy with `provider`'s part replaced (what `catalog refresh` writes)."""
+        kept = [e for e in self.entries if e.provider != provider]
+        return Catalog(dict(self.header), kept + sorted(entries, key=lambda e: e.name))
+
+    def all_offerings(self) -> list[Offering]:
+        return [
+            Offering(
+                provider=e.provider,
+                region=region,
+                zone=e.zones.get(region),
+                instance_type=e.name,
+                vcpu=e.vcpu,
+                memory_gib=e.memory_gib,
+                arch=e.arch,
+                price_eur_per_hour=price,
+            )
+            for e in self.entries
+            for region, price in e.prices_eur.items()
+        ]
+
+    def offerings(
+        self, requirements: Requirements, class_providers: list[str] | None = None
+    ) -> list[Offering]:
+        """What a pool with these requirements may launch, cheapest first."""
+        allowed = [
+            o
+            for o in self.all_offerings()
+            if offering_allowed(o, requirements, class_providers) is None
+        ]
+        return sorted(allowed, key=lambda o: (o.price_eur_per_hour or 0.0, o.key))

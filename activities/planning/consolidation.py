@@ -1,0 +1,173 @@
+"""Consolidation: find the one move that saves the most — remove a node whose pods fit on the
+pool's other nodes, or replace it with a cheaper one that fits them — never below a threshold.
+
+It reads the cluster (which pods run where, what each node can still take) and reuses the
+planner for the cheapest replacement, so the same offerings, limits and overheads apply.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from kubernetes import client as k8s
+from temporalio import activity
+
+from activities.kube import is_left_alone
+from activities.planning.activity import PlanningActivities
+from activities.planning.requirements import pod_demand
+from api.planning import PlanRequest, PodDemand, Resources
+from api.pool import ConsolidationDecision, ConsolidationInput
+from api.quantity import cpu_millis, memory_bytes
+
+log = logging.getLogger(__name__)
+
+DO_NOT_DISRUPT = ("cloudburst.io/do-not-disrupt", "karpenter.sh/do-not-disrupt")
+
+
+class ConsolidationActivities:
+    def __init__(self, api_client: k8s.ApiClient, planning: PlanningActivities) -> None:
+        self._core = k8s.CoreV1Api(api_client)
+        self._planning = planning
+
+    def activities(self) -> list[Callable[..., Any]]:
+        return [self.find_consolidation]
+
+    @activity.defn(name="find_consolidation")
+    def find_consolidation(self, input: ConsolidationInput) -> ConsolidationDecision:
+        nodes = {name: self._node(name) for name in input.ready}
+        pods = {name: self._workload(name) for name in input.ready}
+        free = {
+            name: _allocatable(node) - _sum(p for p, _ in pods[name])
+            for name, node in nodes.items()
+            if node is not None and not (node.spec and node.spec.unschedulable)
+        }
+        best = ConsolidationDecision(explanation="no node is underutilized")
+        notes: list[str] = []
+        for name in input.candidates:
+            node_pods = pods.get(name, [])
+            protected = [p.name for p, annotations in node_pods if _protected(annotations)]
+            if protected:
+                notes.append(f"{name}: do-not-disrupt pods {protected}")
+                continue
+            price = input.ready[name].price_eur_per_hour or 0.0
+            demands = [p for p, _ in node_pods]
+            others = {n: capacity for n, capacity in free.items() if n != name}
+            if _fits_elsewhere(demands, others, nodes):
+                decision = ConsolidationDecision(
+                    action="delete",
+                    claim_name=name,
+                    savings_eur_per_hour=round(price, 6),
+                    explanation=f"{len(demands)} pods of {name} fit on the pool's other nodes",
+                )
+            else:
+                decision = self._replacement(input, name, demands, price)
+            if decision.savings_eur_per_hour > best.savings_eur_per_hour:
+                best = decision
+        if best.action != "none" and best.savings_eur_per_hour < input.min_savings_eur_per_hour:
+            notes.append(
+                f"best move ({best.action} {best.claim_name}) saves only "
+                f"{best.savings_eur_per_hour:.4f} EUR/h, below the threshold"
+            )
+            best = ConsolidationDecision(explanation="; ".join(notes))
+        elif best.action == "none" and notes:
+            best.explanation = "; ".join(notes)
+        log.info("pool %s consolidation: %s", input.pool_name, best.explanation)
+        return best
+
+    def _replacement(
+        self, input: ConsolidationInput, name: str, demands: list[PodDemand], price: float
+    ) -> ConsolidationDecision:
+        """The cheapest single node that takes all the pods, if it is cheaper than this one."""
+        if not demands:
+            return ConsolidationDecision(explanation=f"{name} is empty")
+        total = _sum(demands)
+        synthetic = PodDemand(
+            uid=f"consolidate/{name}",
+            namespace=input.namespace,
+            name=f"pods of {name}",
+            requests=total,
+        )
+        plan = self._planning.plan_capacity(
+            PlanRequest(
+                pool_name=input.pool_name,
+                namespace=input.namespace,
+                pool=input.pool,
+                class_providers=input.node_class.configured_providers(),
+                node_class=input.node_class,
+                pods=[synthetic],
+                failed_offerings=input.failed_offerings,
+                max_new_nodes=1,
+            )
+        )
+        if not plan.new_nodes:
+            return ConsolidationDecision(explanation=f"no single offering takes the pods of {name}")
+        node = plan.new_nodes[0]
+        new_price = node.offerings[0].price_eur_per_hour or 0.0
+        if new_price >= price:
+            return ConsolidationDecision(explanation=f"{name} is already the cheapest fit")
+        return ConsolidationDecision(
+            action="replace",
+            claim_name=name,
+            replacement=node,
+            savings_eur_per_hour=round(price - new_price, 6),
+            explanation=f"{name} can be replaced by {node.offerings[0].key}",
+        )
+
+    def _node(self, name: str) -> k8s.V1Node | None:
+        try:
+            node: k8s.V1Node = self._core.read_node(name)
+        except k8s.ApiException as err:
+            if err.status == 404:
+                return None
+            raise
+        return node
+
+    def _workload(self, node: str) -> list[tuple[PodDemand, dict[str, str]]]:
+        listing = self._core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node}")
+        return [
+            (pod_demand(pod), dict((pod.metadata.annotations if pod.metadata else None) or {}))
+            for pod in listing.items
+            if not is_left_alone(pod)
+        ]
+
+
+def _fits_elsewhere(
+    demands: list[PodDemand], free: dict[str, Resources], nodes: dict[str, k8s.V1Node | None]
+) -> bool:
+    """First-fit decreasing onto the other nodes' free capacity, honouring nodeSelectors."""
+    remaining = dict(free)
+    for demand in sorted(
+        demands, key=lambda d: (d.requests.cpu_m, d.requests.memory_bytes), reverse=True
+    ):
+        for name, capacity in remaining.items():
+            node = nodes.get(name)
+            labels = (node.metadata.labels if node and node.metadata else None) or {}
+            selector_ok = all(labels.get(k) == v for k, v in demand.node_selector.items())
+            if selector_ok and demand.requests.fits_in(capacity):
+                remaining[name] = capacity - demand.requests
+                break
+        else:
+            return False
+    return True
+
+
+def _allocatable(node: k8s.V1Node | None) -> Resources:
+    values = (node.status.allocatable if node and node.status else None) or {}
+    return Resources(
+        cpu_m=cpu_millis(values.get("cpu", "0")),
+        memory_bytes=memory_bytes(values.get("memory", "0")),
+        pods=int(values.get("pods", "0")),
+    )
+
+
+def _sum(demands: Any) -> Resources:
+    total = Resources()
+    for demand in demands:
+        total = total + demand.requests
+    return total
+
+
+def _protected(annotations: dict[str, str]) -> bool:
+    return any(annotations.get(key) == "true" for key in DO_NOT_DISRUPT)

@@ -1,0 +1,159 @@
+"""`cloudburst bootstrap render`: the first-boot script a VM would get, offline.
+
+It renders through the same function as the `prepare_bootstrap` activity, with the secrets
+(join token, Tailscale auth key) replaced by clearly marked placeholders, so an operator can
+read exactly what their VMs will run without a cluster and without seeing a secret.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated, TypeVar
+
+import typer
+from temporalio.exceptions import ApplicationError
+
+from activities.bootstrap import ca_cert_hash, render_claim_script
+from api import NodeClass, NodePool, Offering
+from cli.claims import ClaimError, PoolContext, check_offering, parse_offering
+from cli.manifests import load_manifests
+
+bootstrap_app = typer.Typer(help="Inspect the first-boot script burst VMs run.")
+
+TOKEN_PLACEHOLDER = "<BOOTSTRAP-TOKEN: created per claim at launch>"
+CA_HASH_PLACEHOLDER = (
+    "<CA-CERT-HASH: sha256 of the cluster CA public key, read from kube-public/cluster-info "
+    "at launch; pass --ca-cert to fill it in>"
+)
+
+_Model = TypeVar("_Model", NodePool, NodeClass)
+
+
+class RenderError(Exception):
+    """A manifest or option that cannot be rendered: the message says what to fix."""
+
+
+def tailscale_placeholder(node_class: NodeClass) -> str | None:
+    """What stands for the auth key: which Secret and key the activity would read."""
+    if node_class.spec.tailscale is None:
+        return None
+    ref = node_class.spec.tailscale.auth_key_secret_ref
+    namespace = ref.namespace or node_class.metadata.namespace or "default"
+    return f"<TAILSCALE-AUTH-KEY from Secret {namespace}/{ref.name} key {ref.key}>"
+
+
+def render_preview(
+    pool: NodePool,
+    node_class: NodeClass,
+    *,
+    claim_name: str | None = None,
+    offering: Offering | None = None,
+    ca_cert_pem: bytes | None = None,
+) -> str:
+    """The script for a claim of `pool`, secrets replaced by placeholders."""
+    namespace = pool.metadata.namespace or "default"
+    pool_name = pool.metadata.name
+    name = claim_name or f"{pool_name}-xxxxx"
+    if offering is not None:
+        try:
+            check_offering(PoolContext(pool, node_class.metadata.name, node_class), offering)
+        except ClaimError as err:
+            raise RenderError(str(err)) from None
+    ca_hash = CA_HASH_PLACEHOLDER
+    if ca_cert_pem is not None:
+        try:
+            ca_hash = ca_cert_hash(ca_cert_pem)
+        except ValueError as err:
+            raise RenderError(f"--ca-cert is not a PEM certificate: {err}") from None
+    try:
+        return render_claim_script(
+            claim_name=name,
+            namespace=namespace,
+            node_pool=pool_name,
+            node_class=node_class.spec,
+            node_labels=dict(pool.spec.template.labels),
+            taints=list(pool.spec.template.taints),
+            offering=offering,
+            token=TOKEN_PLACEHOLDER,
+            ca_hash=ca_hash,
+            tailscale_auth_key=tailscale_placeholder(node_class),
+        )
+    except ApplicationError as err:
+        raise RenderError(err.message) from None
+
+
+def _load(path: Path, kind: type[_Model]) -> list[_Model]:
+    loaded = load_manifests(path)
+    if loaded.problems:
+        raise RenderError("\n".join(str(problem) for problem in loaded.problems))
+    return [r for r in loaded.resources if isinstance(r, kind)]
+
+
+def _pick_pool(path: Path) -> NodePool:
+    pools = _load(path, NodePool)
+    if len(pools) != 1:
+        names = ", ".join(p.metadata.name for p in pools) or "none"
+        raise RenderError(f"{path}: expected one NodePool, found {len(pools)} ({names})")
+    return pools[0]
+
+
+def _pick_class(path: Path, pool: NodePool) -> NodeClass:
+    classes = _load(path, NodeClass)
+    wanted = pool.spec.node_class_ref
+    if wanted is not None:
+        for node_class in classes:
+            if node_class.metadata.name == wanted:
+                return node_class
+        raise RenderError(
+            f"{path}: no NodeClass {wanted!r} (NodePool {pool.metadata.name} spec.nodeClassRef)"
+        )
+    if len(classes) != 1:
+        names = ", ".join(c.metadata.name for c in classes) or "none"
+        raise RenderError(
+            f"{path}: expected one NodeClass, found {len(classes)} ({names}); "
+            "set spec.nodeClassRef on the NodePool"
+        )
+    return classes[0]
+
+
+@bootstrap_app.command("render")
+def render(
+    nodeclass: Annotated[Path, typer.Option("--nodeclass", help="YAML file with the NodeClass")],
+    nodepool: Annotated[Path, typer.Option("--nodepool", help="YAML file with the NodePool")],
+    claim: Annotated[
+        str | None, typer.Option("--claim", help="claim (= node, VM) name; default <pool>-xxxxx")
+    ] = None,
+    offering: Annotated[
+        str | None,
+        typer.Option("--offering", help="PROVIDER/REGION/INSTANCE-TYPE, for the node's labels"),
+    ] = None,
+    ca_cert: Annotated[
+        Path | None,
+        typer.Option("--ca-cert", help="the cluster CA (PEM), to fill in the discovery hash"),
+    ] = None,
+) -> None:
+    """Print the first-boot script a VM of the pool would get; no cluster needed.
+
+    The join token and the Tailscale auth key are replaced by marked placeholders (each VM
+    gets a token of its own at launch); so is the CA hash unless --ca-cert is given.
+    """
+    try:
+        pool = _pick_pool(nodepool)
+        node_class = _pick_class(nodeclass, pool)
+        chosen = parse_offering(offering) if offering else None
+        pem = _read(ca_cert) if ca_cert is not None else None
+        script = render_preview(
+            pool, node_class, claim_name=claim, offering=chosen, ca_cert_pem=pem
+        )
+    except (RenderError, ClaimError) as err:
+        typer.echo(f"error: {err}", err=True)
+        raise typer.Exit(code=1) from None
+    sys.stdout.write(script)
+
+
+def _read(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError as err:
+        raise RenderError(f"cannot read {path}: {err.strerror}") from None

@@ -1,0 +1,121 @@
+"""`cloudburst catalog`: show the offerings a pool would get, refresh prices from the APIs."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from activities.planning.catalog import CATALOG_ENV, SHIPPED_PATH, Catalog
+from activities.planning.plan import kube_reserved, usable_capacity
+from activities.planning.refresh import TOKEN_ENV, RefreshError, refresh_provider
+from api.nodepool import PROVIDERS, Requirements
+
+catalog_app = typer.Typer(help="The built-in instance-type catalog and its prices.")
+console = Console()
+err_console = Console(stderr=True)
+
+CatalogPath = Annotated[
+    Path | None,
+    typer.Option("--catalog", help=f"catalog file (default: ${CATALOG_ENV} or the shipped one)"),
+]
+
+
+@catalog_app.command("show")
+def show(
+    min_vcpu: Annotated[float, typer.Option(help="at least this many vCPUs per node")] = 1,
+    min_ram_gb: Annotated[float, typer.Option(help="at least this many GiB per node")] = 1,
+    arch: Annotated[list[str] | None, typer.Option(help="x86_64/arm64; repeat for several")] = None,
+    region_constraint: Annotated[
+        str, typer.Option(help="ANY, EU, US, or comma-separated region slugs")
+    ] = "ANY",
+    max_price: Annotated[float | None, typer.Option(help="EUR per hour")] = None,
+    providers: Annotated[str | None, typer.Option(help="comma-separated allowed providers")] = None,
+    limit: Annotated[int, typer.Option(help="rows to print")] = 20,
+    catalog: CatalogPath = None,
+) -> None:
+    """Print the ranking a pool with these requirements would get (cheapest first)."""
+    constraint: str | list[str] = (
+        region_constraint
+        if region_constraint.upper() in ("ANY", "EU", "US")
+        else [r.strip() for r in region_constraint.split(",") if r.strip()]
+    )
+    try:
+        requirements = Requirements(
+            region_constraint=constraint,
+            arch=arch or ["x86_64"],
+            max_price_eur_per_hour=max_price,
+            allowed_providers=[p.strip() for p in providers.split(",")] if providers else [],
+        )
+    except ValueError as err:
+        err_console.print(f"[red]✗[/red] {err}")
+        raise typer.Exit(2) from None
+    # Sizes as the seed's CloudBroker reads them: the node's vCPUs and memory, not what is
+    # left after kube-reserved (the USABLE columns show that).
+    class_providers = [p for p in PROVIDERS if p != "fake"]
+    ranked = [
+        o
+        for o in Catalog.load(catalog).offerings(requirements, class_providers)
+        if (o.vcpu or 0) >= min_vcpu and (o.memory_gib or 0) >= min_ram_gb
+    ][:limit]
+    table = Table(
+        "#",
+        "PROVIDER",
+        "REGION",
+        "TYPE",
+        "ARCH",
+        "VCPU",
+        "GIB",
+        "USABLE CPU",
+        "USABLE GIB",
+        "EUR/H",
+        title=f"{len(ranked)} offerings with ≥{min_vcpu:g} vCPU and ≥{min_ram_gb:g} GiB, cheapest first",
+    )
+    for i, o in enumerate(ranked, 1):
+        cap = usable_capacity(o, kube_reserved(o))
+        table.add_row(
+            str(i),
+            o.provider,
+            o.region,
+            o.instance_type,
+            o.arch,
+            f"{o.vcpu:g}",
+            f"{o.memory_gib:g}",
+            f"{cap.cpu_m / 1000:.2f}",
+            f"{cap.memory_bytes / 2**30:.2f}",
+            f"{o.price_eur_per_hour:.4f}",
+        )
+    console.print(table)
+    if not ranked:
+        raise typer.Exit(1)
+
+
+@catalog_app.command("refresh")
+def refresh(
+    provider: Annotated[str, typer.Option(help="hetzner, scaleway, digitalocean or azure")],
+    endpoint: Annotated[
+        str | None, typer.Option(help="API base URL (a local stand-in in tests)")
+    ] = None,
+    catalog: CatalogPath = None,
+    output: Annotated[
+        Path | None, typer.Option(help="where to write (default: the input file)")
+    ] = None,
+) -> None:
+    """Rebuild one provider's part of the catalog from its own price API."""
+    source = catalog or Path(os.environ.get(CATALOG_ENV) or SHIPPED_PATH)
+    current = Catalog.load(source)
+    token = os.environ.get(TOKEN_ENV[provider]) if provider in TOKEN_ENV else None
+    try:
+        updated = refresh_provider(current, provider, endpoint=endpoint, token=token)
+    except RefreshError as err:
+        err_console.print(f"[red]✗[/red] {err}")
+        raise typer.Exit(1) from None
+    target = output or source
+    updated.save(target)
+    before = sum(1 for e in current.entries if e.provider == provider)
+    after = sum(1 for e in updated.entries if e.provider == provider)
+    console.print(f"{provider}: {before} → {after} instance types written to {target}")

@@ -1,0 +1,457 @@
+"""A stand-in for the DigitalOcean API v2 — the subset `activities/providers/digitalocean.py`
+calls, spoken the way `python-digitalocean` expects it.
+
+    POST   /v2/droplets                 {name, region, size, image, tags, user_data, ...} → 202
+    GET    /v2/droplets?tag_name=T&page=P&per_page=N   (links.pages.next when more)
+    GET    /v2/droplets/{id}
+    DELETE /v2/droplets/{id}            → 204
+    GET    /v2/sizes?page=P&per_page=N
+
+Bearer-token auth; errors are `{"id": ..., "message": ...}` as DigitalOcean sends them
+(python-digitalocean keeps only the message). Every request is recorded (`requests_seen()`)
+so tests can prove that nothing went anywhere else. `next_link_base` makes pagination links
+point at another host (a real API answers with absolute `https://api.digitalocean.com/...`
+links): a client that follows them leaves the configured endpoint, which a test can see.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlencode
+
+from sim.clouds.base import (
+    FAILURE_KINDS,
+    Failures,
+    Request,
+    Response,
+    StandinHTTPServer,
+    lifecycle_state,
+    private_ip,
+    rfc3339,
+)
+
+PROVIDER = "digitalocean"
+OPS = ("create", "get", "list", "delete", "catalog")
+# The contract's kinds plus a plain 500, to tell 5xx from 429 by message.
+KINDS = (*FAILURE_KINDS, "server_error")
+
+# kind -> (status, id, message) as DigitalOcean answers (messages from its API docs).
+_FAILURES: dict[str, tuple[int, str, str]] = {
+    "unavailable": (503, "service_unavailable", "Service is temporarily unavailable."),
+    "capacity": (422, "unprocessable_entity", "Size is not available in this region."),
+    "quota": (
+        422,
+        "unprocessable_entity",
+        "creating this/these droplet(s) will exceed your droplet limit",
+    ),
+    "throttle": (429, "too_many_requests", "API Rate limit exceeded."),
+    "auth": (401, "unauthorized", "Unable to authenticate you."),
+    "server_error": (500, "server_error", "Server was unable to give you a response."),
+}
+
+
+@dataclass(frozen=True)
+class Size:
+    slug: str
+    vcpus: int
+    memory_mb: int
+    price_hourly: float  # USD
+
+
+DEFAULT_SIZES: tuple[Size, ...] = (
+    Size("s-1vcpu-1gb", 1, 1024, 0.00893),
+    Size("s-1vcpu-2gb", 1, 2048, 0.01786),
+    Size("s-2vcpu-2gb", 2, 2048, 0.02679),
+    Size("s-2vcpu-4gb", 2, 4096, 0.03571),
+    Size("s-4vcpu-8gb", 4, 8192, 0.07143),
+    Size("s-8vcpu-16gb", 8, 16384, 0.14286),
+    Size("c-2", 2, 4096, 0.0625),
+    Size("c-4", 4, 8192, 0.125),
+    Size("g-2vcpu-8gb", 2, 8192, 0.09375),
+    Size("m-2vcpu-16gb", 2, 16384, 0.125),
+)
+DEFAULT_REGIONS = ("nyc3", "sfo3", "ams3", "fra1")
+_STATUS = {"pending": "new", "running": "active", "stopping": "off", "terminated": "archive"}
+
+
+@dataclass
+class _Droplet:
+    id: int
+    name: str
+    region: str
+    size: str
+    image: str
+    user_data: str
+    tags: list[str]
+    vpc_uuid: str | None
+    created_at: str
+    created_mono: float
+    private_ip: str
+    delete_requested_mono: float | None = None
+
+
+def _labels_of(tags: list[str]) -> dict[str, str]:
+    """The provider's tag convention read back (`cloudburst-<key>:<value>`, non-[A-Za-z0-9-]
+    characters of the value as `_<hex byte>`), for `peek` only."""
+    out: dict[str, str] = {}
+    for tag in tags:
+        key, sep, value = tag.partition(":")
+        if not sep or not key.startswith("cloudburst-"):
+            continue
+        raw = bytearray()
+        i = 0
+        while i < len(value):
+            if value[i] == "_" and i + 3 <= len(value):
+                try:
+                    raw.append(int(value[i + 1 : i + 3], 16))
+                    i += 3
+                    continue
+                except ValueError:
+                    pass
+            raw.extend(value[i].encode())
+            i += 1
+        out[f"cloudburst.io/{key.removeprefix('cloudburst-')}"] = raw.decode(errors="replace")
+    return out
+
+
+def _error(kind_or_status: int, ident: str, message: str, **headers: str) -> Response:
+    return Response(kind_or_status, {"id": ident, "message": message}, headers=dict(headers))
+
+
+class DigitalOceanStandin:
+    """Stateful DigitalOcean API fake with failure injection; a `BootableCloud`."""
+
+    provider = PROVIDER
+    region = "fra1"
+    instance_type = "s-2vcpu-4gb"
+
+    def __init__(
+        self,
+        *,
+        token: str = "dop_v1_standin-token",
+        boot_delay_s: float = 1.0,
+        delete_delay_s: float = 0.2,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        regions: tuple[str, ...] = DEFAULT_REGIONS,
+        sizes: tuple[Size, ...] = DEFAULT_SIZES,
+        page_size_cap: int = 200,
+    ) -> None:
+        self.token = token
+        self.credential = token
+        self.boot_delay_s = boot_delay_s
+        self.delete_delay_s = delete_delay_s
+        self.regions = list(regions)
+        self.sizes = {s.slug: s for s in sizes}
+        self.page_size_cap = page_size_cap
+        # Where pagination links point; None: this stand-in's own URL.
+        self.next_link_base: str | None = None
+        self._lock = threading.Lock()
+        self._droplets: dict[int, _Droplet] = {}
+        self._ids = itertools.count(301_000_001)
+        self._actions = itertools.count(1)
+        self._created_by_name: Counter[str] = Counter()
+        self._deleted = 0
+        self._requests: list[tuple[str, str, str]] = []
+        self.failures = Failures(OPS, KINDS)
+        self._server = StandinHTTPServer(self._route, host=host, port=port, name="do-standin")
+
+    # ---- lifecycle -------------------------------------------------------------------------
+
+    @property
+    def url(self) -> str:
+        return self._server.url
+
+    @property
+    def endpoint(self) -> str:
+        """What goes into NodeClass `spec.digitalocean.endpoint`."""
+        return f"{self._server.url}/v2/"
+
+    def start(self) -> DigitalOceanStandin:
+        self._server.start()
+        return self
+
+    def stop(self) -> None:
+        self._server.stop()
+
+    def __enter__(self) -> DigitalOceanStandin:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def nodeclass_block(self, secret_name: str, secret_key: str) -> dict[str, Any]:
+        return {
+            "endpoint": self.endpoint,
+            "region": self.region,
+            "apiTokenSecretRef": {"name": secret_name, "key": secret_key},
+        }
+
+    # ---- test controls ---------------------------------------------------------------------
+
+    def inject_failure(self, op: str, kind: str, times: int | None = 1) -> None:
+        self.failures.inject(op, kind, times)
+
+    def clear_failures(self) -> None:
+        self.failures.clear()
+
+    def requests_seen(self) -> list[tuple[str, str, str]]:
+        """(method, path with query, Host header) of every request, in order."""
+        with self._lock:
+            return list(self._requests)
+
+    def stats(self) -> dict[str, Any]:
+        with self._lock:
+            self._purge(time.monotonic())
+            return {
+                "created_by_name": dict(self._created_by_name),
+                "instances_created": sum(self._created_by_name.values()),
+                "live_instances": len(self._droplets),
+                "deleted_instances": self._deleted,
+                "requests": len(self._requests),
+                "failures": self.failures.pending(),
+            }
+
+    # ---- BootableCloud ---------------------------------------------------------------------
+
+    def _state(self, d: _Droplet, now: float) -> str:
+        return lifecycle_state(
+            now, d.created_mono, self.boot_delay_s, delete_requested_mono=d.delete_requested_mono
+        )
+
+    def _purge(self, now: float) -> None:
+        gone = [
+            i
+            for i, d in self._droplets.items()
+            if d.delete_requested_mono is not None
+            and now - d.delete_requested_mono >= self.delete_delay_s
+        ]
+        for i in gone:
+            del self._droplets[i]
+            self._deleted += 1
+
+    def instance_states(self) -> dict[str, str]:
+        with self._lock:
+            now = time.monotonic()
+            self._purge(now)
+            return {str(i): self._state(d, now) for i, d in self._droplets.items()}
+
+    def peek(self, native_id: str) -> dict[str, Any] | None:
+        with self._lock:
+            now = time.monotonic()
+            self._purge(now)
+            d = self._droplets.get(int(native_id)) if native_id.isdigit() else None
+            if d is None:
+                return None
+            return {
+                "id": str(d.id),
+                "name": d.name,
+                "region": d.region,
+                "instance_type": d.size,
+                "user_data": d.user_data,
+                "private_ip": d.private_ip,
+                "labels": _labels_of(d.tags),
+                "tags": list(d.tags),
+                "state": self._state(d, now),
+            }
+
+    def instance_shape(self, instance_type: str) -> tuple[float, float, str] | None:
+        s = self.sizes.get(instance_type)
+        return None if s is None else (float(s.vcpus), s.memory_mb / 1024, "x86_64")
+
+    # ---- HTTP ------------------------------------------------------------------------------
+
+    def _fail(self, op: str) -> Response | None:
+        kind = self.failures.take(op)
+        if kind is None:
+            return None
+        status, ident, message = _FAILURES[kind]
+        headers = {"Retry-After": "1", "ratelimit-remaining": "0"} if kind == "throttle" else {}
+        return _error(status, ident, message, **headers)
+
+    def _route(self, req: Request) -> Response:
+        query = urlencode([(k, v) for k, vs in req.query.items() for v in vs])
+        with self._lock:
+            self._requests.append(
+                (req.method, req.path + (f"?{query}" if query else ""), req.headers.get("host", ""))
+            )
+        if req.parts[:1] != ["v2"]:
+            return _error(404, "not_found", "The resource you were accessing could not be found.")
+        if req.headers.get("authorization") != f"Bearer {self.token}":
+            return _error(*_FAILURES["auth"][:3])
+        match req.method, req.parts[1:]:
+            case "POST", ["droplets"]:
+                return self._fail("create") or self._create(req.json())
+            case "GET", ["droplets"]:
+                return self._fail("list") or self._list(req)
+            case "GET", ["droplets", ident]:
+                return self._fail("get") or self._get(ident)
+            case "DELETE", ["droplets", ident]:
+                return self._fail("delete") or self._delete(ident)
+            case "GET", ["sizes"]:
+                return self._fail("catalog") or self._sizes(req)
+        return _error(404, "not_found", "The resource you were accessing could not be found.")
+
+    def _json(self, d: _Droplet, now: float) -> dict[str, Any]:
+        size = self.sizes[d.size]
+        return {
+            "id": d.id,
+            "name": d.name,
+            "memory": size.memory_mb,
+            "vcpus": size.vcpus,
+            "disk": 25,
+            "locked": False,
+            "status": _STATUS[self._state(d, now)],
+            "created_at": d.created_at,
+            "features": [],
+            "backup_ids": [],
+            "snapshot_ids": [],
+            "volume_ids": [],
+            "image": {"slug": d.image, "distribution": "Ubuntu"},
+            "size_slug": d.size,
+            "size": {"slug": d.size, "vcpus": size.vcpus, "memory": size.memory_mb},
+            "networks": {
+                "v4": [{"ip_address": d.private_ip, "netmask": "255.255.0.0", "type": "private"}],
+                "v6": [],
+            },
+            "region": {"slug": d.region, "name": d.region.upper(), "available": True},
+            "tags": list(d.tags),
+            "vpc_uuid": d.vpc_uuid,
+        }
+
+    def _create(self, body: dict[str, Any]) -> Response:
+        name = str(body.get("name") or "")
+        region = str(body.get("region") or "")
+        size = str(body.get("size") or "")
+        image = body.get("image")
+        tags = body.get("tags") or []
+        user_data = body.get("user_data")
+        if not name:
+            return _error(422, "unprocessable_entity", "Name is required.")
+        if region not in self.regions:
+            return _error(422, "unprocessable_entity", "You specified an invalid region.")
+        if size not in self.sizes:
+            return _error(422, "unprocessable_entity", "You specified an invalid size.")
+        if not isinstance(image, str | int) or not image:
+            return _error(422, "unprocessable_entity", "You specified an invalid image.")
+        if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
+            return _error(422, "unprocessable_entity", "Tags must be a list of strings.")
+        for tag in tags:
+            if len(tag) > 255 or not all(c.isalnum() or c in ":-_" for c in tag):
+                return _error(422, "unprocessable_entity", f"invalid tag name {tag!r}")
+        if user_data is not None and not isinstance(user_data, str):
+            return _error(422, "unprocessable_entity", "user_data must be a string.")
+        if user_data and len(user_data.encode()) > 64 * 1024:
+            return _error(422, "unprocessable_entity", "user_data is too large (64 KiB max).")
+        with self._lock:
+            now = time.monotonic()
+            self._purge(now)
+            n = next(self._ids)
+            d = _Droplet(
+                id=n,
+                name=name,
+                region=region,
+                size=size,
+                image=str(image),
+                user_data=user_data or "",
+                tags=list(dict.fromkeys(tags)),
+                vpc_uuid=body.get("vpc_uuid"),
+                created_at=rfc3339().replace("+00:00", "Z"),
+                created_mono=now,
+                private_ip=private_ip(n - 301_000_000, prefix=10),
+            )
+            self._droplets[n] = d
+            self._created_by_name[name] += 1
+            out = self._json(d, now)
+            action = next(self._actions)
+        return Response(
+            202,
+            {
+                "droplet": out,
+                "links": {"actions": [{"id": action, "rel": "create", "href": "/v2/actions"}]},
+            },
+        )
+
+    def _page(self, req: Request, key: str, items: list[dict[str, Any]]) -> Response:
+        per_page = max(1, min(int(req.q("per_page", "20") or 20), self.page_size_cap))
+        page = max(1, int(req.q("page", "1") or 1))
+        start = (page - 1) * per_page
+        chunk = items[start : start + per_page]
+        pages: dict[str, str] = {}
+        if start + per_page < len(items):
+            params = {k: v[-1] for k, v in req.query.items()}
+            params.update({"page": str(page + 1), "per_page": str(per_page)})
+            base = (self.next_link_base or self._server.url).rstrip("/")
+            pages["next"] = f"{base}{req.path}?{urlencode(params)}"
+        return Response(200, {key: chunk, "links": {"pages": pages}, "meta": {"total": len(items)}})
+
+    def _list(self, req: Request) -> Response:
+        tag = req.q("tag_name")
+        with self._lock:
+            now = time.monotonic()
+            self._purge(now)
+            items = [
+                self._json(d, now) for d in self._droplets.values() if tag is None or tag in d.tags
+            ]
+        return self._page(req, "droplets", items)
+
+    def _find(self, ident: str) -> _Droplet | None:
+        return self._droplets.get(int(ident)) if ident.isdigit() else None
+
+    def _get(self, ident: str) -> Response:
+        with self._lock:
+            now = time.monotonic()
+            self._purge(now)
+            d = self._find(ident)
+            if d is None:
+                return _error(
+                    404, "not_found", "The resource you were accessing could not be found."
+                )
+            return Response(200, {"droplet": self._json(d, now)})
+
+    def _delete(self, ident: str) -> Response:
+        with self._lock:
+            now = time.monotonic()
+            self._purge(now)
+            d = self._find(ident)
+            if d is None:
+                return _error(
+                    404, "not_found", "The resource you were accessing could not be found."
+                )
+            if d.delete_requested_mono is None:
+                d.delete_requested_mono = now
+        return Response(204)
+
+    def _sizes(self, req: Request) -> Response:
+        items = [
+            {
+                "slug": s.slug,
+                "memory": s.memory_mb,
+                "vcpus": s.vcpus,
+                "disk": 25,
+                "transfer": 1.0,
+                "price_monthly": round(s.price_hourly * 672, 2),
+                "price_hourly": s.price_hourly,
+                "regions": list(self.regions),
+                "available": True,
+                "description": "Basic",
+            }
+            for s in self.sizes.values()
+        ]
+        return self._page(req, "sizes", items)
+
+
+def standin(
+    *, boot_delay_s: float = 1.0, host: str = "127.0.0.1", token: str | None = None
+) -> DigitalOceanStandin:
+    """The factory `sim.cluster` and `cloudburst dev` use (not yet started)."""
+    import secrets
+
+    return DigitalOceanStandin(
+        token=token or f"dop_v1_{secrets.token_hex(32)}", boot_delay_s=boot_delay_s, host=host
+    )

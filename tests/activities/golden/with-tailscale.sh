@@ -1,0 +1,316 @@
+#!/usr/bin/env bash
+# Cloudburst first-boot script for NodeClaim ml/gpu-burst-x7k2q.
+# Rendered by activities/bootstrap.py from bootstrap.sh.tmpl; runs once as cloud-init user
+# data on Ubuntu 22.04/24.04 or Debian 12 and joins the VM to the cluster as a node.
+# It holds a join token (and a Tailscale auth key): it lives in a Secret, is never logged,
+# and the token expires on its own.
+#
+# Every step is logged with a timestamp to /var/log/cloudburst-bootstrap.log. A failure stops
+# the script with a non-zero exit and a last log line naming the step. Re-running it is safe:
+# a finished step leaves a marker in /var/lib/cloudburst/steps and is skipped, and once the
+# node has joined a re-run exits 0 at once.
+#
+# CLOUDBURST_ROOT (default: empty, meaning /) prefixes every file the script reads or writes,
+# so that an operator can dry-run it into a scratch directory (with the commands it calls
+# replaced by stand-ins on PATH) and read what it would write.
+set -Eeuo pipefail
+# Files are world-readable by default (apt's sandbox user must read keyrings and lists);
+# the few that hold secrets are created private explicitly.
+umask 022
+
+NODE_NAME=gpu-burst-x7k2q
+K8S_VERSION=1.34.3
+K8S_MINOR=1.34
+TAILSCALE_ENABLED=true
+TAILSCALE_AUTHKEY='<TAILSCALE-AUTH-KEY from Secret ml/tailscale-auth key authkey>'
+
+ROOT=${CLOUDBURST_ROOT:-}
+ROOT=${ROOT%/}
+LOG=$ROOT/var/log/cloudburst-bootstrap.log
+STEPS=$ROOT/var/lib/cloudburst/steps
+RUN_DIR=$ROOT/run/cloudburst
+JOIN_CONFIG=$ROOT/etc/kubernetes/kubeadm-join.yaml
+STEP=start
+NODE_IP=""
+TS_KEY_FILE=""
+
+mkdir -p "${LOG%/*}" "$STEPS"
+touch "$LOG"
+chmod 600 "$LOG"
+exec > >(tee -a "$LOG") 2>&1
+LOG_PID=$!
+# Never `set -x`: the trace would print the token and the auth key.
+
+log() { printf '%s cloudburst-bootstrap [%s] %s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$STEP" "$*"; }
+
+on_error() {
+  local rc=$1 line=$2
+  if [ "$BASH_SUBSHELL" -gt 0 ]; then
+    exit "$rc" # a command substitution failed: its caller reports it
+  fi
+  trap - ERR
+  log "FAILED in step '$STEP' (exit $rc, line $line); see /var/log/cloudburst-bootstrap.log"
+  exit "$rc"
+}
+
+on_exit() {
+  local rc=$?
+  # Secrets on disk only while they are needed, whatever happened.
+  rm -f "$JOIN_CONFIG" ${TS_KEY_FILE:+"$TS_KEY_FILE"}
+  # Let tee write out the last lines before the script ends.
+  exec >&- 2>&-
+  wait "$LOG_PID" 2>/dev/null || true
+  exit "$rc"
+}
+trap 'on_error $? $LINENO' ERR
+trap on_exit EXIT
+
+# step NAME FUNCTION: run FUNCTION unless NAME finished on an earlier run, then mark it done.
+step() {
+  local name=$1
+  shift
+  STEP=$name
+  if [ -e "$STEPS/$name" ]; then
+    log "done on an earlier run; skipping"
+    return 0
+  fi
+  log "starting"
+  "$@"
+  touch "$STEPS/$name"
+  log "done"
+}
+
+# retry ATTEMPTS COMMAND...: network fetches on a fresh VM fail now and then.
+retry() {
+  local attempts=$1 attempt=1 delay=2
+  shift
+  until "$@"; do
+    if [ "$attempt" -ge "$attempts" ]; then
+      log "$1 failed $attempt times; giving up"
+      return 1
+    fi
+    log "$1 failed (attempt $attempt of $attempts); retrying in ${delay}s"
+    sleep "$delay"
+    attempt=$((attempt + 1))
+    delay=$((delay * 2))
+    if [ "$delay" -gt 60 ]; then
+      delay=60
+    fi
+  done
+}
+
+export DEBIAN_FRONTEND=noninteractive
+# cloud-init and unattended-upgrades may hold the dpkg lock at first boot.
+APT=(apt-get -y -q -o DPkg::Lock::Timeout=600
+  -o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold)
+
+apt_update_install() {
+  "${APT[@]}" update && "${APT[@]}" install "$@"
+}
+
+apt_install() {
+  retry 5 apt_update_install "$@"
+}
+
+# --- the steps ------------------------------------------------------------------------------
+
+check_os() {
+  if [ ! -r "$ROOT/etc/os-release" ]; then
+    log "no /etc/os-release: cannot tell which distribution this is"
+    return 1
+  fi
+  # shellcheck disable=SC1091
+  . "$ROOT/etc/os-release"
+  OS_ID=${ID:-}
+  OS_CODENAME=${VERSION_CODENAME:-}
+  case "$OS_ID:${VERSION_ID:-}" in
+    ubuntu:22.04 | ubuntu:24.04 | debian:12) ;;
+    ubuntu:* | debian:*)
+      log "warning: $OS_ID ${VERSION_ID:-?} is untested (tested: Ubuntu 22.04/24.04, Debian 12)"
+      ;;
+    *)
+      log "unsupported distribution '${OS_ID:-unknown}': use Ubuntu 22.04/24.04 or Debian 12"
+      return 1
+      ;;
+  esac
+  if [ -z "$OS_CODENAME" ]; then
+    log "/etc/os-release has no VERSION_CODENAME"
+    return 1
+  fi
+  log "$OS_ID ${VERSION_ID:-} ($OS_CODENAME)"
+}
+
+set_hostname() {
+  hostnamectl set-hostname "$NODE_NAME" || printf '%s\n' "$NODE_NAME" >"$ROOT/etc/hostname"
+  touch "$ROOT/etc/hosts"
+  if ! grep -qE "[[:space:]]$NODE_NAME([[:space:]]|\$)" "$ROOT/etc/hosts"; then
+    printf '127.0.1.1 %s\n' "$NODE_NAME" >>"$ROOT/etc/hosts"
+  fi
+}
+
+install_base_packages() {
+  apt_install ca-certificates curl gpg
+  install -d -m 0755 "$ROOT/etc/apt/keyrings" "$ROOT/etc/apt/sources.list.d"
+}
+
+install_tailscale() {
+  local repo="https://pkgs.tailscale.com/stable/$OS_ID"
+  local keyring=/etc/apt/keyrings/tailscale-archive-keyring.gpg
+  retry 5 curl -fsSL "$repo/$OS_CODENAME.noarmor.gpg" -o "$ROOT$keyring"
+  chmod 0644 "$ROOT$keyring"
+  printf 'deb [signed-by=%s] %s %s main\n' "$keyring" "$repo" "$OS_CODENAME" \
+    >"$ROOT/etc/apt/sources.list.d/tailscale.list"
+  apt_install tailscale
+  systemctl enable --now tailscaled
+}
+
+join_tailnet() {
+  # The key goes through a root-only file, not argv, so `ps` cannot show it.
+  install -d -m 0700 "$RUN_DIR"
+  TS_KEY_FILE=$(mktemp "$RUN_DIR/tailscale-authkey.XXXXXX")
+  printf '%s' "$TAILSCALE_AUTHKEY" >"$TS_KEY_FILE"
+  retry 5 tailscale up --auth-key="file:$TS_KEY_FILE" --hostname="$NODE_NAME" --timeout=120s
+  rm -f "$TS_KEY_FILE"
+}
+
+primary_ipv4() {
+  # The source address of the default route: what the node is reached on without a tailnet.
+  ip -4 -o route get 1.1.1.1 | sed -n 's/.* src \([0-9.]*\).*/\1/p'
+}
+
+find_node_ip() {
+  local _
+  if [ "$TAILSCALE_ENABLED" = true ]; then
+    log "waiting for the tailnet IPv4 address"
+  else
+    log "finding the primary IPv4 address (no tailnet configured)"
+  fi
+  for _ in $(seq 1 90); do
+    if [ "$TAILSCALE_ENABLED" = true ]; then
+      NODE_IP=$(tailscale ip -4 2>/dev/null | head -n1) || NODE_IP=""
+    else
+      NODE_IP=$(primary_ipv4 2>/dev/null | head -n1) || NODE_IP=""
+    fi
+    if [[ $NODE_IP =~ ^[0-9]+\.[0-9]+\.[0-9]+\.[0-9]+$ ]]; then
+      log "node IP is $NODE_IP"
+      return 0
+    fi
+    sleep 2
+  done
+  log "no IPv4 address after 180s"
+  return 1
+}
+
+configure_kernel() {
+  install -d -m 0755 "$ROOT/etc/modules-load.d" "$ROOT/etc/sysctl.d"
+  printf 'overlay\nbr_netfilter\n' >"$ROOT/etc/modules-load.d/cloudburst-k8s.conf"
+  modprobe overlay
+  modprobe br_netfilter
+  cat >"$ROOT/etc/sysctl.d/99-cloudburst-k8s.conf" <<'EOF'
+net.bridge.bridge-nf-call-iptables  = 1
+net.bridge.bridge-nf-call-ip6tables = 1
+net.ipv4.ip_forward                 = 1
+EOF
+  sysctl -q -p "$ROOT/etc/sysctl.d/99-cloudburst-k8s.conf"
+}
+
+disable_swap() {
+  swapoff -a
+  if [ -f "$ROOT/etc/fstab" ]; then
+    # Comment out swap entries (third field `swap`) so that a reboot does not bring it back.
+    sed -i.cloudburst-bak -E \
+      's/^([^#[:space:]][^[:space:]]*[[:space:]]+[^[:space:]]+[[:space:]]+swap([[:space:]]|$))/#\1/' \
+      "$ROOT/etc/fstab"
+  fi
+}
+
+install_containerd() {
+  apt_install containerd
+  install -d -m 0755 "$ROOT/etc/containerd"
+  containerd config default >"$ROOT/etc/containerd/config.toml"
+  # kubeadm configures the kubelet for the systemd cgroup driver: containerd must match.
+  sed -i 's/SystemdCgroup = false/SystemdCgroup = true/' "$ROOT/etc/containerd/config.toml"
+  if ! grep -q 'SystemdCgroup = true' "$ROOT/etc/containerd/config.toml"; then
+    log "containerd's default config has no SystemdCgroup setting to turn on"
+    return 1
+  fi
+  systemctl restart containerd
+  systemctl enable containerd
+}
+
+install_kubernetes() {
+  local repo="https://pkgs.k8s.io/core:/stable:/v$K8S_MINOR/deb/"
+  local keyring=/etc/apt/keyrings/kubernetes-apt-keyring.gpg
+  install -d -m 0700 "$RUN_DIR"
+  retry 5 curl -fsSL "${repo}Release.key" -o "$RUN_DIR/kubernetes-release.key"
+  gpg --batch --yes --dearmor -o "$ROOT$keyring" "$RUN_DIR/kubernetes-release.key"
+  chmod 0644 "$ROOT$keyring"
+  rm -f "$RUN_DIR/kubernetes-release.key"
+  printf 'deb [signed-by=%s] %s /\n' "$keyring" "$repo" \
+    >"$ROOT/etc/apt/sources.list.d/kubernetes.list"
+  apt_install "kubelet=$K8S_VERSION-*" "kubeadm=$K8S_VERSION-*" "kubectl=$K8S_VERSION-*"
+  apt-mark hold kubelet kubeadm kubectl
+  systemctl enable --now kubelet
+}
+
+configure_kubelet() {
+  # Read by kubeadm's kubelet drop-in: the node is reached on this address.
+  install -d -m 0755 "$ROOT/etc/default"
+  printf 'KUBELET_EXTRA_ARGS=--node-ip=%s\n' "$NODE_IP" >"$ROOT/etc/default/kubelet"
+}
+
+join_cluster() {
+  if [ -e "$ROOT/etc/kubernetes/pki/ca.crt" ]; then
+    log "an earlier join attempt left state behind: kubeadm reset"
+    kubeadm reset -f
+  fi
+  install -d -m 0755 "$ROOT/etc/kubernetes"
+  # Created private first: `cat >` keeps the mode of an existing file.
+  install -m 0600 /dev/null "$JOIN_CONFIG"
+  cat >"$JOIN_CONFIG" <<'CLOUDBURST_JOIN_CONFIG'
+apiVersion: kubeadm.k8s.io/v1beta4
+kind: JoinConfiguration
+discovery:
+  bootstrapToken:
+    apiServerEndpoint: "100.64.0.1:6443"
+    token: "<BOOTSTRAP-TOKEN: created per claim at launch>"
+    caCertHashes: ["<CA-CERT-HASH: sha256 of the cluster CA public key, read from kube-public/cluster-info at launch; pass --ca-cert to fill it in>"]
+nodeRegistration:
+  name: "gpu-burst-x7k2q"
+  criSocket: "unix:///var/run/containerd/containerd.sock"
+  taints: [{key: "nvidia.com/gpu", value: "true", effect: "NoSchedule"}, {key: "dedicated", effect: "PreferNoSchedule"}, {key: "cloudburst.io/unregistered", value: "true", effect: "NoExecute"}]
+  kubeletExtraArgs:
+    - {name: "node-labels", value: "cloudburst.io/instance-type=cx22,cloudburst.io/nodeclaim=gpu-burst-x7k2q,cloudburst.io/nodepool=gpu-burst,cloudburst.io/provider=hetzner,cloudburst.io/region=fsn1,example.com/tier=batch,team=ml"}
+CLOUDBURST_JOIN_CONFIG
+  kubeadm join --config "$JOIN_CONFIG"
+  # The token has done its job; do not leave it on disk.
+  rm -f "$JOIN_CONFIG"
+}
+
+# --- the run --------------------------------------------------------------------------------
+
+if [ -e "$STEPS/join" ] || [ -e "$ROOT/etc/kubernetes/kubelet.conf" ]; then
+  log "node $NODE_NAME has already joined the cluster; nothing to do"
+  exit 0
+fi
+log "bootstrapping node $NODE_NAME (Kubernetes $K8S_VERSION)"
+STEP=os
+check_os
+step hostname set_hostname
+step base-packages install_base_packages
+if [ "$TAILSCALE_ENABLED" = true ]; then
+  step tailscale-install install_tailscale
+  step tailscale-up join_tailnet
+fi
+unset TAILSCALE_AUTHKEY
+STEP=node-ip
+find_node_ip
+step kernel configure_kernel
+step swap disable_swap
+step containerd install_containerd
+step kubernetes-packages install_kubernetes
+STEP=kubelet-config
+configure_kubelet
+step join join_cluster
+STEP=finished
+log "node $NODE_NAME joined the cluster"

@@ -1,0 +1,177 @@
+"""The join contract end to end: the script `prepare_bootstrap` renders joins a simulated
+kubelet, the node registers with the startup taint, and `label_node` lifts it."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from kubernetes import client
+from temporalio.testing import ActivityEnvironment
+
+from activities.bootstrap import BootstrapActivities, read_user_data
+from activities.kube import STARTUP_TAINT, KubeActivities
+from api import labels
+from api.messages import BootstrapInput, LabelNodeInput
+from api.nodeclaim import Offering
+from api.nodeclass import NodeClassSpec
+from api.nodepool import Taint
+from sim.cloud import FakeCloud
+from sim.kubeapi import KubeApiServer
+from sim.kubelet import Kubelets
+
+STARTUP = {"key": STARTUP_TAINT, "value": "true", "effect": "NoExecute"}
+
+
+def run(fn: Any, arg: Any) -> Any:
+    return ActivityEnvironment().run(fn, arg)
+
+
+def wait_for(fn: Callable[[], Any], timeout: float = 10.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = fn()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting; last value {value!r}")
+        time.sleep(0.05)
+
+
+def taints_of(core: client.CoreV1Api, name: str) -> list[dict[str, Any]]:
+    node = core.read_node(name)
+    return [
+        {k: v for k, v in (("key", t.key), ("value", t.value), ("effect", t.effect)) if v}
+        for t in (node.spec.taints or [])
+    ]
+
+
+# --- label_node and the startup taint ------------------------------------------------------
+
+
+@pytest.fixture
+def kube_acts(kube_api_client: client.ApiClient) -> KubeActivities:
+    return KubeActivities(kube_api_client)
+
+
+def make_node(core: client.CoreV1Api, name: str, taints: list[dict[str, str]]) -> None:
+    core.create_node(
+        client.V1Node(
+            metadata=client.V1ObjectMeta(name=name, labels={"existing": "yes"}),
+            spec=client.V1NodeSpec(taints=[client.V1Taint(**t) for t in taints]),
+        )
+    )
+
+
+def test_label_node_lifts_the_startup_taint_and_keeps_others(kube_acts, core, unique):
+    name = f"n-{unique}"
+    other = {"key": "gpu", "value": "true", "effect": "NoSchedule"}
+    make_node(core, name, [other, STARTUP, {"key": "dedicated", "effect": "NoExecute"}])
+    new = {labels.NODEPOOL: "burst", labels.PROVIDER: "fake"}
+
+    run(kube_acts.label_node, LabelNodeInput(node_name=name, labels=new))
+    assert taints_of(core, name) == [other, {"key": "dedicated", "effect": "NoExecute"}]
+    assert core.read_node(name).metadata.labels == {"existing": "yes", **new}
+
+    run(kube_acts.label_node, LabelNodeInput(node_name=name, labels=new))  # idempotent
+    assert taints_of(core, name) == [other, {"key": "dedicated", "effect": "NoExecute"}]
+    assert core.read_node(name).metadata.labels == {"existing": "yes", **new}
+
+
+def test_label_node_when_the_startup_taint_is_the_only_one(kube_acts, core, unique):
+    name = f"n-{unique}"
+    make_node(core, name, [STARTUP])
+    run(kube_acts.label_node, LabelNodeInput(node_name=name, labels={"a": "b"}))
+    assert taints_of(core, name) == []
+
+
+def test_label_node_without_startup_taint_leaves_taints_alone(kube_acts, core, unique):
+    name = f"n-{unique}"
+    other = {"key": "gpu", "value": "true", "effect": "NoSchedule"}
+    make_node(core, name, [other])
+    run(kube_acts.label_node, LabelNodeInput(node_name=name, labels={"a": "b"}))
+    assert taints_of(core, name) == [other]
+    assert core.read_node(name).metadata.labels == {"existing": "yes", "a": "b"}
+
+
+# --- the sim kubelet joins the real script -------------------------------------------------
+
+
+class Sim:
+    def __init__(self, server: KubeApiServer, cloud: FakeCloud, kubelets: Kubelets) -> None:
+        self.api = server.api_client()
+        self.core = client.CoreV1Api(self.api)
+        self.cloud = cloud
+        self.kubelets = kubelets
+
+
+@pytest.fixture
+def sim() -> Iterator[Sim]:
+    server = KubeApiServer(port=0)
+    server.start()
+    cloud = FakeCloud(boot_delay_s=0.05, delete_delay_s=0.05)
+    kubelets = Kubelets(server.api_client(), cloud, ready_delay_s=0.2, poll_s=0.05)
+    kubelets.start()
+    try:
+        yield Sim(server, cloud, kubelets)
+    finally:
+        kubelets.stop()
+        server.stop()
+
+
+@pytest.mark.parametrize("tailscale", [False, True])
+def test_sim_kubelet_joins_a_vm_booted_with_the_script(sim: Sim, tailscale: bool) -> None:
+    claim = "burst-j0in" + ("t" if tailscale else "d")
+    spec: dict[str, Any] = {
+        "fake": {},
+        "join": {"hostApiServer": "https://100.64.0.1:6443", "tokenTtlMinutes": 30},
+        "bootstrap": {"kubernetesVersion": "1.34.3"},
+    }
+    if tailscale:
+        sim.core.create_namespaced_secret(
+            "default",
+            client.V1Secret(metadata=client.V1ObjectMeta(name="ts"), string_data={"k": "tskey-x"}),
+        )
+        spec["tailscale"] = {"authKeySecretRef": {"name": "ts", "key": "k"}}
+    refs = run(
+        BootstrapActivities(sim.api).prepare_bootstrap,
+        BootstrapInput(
+            claim_name=claim,
+            namespace="default",
+            node_pool="burst",
+            node_class_name="default",
+            node_class=NodeClassSpec.model_validate(spec),
+            labels={"team": "ml"},
+            taints=[Taint(key="gpu", value="true", effect="NoSchedule")],
+            offering=Offering(provider="fake", region="sim-2", instance_type="fk-medium"),
+        ),
+    )
+    script = read_user_data(sim.core, refs)
+    inst = sim.cloud.create_instance(
+        name=claim, region="sim-2", instance_type="fk-medium", user_data=script
+    )
+
+    def registered() -> Any:
+        failure = sim.kubelets.join_failures.get(str(inst["id"]))
+        assert failure is None, failure
+        return sim.kubelets.node_for(str(inst["id"]))
+
+    assert wait_for(registered) == claim
+    node = sim.core.read_node(claim)
+    assert node.metadata.labels[labels.NODECLAIM] == claim
+    assert node.metadata.labels[labels.NODEPOOL] == "burst"
+    assert node.metadata.labels[labels.INSTANCE_TYPE] == "fk-medium"
+    assert node.metadata.labels["team"] == "ml"
+    assert taints_of(sim.core, claim) == [
+        {"key": "gpu", "value": "true", "effect": "NoSchedule"},
+        STARTUP,
+    ]
+
+    # What the claim does once the node is Ready: sync labels, lift the startup taint.
+    run(
+        KubeActivities(sim.api).label_node,
+        LabelNodeInput(node_name=claim, labels={labels.PROVIDER: "fake"}),
+    )
+    assert taints_of(sim.core, claim) == [{"key": "gpu", "value": "true", "effect": "NoSchedule"}]

@@ -1,0 +1,296 @@
+"""Nodes leave only when they should, never more at once than the pool allows."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest_asyncio
+from kubernetes import client as k8s
+from temporalio.client import Client
+
+from api import NodeClaimPhase, labels
+from api.messages import ScaleDownRequest
+from api.pool import PoolStatus, pool_workflow_id
+from sim.cluster import SimulatedCluster
+from tests.e2e.harness import (
+    CLUSTER_ID,
+    FAST,
+    Stack,
+    eventually,
+    in_process_worker,
+    in_thread,
+    make_pool,
+    new_task_queue,
+    pool_pod,
+    running_trigger,
+    running_watcher,
+)
+from worker.settings import Settings
+from workflows.nodeclaim import NodeClaimWorkflow
+from workflows.nodepool import NodePoolWorkflow
+
+# Claims of these tests poll their node and VM every second (the watcher is the fast path).
+TIMINGS = FAST.model_copy(update={"ready_poll_interval_s": 1})
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def stack(
+    temporal_client: Client, kube: k8s.ApiClient, sim_cluster: SimulatedCluster, kubeconfig: Path
+) -> AsyncIterator[Stack]:
+    queue = new_task_queue()
+    settings = Settings(kubeconfig=kubeconfig, task_queue=queue, cluster_id=CLUSTER_ID)
+    stack = Stack(temporal_client, kube, sim_cluster, queue, settings)
+    async with (
+        in_process_worker(stack),
+        running_watcher(temporal_client, kube),
+        running_trigger(stack, timings=TIMINGS),
+    ):
+        yield stack
+
+
+def pool(kube: k8s.ApiClient, name: str, **disruption: Any) -> None:
+    """A pool whose disruption block is the defaults of make_pool plus `disruption`."""
+    make_pool(kube, name, empty_ttl=disruption.pop("empty_ttl", 3600))
+    patch = {"spec": {"disruption": disruption}} if disruption else None
+    if patch:
+        k8s.CustomObjectsApi(kube).patch_namespaced_custom_object(
+            "cloudburst.io", "v1alpha1", "default", "nodepools", name, patch
+        )
+
+
+async def status_of(stack: Stack, name: str) -> PoolStatus:
+    handle = stack.temporal.get_workflow_handle_for(
+        NodePoolWorkflow.run, pool_workflow_id("default", name)
+    )
+    return await handle.query(NodePoolWorkflow.status)
+
+
+async def vms(stack: Stack, name: str) -> list[dict[str, Any]]:
+    return stack.cluster.cloud.list_instances(label_selector={labels.NODEPOOL: name})
+
+
+async def add_pods(stack: Stack, name: str, count: int, cpu: str = "20", **meta: Any) -> None:
+    for index in range(count):
+        pod = pool_pod(f"{name}-{index}", name, cpu=cpu, memory="1Gi")
+        if meta.get("annotations"):
+            pod.metadata.annotations = meta["annotations"]
+        await in_thread(stack.core.create_namespaced_pod, "default", pod)
+
+
+async def running_pods(stack: Stack, name: str) -> list[k8s.V1Pod]:
+    listing = await in_thread(
+        stack.core.list_namespaced_pod, "default", label_selector=f"pool={name}"
+    )
+    return [p for p in listing.items if p.status.phase == "Running"]
+
+
+async def delete_pods(stack: Stack, name: str) -> None:
+    await in_thread(
+        stack.core.delete_collection_namespaced_pod, "default", label_selector=f"pool={name}"
+    )
+
+
+def disrupting(status: PoolStatus) -> set[str]:
+    deleting = {c.name for c in status.claims if c.phase == NodeClaimPhase.DELETING}
+    return deleting | set(status.permits)
+
+
+async def test_a_budget_of_one_drains_empty_nodes_one_at_a_time(stack: Stack) -> None:
+    count = 10
+    pool(stack.kube, "budget1", empty_ttl=1, budgets=[{"nodes": "1"}])
+    # One 20-CPU pod per node: ten nodes.
+    await add_pods(stack, "budget1", count)
+    await eventually(lambda: running_pods(stack, "budget1"), lambda p: len(p) == count, 120)
+    assert len(await vms(stack, "budget1")) == count
+
+    await delete_pods(stack, "budget1")
+    most = 0
+    for _ in range(600):
+        status = await status_of(stack, "budget1")
+        most = max(most, len(disrupting(status)))
+        if status.nodes == 0:
+            break
+        await asyncio.sleep(0.1)
+    assert most == 1, f"{most} nodes were disrupted at once"
+    await eventually(lambda: vms(stack, "budget1"), lambda v: v == [], 30)
+
+
+async def test_a_cron_budget_blocks_during_its_window(stack: Stack) -> None:
+    always = {"nodes": "0", "schedule": "* * * * *", "duration": "1h"}
+    pool(stack.kube, "window", empty_ttl=1, budgets=[always])
+    await add_pods(stack, "window", 1, cpu="500m")
+    await eventually(lambda: running_pods(stack, "window"), lambda p: len(p) == 1, 60)
+    await delete_pods(stack, "window")
+    status = await eventually(
+        lambda: status_of(stack, "window"), lambda s: bool(s.disruption_queue), 30
+    )
+    assert status.disruptions_allowed["Empty"] == 0
+    await asyncio.sleep(2)  # the window holds: the empty node stays
+    status = await status_of(stack, "window")
+    assert status.nodes == 1 and status.claims[0].phase == NodeClaimPhase.READY
+
+    # The window is lifted (the budget is changed): the node goes.
+    k8s.CustomObjectsApi(stack.kube).patch_namespaced_custom_object(
+        "cloudburst.io",
+        "v1alpha1",
+        "default",
+        "nodepools",
+        "window",
+        {"spec": {"disruption": {"budgets": [{"nodes": "1"}]}}},
+    )
+    await eventually(lambda: vms(stack, "window"), lambda v: v == [], 60)
+
+
+async def test_expiry_ignores_budgets(stack: Stack) -> None:
+    never = {"nodes": "0"}
+    pool(stack.kube, "expiry", budgets=[never], ttlSecondsUntilExpired=4)
+    await add_pods(stack, "expiry", 1, cpu="500m")
+    await eventually(lambda: running_pods(stack, "expiry"), lambda p: len(p) == 1, 60)
+    [claim] = (await status_of(stack, "expiry")).claims
+    handle = stack.temporal.get_workflow_handle_for(
+        NodeClaimWorkflow.run, f"nodeclaim-{claim.name}"
+    )
+    final = await asyncio.wait_for(handle.result(), timeout=60)
+    assert final.phase == NodeClaimPhase.DELETED
+    assert final.deletion_reason == "Expired"
+    await delete_pods(stack, "expiry")
+
+
+async def test_do_not_disrupt_blocks_a_voluntary_scale_down_until_forced(stack: Stack) -> None:
+    pool(stack.kube, "guarded")
+    await add_pods(
+        stack, "guarded", 1, cpu="500m", annotations={"karpenter.sh/do-not-disrupt": "true"}
+    )
+    await eventually(lambda: running_pods(stack, "guarded"), lambda p: len(p) == 1, 60)
+    [claim] = (await status_of(stack, "guarded")).claims
+    handle = stack.temporal.get_workflow_handle_for(
+        NodeClaimWorkflow.run, f"nodeclaim-{claim.name}"
+    )
+    answer = await handle.execute_update(
+        NodeClaimWorkflow.request_scale_down, ScaleDownRequest(reason="tidy up")
+    )
+    assert answer.accepted and "budget" in answer.reason
+    status = await eventually(
+        lambda: status_of(stack, "guarded"), lambda s: claim.name in s.disruption_blocked, 30
+    )
+    assert "default/guarded-0" in status.disruption_blocked[claim.name]
+    assert (await handle.query(NodeClaimWorkflow.status)).phase == NodeClaimPhase.READY
+    events = await in_thread(
+        stack.core.list_namespaced_event, "default", field_selector="reason=DisruptionBlocked"
+    )
+    assert any(e.involved_object.name == claim.name for e in events.items)
+
+    await handle.signal(
+        NodeClaimWorkflow.scale_down, ScaleDownRequest(reason="operator", force=True)
+    )
+    final = await asyncio.wait_for(handle.result(), timeout=60)
+    assert final.phase == NodeClaimPhase.DELETED and final.deletion_reason == "operator"
+    await delete_pods(stack, "guarded")
+
+
+async def test_a_vm_deleted_behind_our_back_is_a_lost_node_and_is_replaced(stack: Stack) -> None:
+    pool(stack.kube, "lost", nodeUnreachableGracePeriodSeconds=2)
+    apps = k8s.AppsV1Api(stack.kube)
+    deployment = k8s.V1Deployment(
+        metadata=k8s.V1ObjectMeta(name="lost-app", namespace="default"),
+        spec=k8s.V1DeploymentSpec(
+            replicas=1,
+            selector=k8s.V1LabelSelector(match_labels={"pool": "lost"}),
+            template=k8s.V1PodTemplateSpec(
+                metadata=k8s.V1ObjectMeta(labels={"pool": "lost"}),
+                spec=pool_pod("x", "lost").spec,
+            ),
+        ),
+    )
+    await in_thread(apps.create_namespaced_deployment, "default", deployment)
+    try:
+        [pod] = await eventually(lambda: running_pods(stack, "lost"), lambda p: len(p) == 1, 60)
+        first_node = pod.spec.node_name
+        [vm] = await vms(stack, "lost")
+        stack.cluster.cloud.delete_behind_our_back(vm["id"])
+
+        handle = stack.temporal.get_workflow_handle_for(
+            NodeClaimWorkflow.run, f"nodeclaim-{first_node}"
+        )
+        final = await asyncio.wait_for(handle.result(), timeout=60)
+        assert final.deletion_reason == "NodeLost"
+        # The workload comes back on a new node, with nobody touching anything.
+        [pod] = await eventually(
+            lambda: running_pods(stack, "lost"),
+            lambda p: len(p) == 1 and p[0].spec.node_name != first_node,
+            90,
+        )
+        events = await in_thread(
+            stack.core.list_namespaced_event, "default", field_selector="reason=NodeLost"
+        )
+        assert any(e.involved_object.name == first_node for e in events.items)
+    finally:
+        await in_thread(apps.delete_namespaced_deployment, "lost-app", "default")
+        await delete_pods(stack, "lost")
+
+
+async def test_a_deleted_node_object_is_a_lost_node(stack: Stack) -> None:
+    pool(stack.kube, "nodegone")
+    await add_pods(stack, "nodegone", 1, cpu="500m")
+    [pod] = await eventually(lambda: running_pods(stack, "nodegone"), lambda p: len(p) == 1, 60)
+    node = pod.spec.node_name
+    await in_thread(stack.core.delete_node, node)
+    handle = stack.temporal.get_workflow_handle_for(NodeClaimWorkflow.run, f"nodeclaim-{node}")
+    final = await asyncio.wait_for(handle.result(), timeout=60)
+    assert final.deletion_reason == "NodeLost"
+    assert [vm for vm in await vms(stack, "nodegone") if vm["name"] == node] == []
+    await delete_pods(stack, "nodegone")
+
+
+async def test_a_vm_gone_at_the_provider_is_found_by_the_claims_poll(stack: Stack) -> None:
+    # A long unreachable grace: only the claim's own look at its VM can notice.
+    pool(stack.kube, "vmgone", nodeUnreachableGracePeriodSeconds=3600)
+    await add_pods(stack, "vmgone", 1, cpu="500m")
+    [pod] = await eventually(lambda: running_pods(stack, "vmgone"), lambda p: len(p) == 1, 60)
+    node = pod.spec.node_name
+    [vm] = await vms(stack, "vmgone")
+    stack.cluster.cloud.terminate(vm["id"])
+    handle = stack.temporal.get_workflow_handle_for(NodeClaimWorkflow.run, f"nodeclaim-{node}")
+    final = await asyncio.wait_for(handle.result(), timeout=60)
+    assert final.deletion_reason == "NodeLost"
+    await delete_pods(stack, "vmgone")
+
+
+async def test_drift_replaces_nodes_within_budgets_replacement_first(stack: Stack) -> None:
+    pool(stack.kube, "drift", budgets=[{"nodes": "1"}])
+    await add_pods(stack, "drift", 2)
+    await eventually(lambda: running_pods(stack, "drift"), lambda p: len(p) == 2, 90)
+    old = {c.name for c in (await status_of(stack, "drift")).claims}
+
+    # The template changes: every existing node has drifted.
+    k8s.CustomObjectsApi(stack.kube).patch_namespaced_custom_object(
+        "cloudburst.io",
+        "v1alpha1",
+        "default",
+        "nodepools",
+        "drift",
+        {"spec": {"template": {"labels": {"cloudburst.io/test-pool": "drift", "tier": "v2"}}}},
+    )
+    most = 0
+    replaced_first = True
+    for _ in range(900):
+        status = await status_of(stack, "drift")
+        claims = {c.name: c for c in status.claims}
+        most = max(most, len(disrupting(status)))
+        for name in disrupting(status) & old:
+            replacement = claims[name].replaced_by if name in claims else None
+            ready = replacement in claims and claims[replacement].phase == NodeClaimPhase.READY
+            replaced_first = replaced_first and (replacement is None or ready)
+        if not (set(claims) & old):
+            break
+        await asyncio.sleep(0.1)
+    assert not (set(claims) & old), "drifted nodes were not replaced"
+    assert most <= 1
+    assert replaced_first, "a drifted node was drained before its replacement was Ready"
+    for vm in await vms(stack, "drift"):
+        node = await in_thread(stack.core.read_node, vm["name"])
+        assert node.metadata.labels.get("tier") == "v2"
+    await delete_pods(stack, "drift")

@@ -1,0 +1,222 @@
+"""Observability of one claim's life on the real dev server: one trace, the named metrics,
+the Temporal SDK's metrics, and the health endpoints."""
+
+from __future__ import annotations
+
+import socket
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import pytest_asyncio
+from kubernetes import client as k8s
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client
+
+from activities import metrics
+from api import NodeClaimPhase
+from api.messages import ScaleDownRequest
+from sim.cluster import SimulatedCluster
+from tests.e2e.harness import (
+    CLUSTER_ID,
+    Stack,
+    in_process_worker,
+    make_pool,
+    new_task_queue,
+    running_watcher,
+    start_test_claim,
+    wait_for_phase,
+)
+from worker.client import connect_temporal
+from worker.health import serving_health
+from worker.settings import Settings
+from worker.telemetry import Telemetry, reset_telemetry, setup_telemetry
+from workflows.nodeclaim import NodeClaimWorkflow
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def scrape(port: int) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+        return response.read().decode()
+
+
+def samples(text: str, name: str) -> list[str]:
+    return [line for line in text.splitlines() if line.startswith(name + "{")]
+
+
+@pytest.fixture
+def spans() -> InMemorySpanExporter:
+    return InMemorySpanExporter()
+
+
+@pytest.fixture
+def telemetry(spans: InMemorySpanExporter) -> Iterator[Telemetry]:
+    # Non-global providers: the globals can be set once per process, and other tests run here.
+    setup = setup_telemetry(
+        service_name="cloudburst-test",
+        metrics_port=free_port(),
+        sdk_metrics_port=free_port(),
+        span_exporter=spans,
+        bind_address="127.0.0.1",
+        set_globals=False,
+    )
+    try:
+        yield setup
+    finally:
+        reset_telemetry()
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def traced_stack(
+    telemetry: Telemetry,
+    temporal_address: str,
+    kube: k8s.ApiClient,
+    sim_cluster: SimulatedCluster,
+    kubeconfig: Path,
+) -> Stack:
+    queue = new_task_queue()
+    settings = Settings(
+        temporal_address=temporal_address,
+        kubeconfig=kubeconfig,
+        task_queue=queue,
+        cluster_id=CLUSTER_ID,
+    )
+    # Built like every process builds it: the tracing interceptor and the SDK runtime come
+    # from the telemetry setup; the worker inherits both from this client.
+    client = await connect_temporal(settings)
+    return Stack(client, kube, sim_cluster, queue, settings)
+
+
+async def test_one_claim_is_one_trace_and_fills_the_metrics(
+    traced_stack: Stack, telemetry: Telemetry, spans: InMemorySpanExporter
+) -> None:
+    stack = traced_stack
+    make_pool(stack.kube, "tele", empty_ttl=600)
+    async with in_process_worker(stack), running_watcher(stack.temporal, stack.kube):
+        _, handle = await start_test_claim(stack, "tele")
+        await wait_for_phase(handle, NodeClaimPhase.READY)
+        await handle.execute_update(
+            NodeClaimWorkflow.request_scale_down, ScaleDownRequest(reason="Manual", force=True)
+        )
+        await handle.result()
+
+    activities = await activity_types(stack.temporal, handle.id)
+    assert {"create_instance", "delete_instance"} <= activities
+    finished = list(spans.get_finished_spans())
+    # The trace's entry points, in order of who started what. With the trigger's decision in
+    # the picture (a claim it started through its pool), add its span name here.
+    roots = ["StartWorkflow:NodeClaimWorkflow"]
+    expected = {
+        *roots,
+        "RunWorkflow:NodeClaimWorkflow",
+        *(f"RunActivity:{a}" for a in activities),
+        *(f"StartActivity:{a}" for a in activities),
+    }
+    trace_id = one_span(finished, roots[0], handle.id).context.trace_id
+    in_trace = {s.name for s in finished if s.context.trace_id == trace_id}
+    assert expected <= in_trace, f"missing from the claim's trace: {sorted(expected - in_trace)}"
+
+    assert telemetry.metrics_port is not None
+    text = scrape(telemetry.metrics_port)
+    assert (
+        'cloudburst_nodeclaims_created_total{nodepool="tele",provider="fake",'
+        'reason="provisioning"} 1.0' in text
+    ), samples(text, "cloudburst_nodeclaims_created_total")
+    assert any(
+        'nodepool="tele"' in line and 'provider="fake"' in line and "reason=" in line
+        for line in samples(text, "cloudburst_nodeclaims_terminated_total")
+    ), text
+    durations = samples(text, "cloudburst_cloudprovider_duration_seconds_count")
+    for method in ("create", "get", "delete"):
+        assert any(f'method="{method}"' in s and 'provider="fake"' in s for s in durations), (
+            method,
+            durations,
+        )
+
+    assert telemetry.sdk_metrics_port is not None
+    sdk = scrape(telemetry.sdk_metrics_port)
+    assert "temporal_workflow_completed" in sdk or "temporal_workflow_task" in sdk, sdk[:2000]
+    assert "temporal_activity_execution_latency" in sdk, sdk[:2000]
+
+
+def test_the_facade_names_every_metric_like_karpenter(telemetry: Telemetry) -> None:
+    """Every metric the facade records, by its Prometheus name and labels."""
+    metrics.record_claim_created("p", "hetzner", "provisioning")
+    metrics.record_claim_terminated("p", "hetzner", "Empty")
+    metrics.record_claim_disrupted("p", "Expired")
+    metrics.observe_pod_provisioning_latency("p", 42.0)
+    metrics.set_nodepool_usage("p", "cpu", 8)
+    metrics.set_nodepool_limit("p", "cpu", 100)
+    with pytest.raises(ZeroDivisionError), metrics.cloud_call("hetzner", "create"):
+        raise ZeroDivisionError
+
+    assert telemetry.metrics_port is not None
+    text = scrape(telemetry.metrics_port)
+    for line in (
+        'cloudburst_nodeclaims_created_total{nodepool="p",provider="hetzner",reason="provisioning"} 1.0',
+        'cloudburst_nodeclaims_terminated_total{nodepool="p",provider="hetzner",reason="Empty"} 1.0',
+        'cloudburst_nodeclaims_disrupted_total{nodepool="p",reason="Expired"} 1.0',
+        'cloudburst_pods_provisioning_latency_seconds_count{nodepool="p"} 1.0',
+        'cloudburst_cloudprovider_duration_seconds_count{method="create",provider="hetzner"} 1.0',
+        'cloudburst_cloudprovider_errors_total{error_class="ZeroDivisionError",method="create",provider="hetzner"} 1.0',
+        'cloudburst_nodepool_usage{nodepool="p",resource="cpu"} 8.0',
+        'cloudburst_nodepool_limit{nodepool="p",resource="cpu"} 100.0',
+    ):
+        assert line in text, f"{line}\nnot in\n{text}"
+
+
+async def test_health_endpoints(temporal_client: Client, kube: k8s.ApiClient) -> None:
+    port = free_port()
+    with serving_health(port, temporal_client, kube, host="127.0.0.1"):
+        for path in ("/healthz", "/readyz"):
+            status, body = await get(port, path)
+            assert status == 200, body
+        # Kubernetes unreachable: not ready, and the probe says which dependency failed.
+        broken = k8s.ApiClient(k8s.Configuration(host="http://127.0.0.1:9"))
+    with serving_health(port, temporal_client, broken, host="127.0.0.1"):
+        status, body = await get(port, "/readyz")
+        assert status == 503 and "kubernetes" in body and '"temporal": "ok"' in body, body
+        status, _ = await get(port, "/healthz")
+        assert status == 200  # alive: a dependency being down is no reason to restart
+
+
+async def get(port: int, path: str) -> tuple[int, str]:
+    import asyncio
+
+    def fetch() -> tuple[int, str]:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as r:
+                return r.status, r.read().decode()
+        except urllib.error.HTTPError as err:
+            return err.code, err.read().decode()
+
+    # The readiness checks run on this event loop: never block it while they do.
+    return await asyncio.to_thread(fetch)
+
+
+async def activity_types(client: Client, workflow_id: str) -> set[str]:
+    history = await client.get_workflow_handle(workflow_id).fetch_history()
+    return {
+        e.activity_task_scheduled_event_attributes.activity_type.name
+        for e in history.events
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+    }
+
+
+def one_span(spans: list[ReadableSpan], name: str, workflow_id: str) -> ReadableSpan:
+    found = [
+        s
+        for s in spans
+        if s.name == name and (s.attributes or {}).get("temporalWorkflowID") == workflow_id
+    ]
+    assert len(found) == 1, [(s.name, s.attributes) for s in spans if s.name == name]
+    return found[0]

@@ -1,0 +1,73 @@
+"""The simulated controller-manager: Deployments keep their pods; pod GC follows deleted nodes."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from kubernetes import client
+
+from sim.controllers import Controllers
+from sim.kubeapi import KubeApiServer
+
+
+@pytest.fixture
+def api() -> Iterator[client.ApiClient]:
+    server = KubeApiServer(port=0)
+    server.start()
+    try:
+        yield server.api_client()
+    finally:
+        server.stop()
+
+
+def deployment(name: str, replicas: int) -> client.V1Deployment:
+    labels = {"app": name}
+    return client.V1Deployment(
+        metadata=client.V1ObjectMeta(name=name, namespace="default"),
+        spec=client.V1DeploymentSpec(
+            replicas=replicas,
+            selector=client.V1LabelSelector(match_labels=labels),
+            template=client.V1PodTemplateSpec(
+                metadata=client.V1ObjectMeta(labels=labels),
+                spec=client.V1PodSpec(containers=[client.V1Container(name="c", image="busybox")]),
+            ),
+        ),
+    )
+
+
+def pods_of(core: client.CoreV1Api, app: str) -> list[client.V1Pod]:
+    return list(core.list_namespaced_pod("default", label_selector=f"app={app}").items)
+
+
+def test_a_deployment_replaces_its_lost_pods(api: client.ApiClient) -> None:
+    core, apps = client.CoreV1Api(api), client.AppsV1Api(api)
+    apps.create_namespaced_deployment("default", deployment("web", 2))
+    controllers = Controllers(api)
+    controllers.tick()
+    pods = pods_of(core, "web")
+    assert len(pods) == 2
+    assert all(p.metadata.owner_references[0].kind == "ReplicaSet" for p in pods)
+    core.delete_namespaced_pod(str(pods[0].metadata.name), "default")
+    controllers.tick()
+    assert len(pods_of(core, "web")) == 2
+    controllers.tick()  # steady: no extra pods
+    assert len(pods_of(core, "web")) == 2
+
+
+def test_pods_of_a_deleted_node_are_collected(api: client.ApiClient) -> None:
+    core = client.CoreV1Api(api)
+    core.create_node(client.V1Node(metadata=client.V1ObjectMeta(name="n1")))
+    for name, node in (("on-n1", "n1"), ("on-gone", "gone")):
+        core.create_namespaced_pod(
+            "default",
+            client.V1Pod(
+                metadata=client.V1ObjectMeta(name=name),
+                spec=client.V1PodSpec(
+                    node_name=node, containers=[client.V1Container(name="c", image="busybox")]
+                ),
+            ),
+        )
+    Controllers(api).tick()
+    names = {p.metadata.name for p in core.list_namespaced_pod("default").items}
+    assert names == {"on-n1"}

@@ -1,0 +1,104 @@
+"""Temporal connection settings: env, the settings file, and what reaches the client."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from temporalio.service import TLSConfig
+
+from tests.tls_material import make_tls_files
+from worker.client import TemporalConfigError, client_options
+from worker.settings import Settings
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    for name in list(os.environ):
+        if name.startswith("CLOUDBURST_"):
+            monkeypatch.delenv(name)
+
+
+def test_defaults_are_a_local_plaintext_server() -> None:
+    settings = Settings()
+    options = client_options(settings)
+    assert settings.temporal_address == "127.0.0.1:7233"
+    assert options["namespace"] == "default"
+    assert options["tls"] is False
+    assert options["api_key"] is None
+
+
+def test_env_sets_address_namespace_and_api_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CLOUDBURST_TEMPORAL_ADDRESS", "prod.a1b2c.tmprl.cloud:7233")
+    monkeypatch.setenv("CLOUDBURST_TEMPORAL_NAMESPACE", "prod.a1b2c")
+    monkeypatch.setenv("CLOUDBURST_TEMPORAL_API_KEY", "secret-key")
+    monkeypatch.setenv("CLOUDBURST_TASK_QUEUE", "burst")
+    settings = Settings()
+    options = client_options(settings)
+    assert settings.temporal_address == "prod.a1b2c.tmprl.cloud:7233"
+    assert settings.task_queue == "burst"
+    assert options["namespace"] == "prod.a1b2c"
+    assert options["api_key"] == "secret-key"
+    # An API key means Temporal Cloud: TLS with the system roots.
+    assert isinstance(options["tls"], TLSConfig)
+    assert options["tls"].client_cert is None and options["tls"].server_root_ca_cert is None
+    assert "secret-key" not in repr(settings)  # never in a log line
+
+
+def test_settings_file_with_env_winning(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tls = make_tls_files(tmp_path)
+    (tmp_path / "api-key").write_text("key-from-file\n")
+    config = tmp_path / "cloudburst.yaml"
+    config.write_text(
+        f"""
+temporal_address: temporal.internal:7233
+temporal_namespace: from-file
+temporal_tls_cert: {tls.client_cert}
+temporal_tls_key: {tls.client_key}
+temporal_tls_ca: {tls.ca}
+temporal_tls_server_name: temporal.test
+temporal_api_key_file: {tmp_path / "api-key"}
+cluster_id: from-file
+"""
+    )
+    monkeypatch.setenv("CLOUDBURST_CONFIG_FILE", str(config))
+    monkeypatch.setenv("CLOUDBURST_TEMPORAL_NAMESPACE", "from-env")
+    settings = Settings()
+    assert settings.temporal_address == "temporal.internal:7233"
+    assert settings.temporal_namespace == "from-env"  # env wins over the file
+    assert settings.cluster_id == "from-file"
+    options = client_options(settings)
+    assert options["namespace"] == "from-env"
+    assert options["api_key"] == "key-from-file"
+    tls_config = options["tls"]
+    assert isinstance(tls_config, TLSConfig)
+    assert tls_config.client_cert == tls.client_cert.read_bytes()
+    assert tls_config.client_private_key == tls.client_key.read_bytes()
+    assert tls_config.server_root_ca_cert == tls.ca.read_bytes()
+    assert tls_config.domain == "temporal.test"
+
+
+def test_tls_can_be_forced_off_and_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CLOUDBURST_TEMPORAL_TLS", "true")
+    assert isinstance(client_options(Settings())["tls"], TLSConfig)
+    monkeypatch.setenv("CLOUDBURST_TEMPORAL_TLS", "false")
+    monkeypatch.setenv("CLOUDBURST_TEMPORAL_API_KEY", "k")
+    assert client_options(Settings())["tls"] is False
+
+
+def test_wrong_tls_settings_name_the_setting(tmp_path: Path) -> None:
+    tls = make_tls_files(tmp_path)
+    with pytest.raises(TemporalConfigError, match="TLS_CERT and CLOUDBURST_TEMPORAL_TLS_KEY"):
+        client_options(Settings(temporal_tls_cert=tls.client_cert))
+    with pytest.raises(TemporalConfigError, match=r"CLOUDBURST_TEMPORAL_TLS_CA=.*missing\.pem"):
+        client_options(Settings(temporal_tls_ca=tmp_path / "missing.pem"))
+    with pytest.raises(TemporalConfigError, match="API_KEY_FILE"):
+        client_options(Settings(temporal_api_key_file=tmp_path / "nope"))
+
+
+def test_missing_settings_file_is_an_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("CLOUDBURST_CONFIG_FILE", str(tmp_path / "absent.yaml"))
+    with pytest.raises(FileNotFoundError, match="CLOUDBURST_CONFIG_FILE"):
+        Settings()

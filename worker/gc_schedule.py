@@ -1,0 +1,111 @@
+"""The orphan-GC Schedule, created (or brought up to date) by the worker at start.
+
+`ensure_gc_schedule` is idempotent: the first worker creates `cloudburst-orphan-gc`; later
+ones (every replica, every restart) find it and update its spec and action to their
+settings, so changing the interval or grace period is a worker restart. Overlap is SKIP: a
+run still busy deleting makes the next tick a no-op rather than a second collector.
+
+Settings (environment, beside the worker's `CLOUDBURST_*`):
+`CLOUDBURST_GC_ENABLED` (default true), `CLOUDBURST_GC_INTERVAL_SECONDS` (300),
+`CLOUDBURST_GC_GRACE_PERIOD_SECONDS` (600), `CLOUDBURST_GC_DRY_RUN` (false).
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+from temporalio.client import (
+    Client,
+    Schedule,
+    ScheduleActionStartWorkflow,
+    ScheduleAlreadyRunningError,
+    ScheduleIntervalSpec,
+    ScheduleOverlapPolicy,
+    SchedulePolicy,
+    ScheduleSpec,
+    ScheduleState,
+    ScheduleUpdate,
+    ScheduleUpdateInput,
+)
+from temporalio.service import RPCError
+
+from api.gc import (
+    DEFAULT_GC_INTERVAL_S,
+    DEFAULT_GRACE_PERIOD_S,
+    GC_SCHEDULE_ID,
+    GC_WORKFLOW_ID,
+    OrphanGcInput,
+)
+from worker.settings import Settings
+from workflows.gc import OrphanGcWorkflow
+
+log = logging.getLogger(__name__)
+
+
+class GcSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="CLOUDBURST_GC_", extra="ignore")
+
+    enabled: bool = True
+    interval_seconds: float = Field(default=DEFAULT_GC_INTERVAL_S, ge=10)
+    grace_period_seconds: float = Field(default=DEFAULT_GRACE_PERIOD_S, ge=0)
+    dry_run: bool = False
+
+
+def gc_schedule(settings: Settings, gc: GcSettings) -> Schedule:
+    interval = timedelta(seconds=gc.interval_seconds)
+    return Schedule(
+        action=ScheduleActionStartWorkflow(
+            OrphanGcWorkflow.run,
+            OrphanGcInput(
+                cluster_id=settings.cluster_id,
+                grace_period_s=gc.grace_period_seconds,
+                dry_run=gc.dry_run,
+            ),
+            id=GC_WORKFLOW_ID,
+            task_queue=settings.task_queue,
+            # A run that cannot finish (a provider hanging) must not block the schedule.
+            execution_timeout=max(timedelta(minutes=30), interval * 3),
+        ),
+        spec=ScheduleSpec(intervals=[ScheduleIntervalSpec(every=interval)]),
+        policy=SchedulePolicy(overlap=ScheduleOverlapPolicy.SKIP),
+        state=ScheduleState(note=f"orphan VM and bootstrap Secret GC of {settings.cluster_id}"),
+    )
+
+
+async def ensure_gc_schedule(
+    client: Client, settings: Settings, gc: GcSettings | None = None
+) -> None:
+    """Create the orphan-GC Schedule, or update it to these settings (idempotent)."""
+    gc = gc or GcSettings()
+    if not gc.enabled:
+        log.info("orphan GC schedule not managed (CLOUDBURST_GC_ENABLED=false)")
+        return
+    schedule = gc_schedule(settings, gc)
+
+    def update(current: ScheduleUpdateInput) -> ScheduleUpdate:
+        # Keep whatever an operator did to its state (paused, notes); own spec and action.
+        wanted = gc_schedule(settings, gc)
+        wanted.state = current.description.schedule.state
+        return ScheduleUpdate(schedule=wanted)
+
+    # The worker's real job does not depend on the schedule: a refusal (e.g. an API key
+    # without the right to manage schedules) is logged loudly, and the worker still starts.
+    try:
+        try:
+            await client.create_schedule(GC_SCHEDULE_ID, schedule)
+            log.info("created schedule %s (every %ss)", GC_SCHEDULE_ID, gc.interval_seconds)
+            return
+        except ScheduleAlreadyRunningError:
+            pass
+        await client.get_schedule_handle(GC_SCHEDULE_ID).update(update)
+        log.info("updated schedule %s (every %ss)", GC_SCHEDULE_ID, gc.interval_seconds)
+    except RPCError as err:
+        log.error(
+            "could not create or update schedule %s (%s: %s): orphan GC will not run",
+            GC_SCHEDULE_ID,
+            err.status.name,
+            err.message,
+        )
