@@ -115,6 +115,19 @@ def is_finished_pod(pod: client.V1Pod) -> bool:
     return phase in ("Succeeded", "Failed")
 
 
+# Pods annotated with either (value "true") hold voluntary disruption of their node back.
+DO_NOT_DISRUPT_ANNOTATIONS = ("cloudburst.io/do-not-disrupt", "karpenter.sh/do-not-disrupt")
+
+
+def _pod_name(pod: Any) -> str:
+    return f"{pod.metadata.namespace}/{pod.metadata.name}"
+
+
+def is_do_not_disrupt(pod: Any) -> bool:
+    annotations = (pod.metadata.annotations if pod.metadata else None) or {}
+    return any(annotations.get(key) == "true" for key in DO_NOT_DISRUPT_ANNOTATIONS)
+
+
 def is_left_alone(pod: client.V1Pod) -> bool:
     """Pods a drain never evicts and that do not make a node busy (kubectl drain's rules)."""
     return is_daemonset_pod(pod) or is_mirror_pod(pod) or is_finished_pod(pod)
@@ -275,6 +288,7 @@ class KubeActivities:
             ready=ready,
             empty=not busy,
             pod_count=len(busy),
+            do_not_disrupt=sorted(_pod_name(p) for p in busy if is_do_not_disrupt(p)),
             capacity=dict(status.capacity or {}) if status else {},
             allocatable=dict(status.allocatable or {}) if status else {},
         )

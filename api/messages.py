@@ -169,6 +169,8 @@ class NodeState(BaseModel):
     ready: bool = False
     empty: bool = True
     pod_count: int = 0
+    # Pods ("namespace/name") annotated do-not-disrupt.
+    do_not_disrupt: list[str] = []
     # What the kubelet reports (cpu, memory, pods, ...): the claim's real capacity.
     capacity: dict[str, str] = {}
     allocatable: dict[str, str] = {}

@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import time
 
+from packing import mixed_pods, offerings, request  # bench/packing.py, beside this file
+
 from activities.planning.plan import baseline_one_node_per_round, lp_lower_bound, plan_capacity
 from api.nodepool import Requirements
-from bench.packing import mixed_pods, offerings, request
 
 SCENARIOS: list[tuple[str, Requirements]] = [
     ("any provider", Requirements()),

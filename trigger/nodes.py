@@ -19,15 +19,12 @@ from kubernetes import client as k8s
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
-from activities.kube import is_left_alone
+from activities.kube import is_do_not_disrupt, is_left_alone
 from api import labels
 from api.messages import NodeObservation, ScaleDownRequest, claim_workflow_id
 from trigger.watch import start_watches
 
 log = logging.getLogger(__name__)
-
-# Pods annotated with either (value "true") hold voluntary disruption of their node back.
-DO_NOT_DISRUPT_ANNOTATIONS = ("cloudburst.io/do-not-disrupt", "karpenter.sh/do-not-disrupt")
 
 
 @dataclass
@@ -182,8 +179,7 @@ class NodeWatcher:
         node = pod.spec.node_name
         if not node:
             return
-        annotations = pod.metadata.annotations or {}
-        protected = any(annotations.get(key) == "true" for key in DO_NOT_DISRUPT_ANNOTATIONS)
+        protected = is_do_not_disrupt(pod)
         self._view.pods.setdefault(node, {})[pod.metadata.uid] = _PodView(
             workload=not is_left_alone(pod),
             do_not_disrupt=f"{pod.metadata.namespace}/{pod.metadata.name}" if protected else None,

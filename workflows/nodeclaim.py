@@ -457,8 +457,7 @@ class NodeClaimWorkflow:
             return self._permit.reason  # the pool chose this node (drift, consolidation)
         if self._scale_down:
             return self._scale_down.reason
-        if self._drifted:
-            return "Drifted"
+        # Drifted alone is no reason to go: the pool sends the permit once a replacement runs.
         node = self._node
         ttl = self._claim.spec.disruption.ttl_seconds_after_empty
         if node and node.empty_since and ttl is not None:
@@ -721,6 +720,7 @@ class NodeClaimWorkflow:
             not_ready_since=not_ready_since,
             empty_since=empty_since,
             pod_count=state.pod_count,
+            do_not_disrupt=state.do_not_disrupt,
             observed_at=now,
         )
 

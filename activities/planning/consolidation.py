@@ -14,7 +14,7 @@ from typing import Any
 from kubernetes import client as k8s
 from temporalio import activity
 
-from activities.kube import is_left_alone
+from activities.kube import DO_NOT_DISRUPT_ANNOTATIONS, is_left_alone
 from activities.planning.activity import PlanningActivities
 from activities.planning.requirements import pod_demand
 from api.planning import PlanRequest, PodDemand, Resources
@@ -22,8 +22,6 @@ from api.pool import ConsolidationDecision, ConsolidationInput
 from api.quantity import cpu_millis, memory_bytes
 
 log = logging.getLogger(__name__)
-
-DO_NOT_DISRUPT = ("cloudburst.io/do-not-disrupt", "karpenter.sh/do-not-disrupt")
 
 
 class ConsolidationActivities:
@@ -170,4 +168,4 @@ def _sum(demands: Any) -> Resources:
 
 
 def _protected(annotations: dict[str, str]) -> bool:
-    return any(annotations.get(key) == "true" for key in DO_NOT_DISRUPT)
+    return any(annotations.get(key) == "true" for key in DO_NOT_DISRUPT_ANNOTATIONS)

@@ -32,6 +32,7 @@ _REPEAT_DIVISOR = 4
 # The balanced fill costs (pods per node times shapes); above this many shapes only the
 # largest-first fills run (mixed workloads from Deployments have a few dozen shapes).
 _BALANCED_MAX_GROUPS = 64
+_SCORING_WINDOW = 256
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,16 +114,19 @@ def pack(
     groups = _group(items, types)
     bins: list[Bin] = []
     limited: list[int] = []
+    checked: list[BinType] | None = None
     while True:
         active = [g for g, c in enumerate(groups.counts) if c]
         if not active:
             break
         affordable = [t for t in types if budget.copies(t) >= 1]
-        # Groups no affordable type can hold are held back by the limits.
-        for g in active:
-            if not any(_fits(groups.shapes[g], t.cap) for t in affordable):
-                limited.extend(_take(groups, g, groups.counts[g]))
-        active = [g for g in active if groups.counts[g]]
+        if affordable != checked:
+            # Groups no affordable type can hold are held back by the limits.
+            for g in active:
+                if not any(_fits(groups.shapes[g], t.cap) for t in affordable):
+                    limited.extend(_take(groups, g, groups.counts[g]))
+            active = [g for g in active if groups.counts[g]]
+            checked = affordable
         if not active:
             break
         chosen, fill = _best_fill(groups, active, affordable)
@@ -218,7 +222,12 @@ def _best_fill(
         return v[0] * weights[0] + v[1] * weights[1] + v[2] * weights[2]
 
     ranked = sorted(types, key=lambda t: (-worth(t.cap) / t.price, t.price))
-    orders = [active] + [[g for g in order if groups.counts[g]] for order in groups.orders]
+    many = len(active) > _BALANCED_MAX_GROUPS
+    # With many distinct shapes, each fill scans them all: one order only, and scoring looks
+    # at a window of the largest shapes (the chosen type's fill below scans everything).
+    orders = [active[:_SCORING_WINDOW] if many else active]
+    if not many:
+        orders += [[g for g in order if groups.counts[g]] for order in groups.orders]
     best: tuple[float, float, BinType, list[tuple[int, int]]] | None = None
     for t in ranked:
         if best is not None and worth(t.cap) / t.price <= best[0]:
@@ -233,6 +242,8 @@ def _best_fill(
             if best is None or score > best[0] or (score == best[0] and t.price < best[1]):
                 best = (score, t.price, t, fill)
     assert best is not None, "every active group fits some affordable type"
+    if many:
+        return best[2], _fill(groups, active, best[2].cap)[0]
     return best[2], best[3]
 
 
@@ -243,13 +254,15 @@ def _fill(groups: _Groups, active: list[int], cap: Vector) -> tuple[list[tuple[i
     shapes, counts = groups.shapes, groups.counts
     for g in active:
         cpu, mem, pods = shapes[g]
+        if cpu > free_cpu or mem > free_mem or pods > free_pods:
+            continue
         n = counts[g]
-        if cpu:
-            n = min(n, free_cpu // cpu)
-        if mem:
-            n = min(n, free_mem // mem)
-        if pods:
-            n = min(n, free_pods // pods)
+        if cpu and free_cpu // cpu < n:
+            n = free_cpu // cpu
+        if mem and free_mem // mem < n:
+            n = free_mem // mem
+        if pods and free_pods // pods < n:
+            n = free_pods // pods
         if n > 0:
             fill.append((g, n))
             free_cpu -= cpu * n

@@ -105,7 +105,7 @@ def provider_pool(cluster: SimulatedCluster, kube: k8s.ApiClient, provider: str)
             "nodeClassRef": name,
             "requirements": {"allowedProviders": [provider]},
             "template": {"labels": {"cloudburst.io/test-pool": name}},
-            "disruption": {"ttlSecondsAfterEmpty": 2, "terminationGracePeriodSeconds": 30},
+            "disruption": {"ttlSecondsAfterEmpty": 3, "terminationGracePeriodSeconds": 30},
         },
     }
     for plural, body in (("nodeclasses", node_class), ("nodepools", pool)):
@@ -155,21 +155,23 @@ async def test_claim_lives_its_whole_life_on_each_provider(stack: Stack, provide
     core = stack.core
     async with in_process_worker(stack), running_watcher(stack.temporal, stack.kube):
         name, handle = await start_test_claim(stack, pool, [offering])
-        status = await wait_for_phase(handle, NodeClaimPhase.READY, timeout_s=120)
-
+        # The workload waits for the node from the start: a slow cloud cannot let the empty
+        # TTL take the node before the test has looked at it.
+        app = f"{pool}-app"
+        await in_thread(core.create_namespaced_pod, "default", workload_pod(app, name))
+        await eventually(
+            lambda: in_thread(core.read_namespaced_pod, app, "default"),
+            lambda p: p.spec.node_name == name and p.status.phase == "Running",
+            timeout_s=150,
+        )
+        status = await wait_for_phase(handle, NodeClaimPhase.READY, timeout_s=30)
         assert status.instance_id and status.instance_id.startswith(f"{provider}/")
         node = await in_thread(core.read_node, name)
         assert node.spec.provider_id.startswith(f"{provider}:///")
         assert node.metadata.labels[labels.PROVIDER] == provider
         assert node.metadata.labels[labels.INSTANCE_TYPE] == offering.instance_type
         assert node.metadata.labels["node.kubernetes.io/instance-type"] == offering.instance_type
-
-        await in_thread(core.create_namespaced_pod, "default", workload_pod(f"{pool}-app", name))
-        await eventually(
-            lambda: in_thread(core.read_namespaced_pod, f"{pool}-app", "default"),
-            lambda p: p.spec.node_name == name and p.status.phase == "Running",
-        )
-        await in_thread(core.delete_namespaced_pod, f"{pool}-app", "default")
+        await in_thread(core.delete_namespaced_pod, app, "default")
 
         final = await asyncio.wait_for(handle.result(), timeout=120)
         assert final.phase == NodeClaimPhase.DELETED

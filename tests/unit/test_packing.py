@@ -325,3 +325,15 @@ def test_the_shipped_catalog_plans_a_mixed_burst() -> None:
     assert (
         plan.cost_eur_per_hour < baseline_one_node_per_round(req, offerings).cost_eur_per_hour / 2
     )
+
+
+def test_hundreds_of_distinct_shapes_are_packed_validly_and_cheaply() -> None:
+    # More shapes than the balanced fill handles: the windowed scoring path.
+    pods = [demand(f"p{i}", 50 + (i * 37) % 1950, 64 + (i * 101) % 4000) for i in range(400)]
+    offerings = [CHEAP, MID, BIG, SCW, AWS, offering("cx42", 8, 16, 0.0263)]
+    req = request(pods)
+    plan = plan_capacity(req, offerings)
+    check_invariants(req, plan, offerings)
+    assert not plan.unschedulable and not plan.limited
+    assert plan.cost_eur_per_hour <= baseline_one_node_per_round(req, offerings).cost_eur_per_hour
+    assert plan.cost_eur_per_hour <= 1.25 * lp_lower_bound(req, offerings)
