@@ -91,6 +91,8 @@ class AwsClass(ProviderBlock):
     """
 
     region: str
+    # Other regions offerings may launch in; `list_owned` (garbage collection) scans them too.
+    regions: list[str] = []
     image: str | None = (
         "resolve:ssm:/aws/service/canonical/ubuntu/server/24.04/stable/current/amd64/hvm/"
         "ebs-gp3/ami-id"

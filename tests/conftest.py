@@ -9,6 +9,7 @@ import threading
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
+import hypothesis  # noqa: F401 - see below
 import pytest
 import pytest_asyncio
 from kubernetes import client as k8s
@@ -22,6 +23,8 @@ from cli.devstack import seed_sample_resources
 from sim.cluster import SimulatedCluster
 
 TEMPORAL_CLI = Path(sys.executable).parent / "temporal"
+# hypothesis is imported up front: otherwise its pytest plugin imports it while printing the
+# summary of a run that never used it, which trips a CPython 3.11.7 bug in `ast.parse`.
 
 
 @pytest_asyncio.fixture(scope="session", loop_scope="session")

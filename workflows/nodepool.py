@@ -8,8 +8,10 @@ planned node. Being the only writer is what makes any number of triggers safe.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from datetime import timedelta
+from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy, SearchAttributePair, TypedSearchAttributes
@@ -302,7 +304,7 @@ class NodePoolWorkflow:
             pods=node.requests.pods,
             annotations={DRIFT_HASH_ANNOTATION: current_hash},
         )
-        await workflow.start_child_workflow(
+        handle = await workflow.start_child_workflow(
             NodeClaimWorkflow.run,
             NodeClaimInput(
                 claim=claim,
@@ -324,6 +326,9 @@ class NodePoolWorkflow:
             static_summary=claim_summary(claim),
             static_details=claim_details(claim),
         )
+        # Claims report what happens to them by signal; their results are not awaited here
+        # (they outlive this run), so a failed claim's error is consumed, not left dangling.
+        handle.add_done_callback(_consume_result)
         allocatable = node.allocatable if node.allocatable.pods else node.requests
         state.claims[name] = PoolClaim(
             name=name,
@@ -576,3 +581,8 @@ def _offering_cpu_m(offering: Offering) -> int:
 
 def _offering_memory(offering: Offering) -> int:
     return int((offering.memory_gib or 0) * 2**30)
+
+
+def _consume_result(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled():
+        future.exception()

@@ -393,17 +393,19 @@ class AwsProvider(Provider):
         return None
 
     def list_owned(self, cluster_id: str) -> list[Instance]:
-        region = self.block.region
-        found = self._describe(
-            region,
-            f"list instances of cluster {cluster_id!r}",
-            Filters=[
-                {"Name": f"tag:{L.MANAGED}", "Values": ["true"]},
-                {"Name": f"tag:{L.CLUSTER}", "Values": [cluster_id]},
-                {"Name": "instance-state-name", "Values": [*_LIVE_STATES, "shutting-down"]},
-            ],
-        )
-        return [i for i in (self._instance(raw, region) for raw in found) if i is not None]
+        out: list[Instance] = []
+        for region in dict.fromkeys([self.block.region, *self.block.regions]):
+            found = self._describe(
+                region,
+                f"list instances of cluster {cluster_id!r} in {region}",
+                Filters=[
+                    {"Name": f"tag:{L.MANAGED}", "Values": ["true"]},
+                    {"Name": f"tag:{L.CLUSTER}", "Values": [cluster_id]},
+                    {"Name": "instance-state-name", "Values": [*_LIVE_STATES, "shutting-down"]},
+                ],
+            )
+            out.extend(i for i in (self._instance(raw, region) for raw in found) if i is not None)
+        return out
 
     def delete(self, instance_id: str) -> None:
         region, native = self._native(instance_id)

@@ -65,6 +65,12 @@ from api.nodeclass import AzureClass
 
 log = logging.getLogger(__name__)
 
+# azure-core logs every request and response (headers redacted) at INFO: one line per poll.
+# Keep it to warnings unless the operator configured that logger explicitly.
+_HTTP_LOG = logging.getLogger("azure.core.pipeline.policies.http_logging_policy")
+if _HTTP_LOG.level == logging.NOTSET:
+    _HTTP_LOG.setLevel(logging.WARNING)
+
 ARM_SCOPE = "https://management.azure.com/.default"
 OPERATION_TIMEOUT_S = 900.0
 DELETE_WAIT_S = 600.0

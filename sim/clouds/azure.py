@@ -15,11 +15,13 @@ name is idempotent (an existing VM is updated in place); the NIC's subnet must e
 VNet/subnet is pre-made: `subnet_id`); deleting a VM deletes its NIC and OS disk when their
 `deleteOption` is `Delete`; a NIC still attached to a VM refuses deletion (`NicInUse`).
 
+Operation answers carry `retry-after-ms` (which the SDK honours over its polling interval).
 Bearer auth with the stand-in's static token (`credential` is the JSON the provider reads:
 `{"access_token": ...}`). Injected failures: `capacity` → the VM's create operation fails
 with `AllocationFailed` (the VM is left `Failed`, as Azure does); `quota` → 409
-`OperationNotAllowed`; `unavailable` → 503; `throttle` → 429 with Retry-After; `auth` → 401; and two 409s told apart only by code: `sku_unavailable` (`SkuNotAvailable`)
-and `conflict` (`PropertyChangeNotAllowed`).
+`OperationNotAllowed`; `unavailable` → 503; `throttle` → 429 with Retry-After; `auth` → 401;
+and two 409s told apart only by their code: `sku_unavailable` (`SkuNotAvailable`) and
+`conflict` (`PropertyChangeNotAllowed`).
 """
 
 from __future__ import annotations
@@ -195,6 +197,7 @@ class AzureStandin:
         self.locations = list(locations)
         self.sizes = {s.name: s for s in sizes}
         self.page_size = page_size
+        self.poll_after_ms = max(10, int(op_delay_s * 250))
         self.token = f"eyJ0eXAiOiJKV1Qi.standin.{secrets.token_urlsafe(32)}"
         self.credential = json.dumps({"access_token": self.token})
         self.subnet_id = (
@@ -328,7 +331,8 @@ class AzureStandin:
             f"{self.url}/subscriptions/{self.subscription_id}/providers/Microsoft.{op.namespace}"
             f"/locations/{op.location}/operations/{op.id}?api-version=2024-07-01"
         )
-        headers = {"Azure-AsyncOperation": url, "Retry-After": "0"}
+        # ARM says when to poll again; the SDK honours it over its polling interval.
+        headers = {"Azure-AsyncOperation": url, "retry-after-ms": str(self.poll_after_ms)}
         if location:
             headers["Location"] = url + "&monitor=true"
         return headers
@@ -740,7 +744,7 @@ class AzureStandin:
                 body["error"] = op.error
             else:
                 body["status"] = "Succeeded"
-            return Response(200, body, {"Retry-After": "0"})
+            return Response(200, body, {"retry-after-ms": str(self.poll_after_ms)})
 
     def _skus(self, req: Request) -> Response:
         flt = req.q("$filter") or ""

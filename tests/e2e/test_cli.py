@@ -101,5 +101,6 @@ def test_claims_create_refuses_a_provider_the_class_lacks(
 
 def test_claims_list_when_temporal_is_unreachable() -> None:
     result = cloudburst("claims", "list", "--temporal-address", "127.0.0.1:1")
-    assert result.returncode == 1
+    # Non-zero: 1, or now and then an abort from the SDK's runtime threads at interpreter exit.
+    assert result.returncode != 0
     assert "cannot reach Temporal" in result.stderr.replace("\n", " ")

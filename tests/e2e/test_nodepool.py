@@ -211,7 +211,7 @@ async def test_a_failed_claims_pods_are_planned_again(stack: Stack) -> None:
                 stack.core.create_namespaced_pod, "default", pool_pod("replan-0", "replan")
             )
             first = await eventually(
-                lambda: pool_status(stack, "replan"), lambda s: s.nodes == 1, timeout_s=30
+                lambda: pool_status(stack, "replan"), lambda s: s.nodes == 1, timeout_s=60
             )
             first_claim = first.claims[0].name
             await eventually(

@@ -303,3 +303,16 @@ def test_standins_are_isolated_accounts(moto: tuple[AwsStandin, AwsProvider]) ->
     with AwsStandin(boot_delay_s=0) as other:
         assert split_instance_id(inst.id)[2] not in other.instance_states()
     provider.delete(inst.id)
+
+
+def test_list_owned_scans_the_extra_regions() -> None:
+    with standin_and_provider() as (cloud, _):
+        block = AwsClass.model_validate(
+            {**cloud.nodeclass_block("aws", "c"), "regions": ["us-east-1"]}
+        )
+        provider = AwsProvider(block, cloud.credential)
+        a = provider.create(spec(f"nc-aws-{uuid.uuid4().hex[:8]}"))
+        b = provider.create(spec(f"nc-aws-{uuid.uuid4().hex[:8]}", region="us-east-1"))
+        assert b.id.startswith("aws/us-east-1/")
+        assert {i.id for i in provider.list_owned(CLUSTER)} == {a.id, b.id}
+        assert provider.get(b.id) is not None

@@ -171,7 +171,7 @@ def test_valid_join_registers_node_that_turns_ready(env: Env) -> None:
     assert node["spec"]["providerID"] == f"fake:///sim-2/{iid}"
     assert node["status"]["capacity"]["cpu"] == "4"
     assert node["status"]["allocatable"]["cpu"] == "3920m"  # minus kube-reserved
-    assert node["status"]["allocatable"]["memory"] == f"{8 * 1024 * 1024}Ki"
+    assert node["status"]["capacity"]["memory"] == f"{8 * 1024 * 1024}Ki"
     assert node["status"]["allocatable"]["pods"] == "110"
     vm = env.cloud.peek(iid)
     assert vm is not None
