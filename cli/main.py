@@ -264,7 +264,7 @@ Press Ctrl-C to stop.
 
 @app.command()
 def demo(
-    scenario: Annotated[str, typer.Option(help="lifecycle | burst")] = "lifecycle",
+    scenario: Annotated[str, typer.Option(help="lifecycle | burst | dr")] = "lifecycle",
     pods: Annotated[int, typer.Option(help="burst: how many pending pods")] = 20,
     json_output: Annotated[bool, typer.Option("--json", help="last line: one JSON object")] = False,
     provider: Annotated[
@@ -278,10 +278,11 @@ def demo(
     """Run a scenario end to end on the embedded stack; exit 0 only if everything held."""
     from activities.providers import supported_providers
     from cli.demo import BurstReport, LifecycleReport, run_burst, run_lifecycle
+    from cli.dr import DrReport, run_dr
     from sim.clouds import StandinMissingError, standin_module
 
-    if scenario not in ("lifecycle", "burst"):
-        raise _fail(f"unknown scenario {scenario!r}; available: lifecycle, burst")
+    if scenario not in ("lifecycle", "burst", "dr"):
+        raise _fail(f"unknown scenario {scenario!r}; available: lifecycle, burst, dr")
     if provider != "fake":
         if scenario != "lifecycle":
             raise _fail("--provider applies to the lifecycle scenario")
@@ -294,13 +295,18 @@ def demo(
         except StandinMissingError as err:
             raise _fail(str(err)) from None
     logging.basicConfig(level=logging.WARNING)
+    # Activity failures the scenario provokes (a 503, a lost node) are expected, not news.
+    logging.getLogger("temporalio").setLevel(logging.CRITICAL)
+    logging.getLogger("urllib3").setLevel(logging.ERROR)
 
     def say(text: str) -> None:
         (err_console if json_output else console).print(f"• {text}")
 
-    report: LifecycleReport | BurstReport
+    report: LifecycleReport | BurstReport | DrReport
     if scenario == "lifecycle":
         report = asyncio.run(run_lifecycle(say, provider=provider))
+    elif scenario == "dr":
+        report = asyncio.run(run_dr(say))
     else:
         report = asyncio.run(run_burst(say, pods))
     if json_output:

@@ -77,10 +77,10 @@ def provider_pool(cluster: SimulatedCluster, kube: k8s.ApiClient, provider: str)
         secrets[credential_secret(provider)] = {CREDENTIAL_KEY: handle.credential}
         blocks[provider] = handle.nodeclass_block(credential_secret(provider), CREDENTIAL_KEY)
     for name, data in secrets.items():
-        body = k8s.V1Secret(metadata=k8s.V1ObjectMeta(name=name), string_data=data)
+        secret = k8s.V1Secret(metadata=k8s.V1ObjectMeta(name=name), string_data=data)
         _upsert(
-            lambda b=body: core.create_namespaced_secret("default", b),
-            lambda b=body, n=name: core.replace_namespaced_secret(n, "default", b),
+            lambda b=secret: core.create_namespaced_secret("default", b),
+            lambda b=secret, n=name: core.replace_namespaced_secret(n, "default", b),
         )
     name = f"e2e-{provider}"
     node_class = {
@@ -124,12 +124,11 @@ def vms_of(cluster: SimulatedCluster, provider: str, claim: str) -> tuple[int, i
     """(VMs ever created for the claim, VMs of it the cloud still has)."""
     if provider == "fake":
         created = int(cluster.cloud.stats()["created_by_name"].get(claim, 0))
-        live = [
-            vm
+        return created, sum(
+            1
             for vm in cluster.cloud.list_instances()
             if vm["labels"].get(labels.NODECLAIM) == claim
-        ]
-        return created, len(live)
+        )
     cloud = cluster.standins[provider].cloud
     created = sum(int(n) for k, n in cloud.stats()["created_by_name"].items() if claim in str(k))
     live = 0
