@@ -76,6 +76,7 @@ class PoolClaim(BaseModel):
     allocatable: Resources
     nominated: list[str] = []  # pod UIDs expected to land on it
     started_at: datetime
+    ready_at: datetime | None = None
     # Started to hold the pool at minNodes, not for pods.
     for_min_nodes: bool = False
     # What it was planned for; a drift replacement is planned for the same.
@@ -119,6 +120,9 @@ class NodePoolInput(BaseModel):
     failed_offering_ttl_s: float = 180
     # Re-plan at least this often even without news (minNodes, expiring failure cache).
     reconcile_interval_s: float = 60
+    # Once a node is Ready the scheduler decides; pods nominated to it that are still pending
+    # this long after are planned again (the scheduler may have put others there instead).
+    nomination_grace_after_ready_s: float = 15
     state: PoolState
 
 

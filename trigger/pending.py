@@ -109,9 +109,9 @@ class PendingPodTrigger:
             while not stop.is_set():
                 try:
                     item = await asyncio.wait_for(queue.get(), timeout=0.1)
-                    await self._apply(*item)
+                    await self._apply_logged(*item)
                     while not queue.empty():
-                        await self._apply(*queue.get_nowait())
+                        await self._apply_logged(*queue.get_nowait())
                 except TimeoutError:
                     pass
                 await self._flush_due()
@@ -119,6 +119,13 @@ class PendingPodTrigger:
             halt.set()
 
     # --- what the watches show -------------------------------------------------------------
+
+    async def _apply_logged(self, kind: str, event: str, obj: Any) -> None:
+        """One bad object or a failed call must not stop the trigger: log and go on."""
+        try:
+            await self._apply(kind, event, obj)
+        except Exception:
+            log.exception("could not handle %s %s", kind, event)
 
     async def _apply(self, kind: str, event: str, obj: Any) -> None:
         if kind == "nodepool":
@@ -304,7 +311,10 @@ class PendingPodTrigger:
             if specs is None:
                 continue
             if pool.spec.limits.min_nodes > 0:
-                await self._start_or_signal(key, specs, DemandUpdate(specs=specs))
+                try:
+                    await self._start_or_signal(key, specs, DemandUpdate(specs=specs))
+                except Exception as err:  # retried on the next spec event or re-list
+                    log.warning("starting pool %s/%s failed: %s", *key, err)
                 continue
             handle = self._temporal.get_workflow_handle(pool_workflow_id(*key))
             try:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from temporalio import workflow
@@ -118,6 +118,8 @@ class NodePoolWorkflow:
         claim = state.claims.get(name)
         if claim is None:
             return
+        if report.phase == NodeClaimPhase.READY and claim.ready_at is None:
+            claim.ready_at = workflow.now()
         claim.phase = report.phase
         if report.offering:
             claim.offering = report.offering
@@ -191,6 +193,7 @@ class NodePoolWorkflow:
         now = workflow.now()
         for key in [k for k, until in state.failed_offerings.items() if until <= now]:
             del state.failed_offerings[key]
+        self._expire_nominations(now)
         await self._grant_permits()
         await self._replace_drifted()
         await self._consolidate()
@@ -487,10 +490,21 @@ class NodePoolWorkflow:
             )
             state.claims[name].replaced_by = new
 
+    def _expire_nominations(self, now: datetime) -> None:
+        grace = timedelta(seconds=self._input.nomination_grace_after_ready_s)
+        for claim in self._live_claims():
+            if claim.nominated and claim.ready_at and now >= claim.ready_at + grace:
+                claim.nominated.clear()
+
     def _next_wake_s(self) -> float:
-        """The periodic look; sooner when consolidation is on and due earlier."""
+        """The periodic look; sooner when consolidation or a nomination expiry is due."""
         disruption = self._state.specs.pool.disruption
         interval = self._input.reconcile_interval_s
+        now = workflow.now()
+        grace = timedelta(seconds=self._input.nomination_grace_after_ready_s)
+        for claim in self._live_claims():
+            if claim.nominated and claim.ready_at:
+                interval = min(interval, max(0.5, (claim.ready_at + grace - now).total_seconds()))
         if disruption.consolidation_policy == "WhenEmptyOrUnderutilized":
             interval = min(interval, max(1.0, parse_duration(disruption.consolidate_after)))
         return interval

@@ -125,9 +125,13 @@ async def test_limits_hold_and_blocked_demand_is_reported(stack: Stack) -> None:
             lambda: pods_of(stack, "capped"),
             lambda pods: len([p for p in pods if p.status.phase == "Running"]) == 1,
         )
-        # Demand held back by a limit is not dropped and produces no second node.
-        await asyncio.sleep(2)
-        status = await pool_status(stack, "capped")
+        # Demand held back by a limit is not dropped and produces no second node, also once
+        # the node is Ready and the pods the scheduler could not place there are planned again.
+        status = await eventually(
+            lambda: pool_status(stack, "capped"),
+            lambda s: all(not c.nominated for c in s.claims) and len(s.blocked) == 2,
+            timeout_s=60,
+        )
         assert status.nodes == 1 and len(status.blocked) == 2, status
         assert len(vms_of_pool(stack.cluster, "capped")) == 1
         events = await in_thread(
