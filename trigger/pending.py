@@ -272,7 +272,7 @@ class PendingPodTrigger:
         )
         try:
             await self._start_or_signal(key, specs, update)
-        except RPCError as err:
+        except Exception as err:  # kept and sent again with the next batch
             log.warning("demand for pool %s/%s not delivered: %s", *key, err)
             return False
         self.updates_sent += 1

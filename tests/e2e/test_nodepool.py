@@ -214,9 +214,19 @@ async def test_a_failed_claims_pods_are_planned_again(stack: Stack) -> None:
             await in_thread(
                 stack.core.create_namespaced_pod, "default", pool_pod("replan-0", "replan")
             )
-            first = await eventually(
-                lambda: pool_status(stack, "replan"), lambda s: s.nodes == 1, timeout_s=60
-            )
+            try:
+                first = await eventually(
+                    lambda: pool_status(stack, "replan"), lambda s: s.nodes == 1, timeout_s=60
+                )
+            except AssertionError:
+                events = await in_thread(
+                    stack.core.list_namespaced_event,
+                    "default",
+                    field_selector="involvedObject.name=replan-0",
+                )
+                raise AssertionError(
+                    f"no claim for the pending pod: {[e.message for e in events.items]}"
+                ) from None
             first_claim = first.claims[0].name
             await eventually(
                 lambda: pool_status(stack, "replan"),
