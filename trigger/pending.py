@@ -85,6 +85,8 @@ class PendingPodTrigger:
         self._pending: dict[str, PoolKey] = {}  # pod uid -> pool it was sent to
         self._batches: dict[PoolKey, _Batch] = {}
         self._unmatched: dict[str, str] = {}  # pod uid -> reason already reported
+        # Pods no pool could host, kept to match again when pools or classes change.
+        self._unmatched_pods: dict[str, Any] = {}
         self._pods_synced = False
         self.updates_sent = 0
 
@@ -153,12 +155,16 @@ class PendingPodTrigger:
             except ValidationError as err:
                 log.error("%s %s/%s is invalid, ignored: %s", raw.get("kind"), *key, err)
                 store.pop(key, None)
+        # A pod that matched nothing may match now (a pool created after it went pending).
+        for pod in list(self._unmatched_pods.values()):
+            self._apply_pod("MODIFIED", pod)
         await self._specs_changed()
 
     def _resync_pods(self, pods: list[Any]) -> None:
         """After a (re)list: every pool gets its full set of pending pods."""
         previously = dict(self._pending)
         self._pending.clear()
+        self._unmatched_pods.clear()
         for pod in pods:
             self._apply_pod("ADDED", pod)
         for uid, pool in previously.items():
@@ -173,6 +179,7 @@ class PendingPodTrigger:
         if event == "DELETED" or not is_unschedulable(pod):
             pool = self._pending.pop(uid, None)
             self._unmatched.pop(uid, None)
+            self._unmatched_pods.pop(uid, None)
             if pool is not None:
                 self._batch(pool).resolve(uid)
             return
@@ -183,7 +190,9 @@ class PendingPodTrigger:
             self._batch(previous).resolve(uid)
         if pool is None:
             self._pending.pop(uid, None)
+            self._unmatched_pods[uid] = pod
             return
+        self._unmatched_pods.pop(uid, None)
         self._pending[uid] = pool
         self._batch(pool).add(demand)
 

@@ -91,6 +91,8 @@ def test_printer_columns() -> None:
 
 def test_seed_examples_validate_against_the_crds_unchanged() -> None:
     schemas = crd_schemas()
+    if not EXAMPLES.exists():
+        pytest.skip("shared/examples is not beside this checkout")
     documents = [d for d in yaml.safe_load_all((EXAMPLES / "dr-example.yaml").read_text()) if d]
     ours = [d for d in documents if d["apiVersion"].startswith("cloudburst.io/")]
     assert {d["kind"] for d in ours} == {"NodePool", "NodeClass"}
@@ -117,6 +119,8 @@ def test_what_the_code_writes_validates() -> None:
 
 def test_schemas_reject_what_the_models_reject() -> None:
     schemas = crd_schemas()
+    if not EXAMPLES.exists():
+        pytest.skip("shared/examples is not beside this checkout")
     documents = [d for d in yaml.safe_load_all((EXAMPLES / "dr-example.yaml").read_text()) if d]
     pool = copy.deepcopy(next(d for d in documents if d["kind"] == "NodePool"))
     pool["spec"]["limits"]["maxNode"] = 3  # a typo: strict field validation refuses it
