@@ -1,6 +1,6 @@
-"""The NodeClaim custom resource: a mirror of the workflow, so `kubectl get nodeclaims` works.
+"""The custom resources mirror their workflows, so `kubectl get nodeclaims,nodepools` works.
 
-The workflow stays the source of truth. The resource carries a finalizer, so that a
+The workflows stay the source of truth. The resource carries a finalizer, so that a
 `kubectl delete nodeclaim` becomes a scale-down request (the node watcher sees the deletion
 timestamp and signals the workflow) instead of losing track of a running VM.
 """
@@ -15,10 +15,12 @@ from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 from temporalio import activity
 
+from activities import metrics
 from activities.events import record_event
 from api import labels
 from api.events import ObjectRef
 from api.messages import MirrorInput
+from api.nodepool_status import NodePoolStatusUpdate
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +33,7 @@ class MirrorActivities:
         self._core = k8s.CoreV1Api(api_client)
 
     def activities(self) -> list[Callable[..., Any]]:
-        return [self.sync_nodeclaim]
+        return [self.sync_nodeclaim, self.sync_nodepool_status]
 
     @activity.defn(name="sync_nodeclaim")
     def sync_nodeclaim(self, input: MirrorInput) -> None:
@@ -60,6 +62,31 @@ class MirrorActivities:
                 uid=uid,
             )
             record_event(self._core, event.model_copy(update={"regarding": regarding}))
+
+    @activity.defn(name="sync_nodepool_status")
+    def sync_nodepool_status(self, update: NodePoolStatusUpdate) -> None:
+        """The pool's status subresource (`kubectl get nodepools`) and its usage/limit gauges."""
+        pool = update.name
+        metrics.set_nodepool_usage(pool, "nodes", update.status.nodes)
+        metrics.set_nodepool_usage(pool, "cpu", update.cpu_m / 1000)
+        metrics.set_nodepool_usage(pool, "memory", update.memory_bytes)
+        for resource, limit in (
+            ("nodes", update.max_nodes),
+            ("cpu", None if update.limit_cpu_m is None else update.limit_cpu_m / 1000),
+            ("memory", update.limit_memory_bytes),
+        ):
+            if limit is not None:
+                metrics.set_nodepool_limit(pool, resource, limit)
+        # A merge patch of the whole status: conditions is a list, replaced as one.
+        body = {"status": update.status.model_dump(mode="json", by_alias=True, exclude_none=True)}
+        try:
+            self._custom.patch_namespaced_custom_object_status(
+                GROUP, VERSION, update.namespace, "nodepools", pool, body
+            )
+        except ApiException as err:
+            if err.status != 404:
+                raise
+            log.info("NodePool %s/%s is gone; its status is not written", update.namespace, pool)
 
     def _read(self, namespace: str, name: str) -> dict[str, Any] | None:
         try:

@@ -26,3 +26,17 @@ class NodePoolStatus(CamelModel):
     ready_nodes: int = 0
     resources: NodePoolResources = NodePoolResources()
     conditions: list[Condition] = []
+
+
+class NodePoolStatusUpdate(CamelModel):
+    """What the pool workflow asks `sync_nodepool_status` to write (and to export as metrics)."""
+
+    namespace: str
+    name: str
+    status: NodePoolStatus
+    cpu_m: int = 0
+    memory_bytes: int = 0
+    # The pool's limits, for the usage-vs-limit gauges; None = unlimited.
+    max_nodes: int | None = None
+    limit_cpu_m: int | None = None
+    limit_memory_bytes: int | None = None

@@ -11,6 +11,7 @@ from api.messages import ClaimTimings
 from api.nodeclaim import NodeClaimPhase, Offering
 from api.nodeclass import NodeClassSpec
 from api.nodepool import NodePoolSpec
+from api.nodepool_status import NodePoolStatus
 from api.planning import PlannedNode, PodDemand, Resources
 
 
@@ -110,6 +111,8 @@ class PoolState(BaseModel):
     claims_started: int = 0
     last_consolidation: datetime | None = None
     consolidation_note: str = ""
+    # The NodePool status last written, so that only changes are written.
+    published_status: NodePoolStatus | None = None
 
 
 class NodePoolInput(BaseModel):

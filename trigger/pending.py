@@ -16,11 +16,13 @@ from datetime import UTC, datetime
 from typing import Any
 
 from kubernetes import client as k8s
+from opentelemetry.trace import SpanKind
 from pydantic import BaseModel, ValidationError
 from temporalio.client import Client
 from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.service import RPCError, RPCStatusCode
 
+from activities import metrics
 from activities.events import record_event
 from activities.planning.requirements import pod_demand, pool_can_host
 from api import NodeClass, NodePool, events
@@ -29,6 +31,7 @@ from api.messages import ClaimTimings
 from api.planning import PodDemand
 from api.pool import DemandUpdate, NodePoolInput, PoolSpecs, PoolState, pool_workflow_id
 from trigger.watch import start_watches
+from worker.telemetry import tracer
 from workflows.nodepool import NodePoolWorkflow
 
 log = logging.getLogger(__name__)
@@ -83,6 +86,8 @@ class PendingPodTrigger:
         self._pools: dict[PoolKey, NodePool] = {}
         self._classes: dict[PoolKey, NodeClass] = {}
         self._pending: dict[str, PoolKey] = {}  # pod uid -> pool it was sent to
+        # pod uid -> since when it waits for capacity (epoch seconds), for the latency metric
+        self._pending_since: dict[str, float] = {}
         self._batches: dict[PoolKey, _Batch] = {}
         self._unmatched: dict[str, str] = {}  # pod uid -> reason already reported
         # Pods no pool could host, kept to match again when pools or classes change.
@@ -172,16 +177,22 @@ class PendingPodTrigger:
                 self._batch(pool).resolve(uid)
         for pool in set(self._pending.values()) | set(previously.values()):
             self._batch(pool).full_resync = True
+        for uid in [uid for uid in self._pending_since if uid not in self._pending]:
+            del self._pending_since[uid]
         self._pods_synced = True
 
     def _apply_pod(self, event: str, pod: Any) -> None:
         uid = pod.metadata.uid
         if event == "DELETED" or not is_unschedulable(pod):
             pool = self._pending.pop(uid, None)
+            since = self._pending_since.pop(uid, None)
             self._unmatched.pop(uid, None)
             self._unmatched_pods.pop(uid, None)
             if pool is not None:
                 self._batch(pool).resolve(uid)
+                if since is not None and pod.spec.node_name:
+                    # Bound (a watch filtered on unbound pods reports a binding as DELETED).
+                    metrics.observe_pod_provisioning_latency(pool[1], time.time() - since)
             return
         demand = pod_demand(pod)
         pool = self._match(pod, demand)
@@ -194,6 +205,7 @@ class PendingPodTrigger:
             return
         self._unmatched_pods.pop(uid, None)
         self._pending[uid] = pool
+        self._pending_since.setdefault(uid, _unschedulable_since(pod))
         self._batch(pool).add(demand)
 
     def _match(self, pod: Any, demand: PodDemand) -> PoolKey | None:
@@ -279,8 +291,20 @@ class PendingPodTrigger:
             sent_at=datetime.now(UTC),
             specs=specs,
         )
+        # The root of the trace that follows this demand into the pool's workflow, the
+        # claims it starts and their activities (the Temporal client propagates it).
+        span = tracer().start_as_current_span(
+            "TriggerDemand",
+            kind=SpanKind.PRODUCER,
+            attributes={
+                "cloudburst.nodepool": f"{key[0]}/{key[1]}",
+                "cloudburst.pending_pods": len(update.pods),
+                "cloudburst.resolved_pods": len(update.resolved),
+            },
+        )
         try:
-            await self._start_or_signal(key, specs, update)
+            with span:
+                await self._start_or_signal(key, specs, update)
         except Exception as err:  # kept and sent again with the next batch
             log.warning("demand for pool %s/%s not delivered: %s", *key, err)
             return False
@@ -369,6 +393,14 @@ def is_unschedulable(pod: Any) -> bool:
         c.type == "PodScheduled" and c.status == "False" and c.reason == "Unschedulable"
         for c in conditions
     )
+
+
+def _unschedulable_since(pod: Any) -> float:
+    """When the scheduler found no room (its condition's time), else now (epoch seconds)."""
+    for condition in (pod.status.conditions if pod.status else None) or []:
+        if condition.type == "PodScheduled" and condition.last_transition_time is not None:
+            return float(condition.last_transition_time.timestamp())
+    return time.time()
 
 
 def _crd(plural: str) -> dict[str, Any]:

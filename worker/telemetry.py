@@ -163,6 +163,13 @@ def client_interceptors() -> list[Interceptor]:
     return [TracingInterceptor(_current.tracer_provider.get_tracer(TRACER_NAME))]
 
 
+def tracer() -> trace.Tracer:
+    """This process' tracer for its own spans (a no-op one while tracing is off)."""
+    if _current is None or _current.tracer_provider is None:
+        return trace.NoOpTracer()
+    return _current.tracer_provider.get_tracer(TRACER_NAME)
+
+
 def current_runtime() -> Runtime | None:
     return _current.runtime if _current is not None else None
 

@@ -11,10 +11,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Literal
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy, SearchAttributePair, TypedSearchAttributes
+from temporalio.exceptions import ActivityError, ApplicationError
 from temporalio.workflow import ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
@@ -30,8 +31,15 @@ with workflow.unsafe.imports_passed_through():
     )
     from api.events import EventBatch, KubeEvent, ObjectRef
     from api.messages import NodeClaimInput, claim_workflow_id
-    from api.nodeclaim import NodeClaimPhase, Offering
-    from api.nodepool import parse_duration
+    from api.nodeclaim import Condition, NodeClaimPhase, Offering
+    from api.nodepool import Limits, parse_duration
+    from api.nodepool_status import (
+        LIMIT_REACHED,
+        READY,
+        NodePoolResources,
+        NodePoolStatus,
+        NodePoolStatusUpdate,
+    )
     from api.planning import InFlightNode, Plan, PlannedNode, PlanRequest, PodDemand, Resources
     from api.pool import (
         BudgetStatus,
@@ -46,7 +54,7 @@ with workflow.unsafe.imports_passed_through():
         PoolSpecs,
         PoolStatus,
     )
-    from api.quantity import cpu_millis, memory_bytes
+    from api.quantity import cpu_millis, format_cpu, format_memory, memory_bytes
     from workflows.nodeclaim import NodeClaimWorkflow
 
 _ACTIVITY_RETRY = RetryPolicy(
@@ -82,6 +90,8 @@ class NodePoolWorkflow:
                 )
             self._dirty = False
             await self._reconcile()
+            if workflow.patched("nodepool-status"):
+                await self._publish_status()
             if workflow.info().is_continue_as_new_suggested():
                 await workflow.wait_condition(workflow.all_handlers_finished)
                 workflow.continue_as_new(self._input.model_copy(update={"state": self._state}))
@@ -205,9 +215,15 @@ class NodePoolWorkflow:
         if not uncovered and not missing_floor:
             state.blocked.clear()
             return
-        plan = await self._plan(
-            self._plan_request(uncovered, missing_floor), f"plan {len(uncovered)} pods"
-        )
+        try:
+            plan = await self._plan(
+                self._plan_request(uncovered, missing_floor), f"plan {len(uncovered)} pods"
+            )
+        except ActivityError as err:
+            # A configuration error (e.g. the recommender refuses our credentials) must not
+            # end the pool: the pods wait, say why, and the next look tries again.
+            await self._record_events(self._planning_failed(uncovered, _cause(err)))
+            return
         self._last_plan = plan
         notices: list[KubeEvent] = []
         for uid, claim_name in plan.assignments.items():
@@ -218,7 +234,12 @@ class NodePoolWorkflow:
             claim_name = await self._start_claim(node, for_min_nodes=not node.pod_uids)
             notices += [self._nominated(uid, claim_name) for uid in node.pod_uids]
         notices += self._blocked(plan)
-        if notices:
+        await self._record_events(notices)
+
+    async def _record_events(self, notices: list[KubeEvent]) -> None:
+        if not notices:
+            return
+        try:
             await workflow.execute_activity(
                 "record_events",
                 EventBatch(events=notices),
@@ -226,6 +247,27 @@ class NodePoolWorkflow:
                 retry_policy=RetryPolicy(maximum_attempts=5),
                 summary=f"{len(notices)} events",
             )
+        except ActivityError as err:  # Events are a courtesy; the pool goes on without them
+            workflow.logger.warning("events not recorded: %s", _cause(err))
+
+    def _planning_failed(self, pods: list[PodDemand], cause: str) -> list[KubeEvent]:
+        reason = f"planning failed: {cause}"
+        notices = []
+        for pod in pods:
+            if self._state.blocked.get(pod.uid) == reason:
+                continue
+            self._state.blocked[pod.uid] = reason
+            notices.append(
+                KubeEvent(
+                    regarding=ObjectRef(
+                        kind="Pod", name=pod.name, namespace=pod.namespace, uid=pod.uid
+                    ),
+                    reason=events.FAILED_PROVISIONING,
+                    message=f"NodePool {self._input.name}: {reason}",
+                    type="Warning",
+                )
+            )
+        return notices
 
     async def _plan(self, request: PlanRequest, summary: str) -> Plan:
         return await workflow.execute_activity(
@@ -428,7 +470,13 @@ class NodePoolWorkflow:
                 name=f"replacement for {claim.name}",
                 requests=claim.requests if claim.requests.pods else claim.allocatable,
             )
-            plan = await self._plan(self._plan_request([synthetic], 0), "plan drift replacement")
+            try:
+                plan = await self._plan(
+                    self._plan_request([synthetic], 0), "plan drift replacement"
+                )
+            except ActivityError as err:
+                workflow.logger.warning("no replacement for %s: %s", claim.name, _cause(err))
+                break
             if plan.new_nodes:
                 claim.replaced_by = await self._start_claim(plan.new_nodes[0], replaces=claim.name)
                 replacing += 1
@@ -459,7 +507,31 @@ class NodePoolWorkflow:
         if not candidates:
             return
         state.last_consolidation = now
-        decision = await workflow.execute_activity(
+        try:
+            decision = await self._find_consolidation(candidates, ready)
+        except ActivityError as err:
+            state.consolidation_note = f"consolidation failed: {_cause(err)}"
+            return
+        state.consolidation_note = decision.explanation
+        name = decision.claim_name
+        if decision.action == "delete" and name:
+            state.permits[name] = "Underutilized"
+            if not await self._tell_claim(
+                name, "disruption_permitted", DisruptionPermit(reason="Underutilized")
+            ):
+                state.permits.pop(name, None)
+        elif decision.action == "replace" and name and decision.replacement:
+            new = await self._start_claim(
+                decision.replacement, replaces=name, replace_reason="Underutilized"
+            )
+            state.claims[name].replaced_by = new
+
+    async def _find_consolidation(
+        self, candidates: list[str], ready: dict[str, PoolClaim]
+    ) -> ConsolidationDecision:
+        state = self._state
+        disruption = state.specs.pool.disruption
+        return await workflow.execute_activity(
             "find_consolidation",
             ConsolidationInput(
                 pool_name=self._input.name,
@@ -476,19 +548,6 @@ class NodePoolWorkflow:
             retry_policy=_ACTIVITY_RETRY,
             summary="look for consolidation",
         )
-        state.consolidation_note = decision.explanation
-        name = decision.claim_name
-        if decision.action == "delete" and name:
-            state.permits[name] = "Underutilized"
-            if not await self._tell_claim(
-                name, "disruption_permitted", DisruptionPermit(reason="Underutilized")
-            ):
-                state.permits.pop(name, None)
-        elif decision.action == "replace" and name and decision.replacement:
-            new = await self._start_claim(
-                decision.replacement, replaces=name, replace_reason="Underutilized"
-            )
-            state.claims[name].replaced_by = new
 
     def _expire_nominations(self, now: datetime) -> None:
         grace = timedelta(seconds=self._input.nomination_grace_after_ready_s)
@@ -551,6 +610,95 @@ class NodePoolWorkflow:
             return max(0, total - disrupting)
         return max(0, min(limits) - disrupting)
 
+    # --- the NodePool resource's status ---------------------------------------------------
+
+    async def _publish_status(self) -> None:
+        """Write `kubectl get nodepools`' NODES READY CPU MEMORY and conditions, when changed."""
+        state = self._state
+        claims = list(state.claims.values())
+        limited = sum(1 for why in state.blocked.values() if why.startswith(LIMIT_REACHED))
+        cpu_m = sum(_offering_cpu_m(c.offering) for c in claims)
+        memory = sum(_offering_memory(c.offering) for c in claims)
+        status = NodePoolStatus(
+            nodes=len(claims),
+            ready_nodes=sum(1 for c in claims if c.phase == NodeClaimPhase.READY),
+            resources=NodePoolResources(cpu=format_cpu(cpu_m), memory=format_memory(memory)),
+            conditions=[
+                self._condition(READY, True, "Reconciled", "the pool's workflow is running"),
+                self._condition(
+                    LIMIT_REACHED,
+                    limited > 0,
+                    "PodsWaiting" if limited else "WithinLimits",
+                    f"{limited} pods wait: {self._limit_text()}" if limited else "",
+                ),
+            ],
+        )
+        if status == state.published_status:
+            return
+        limit_reached = status.conditions[1]
+        was_reached = state.published_status is not None and any(
+            c.type == LIMIT_REACHED and c.status == "True"
+            for c in state.published_status.conditions
+        )
+        if limit_reached.status == "True" and not was_reached:
+            await self._record_events(
+                [
+                    KubeEvent(
+                        regarding=ObjectRef(
+                            kind="NodePool",
+                            name=self._input.name,
+                            namespace=self._input.namespace,
+                            api_version="cloudburst.io/v1alpha1",
+                        ),
+                        reason=events.LIMIT_REACHED,
+                        message=limit_reached.message,
+                        type="Warning",
+                    )
+                ]
+            )
+        limits = state.specs.pool.limits
+        try:
+            await self._sync_status(status, cpu_m, memory, limits)
+        except ActivityError as err:  # written again after the next look
+            workflow.logger.warning("NodePool status not written: %s", _cause(err))
+            return
+        state.published_status = status
+
+    async def _sync_status(
+        self, status: NodePoolStatus, cpu_m: int, memory: int, limits: Limits
+    ) -> None:
+        await workflow.execute_activity(
+            "sync_nodepool_status",
+            NodePoolStatusUpdate(
+                namespace=self._input.namespace,
+                name=self._input.name,
+                status=status,
+                cpu_m=cpu_m,
+                memory_bytes=memory,
+                max_nodes=limits.max_nodes,
+                limit_cpu_m=None if limits.cpu is None else cpu_millis(limits.cpu),
+                limit_memory_bytes=None if limits.memory is None else memory_bytes(limits.memory),
+            ),
+            start_to_close_timeout=timedelta(seconds=60),
+            retry_policy=RetryPolicy(maximum_attempts=5),
+            summary=f"status: {status.nodes} nodes, {status.ready_nodes} Ready",
+        )
+
+    def _condition(self, type_: str, true: bool, reason: str, message: str) -> Condition:
+        """A condition that keeps its transition time while its status stays the same."""
+        value: Literal["True", "False"] = "True" if true else "False"
+        previous = self._state.published_status
+        for old in previous.conditions if previous else []:
+            if old.type == type_ and old.status == value and old.reason == reason:
+                return old.model_copy(update={"message": message})
+        return Condition(
+            type=type_,
+            status=value,
+            reason=reason,
+            message=message,
+            last_transition_time=workflow.now(),
+        )
+
     # --- state helpers ----------------------------------------------------------------------
 
     def _live_claims(self) -> list[PoolClaim]:
@@ -595,6 +743,11 @@ def _offering_cpu_m(offering: Offering) -> int:
 
 def _offering_memory(offering: Offering) -> int:
     return int((offering.memory_gib or 0) * 2**30)
+
+
+def _cause(err: ActivityError) -> str:
+    cause = err.cause
+    return str(cause.message if isinstance(cause, ApplicationError) else cause or err)
 
 
 def _consume_result(future: asyncio.Future[Any]) -> None:

@@ -14,8 +14,6 @@ IMPLIED: dict[str, dict[tuple[str, str, str], str]] = {
         # mirror.py puts an ownerReference with blockOwnerDeletion on each NodeClaim; the
         # OwnerReferencesPermissionEnforcement admission plugin requires this on the owner.
         ("cloudburst.io", "nodepools/finalizers", "update"): "blockOwnerDeletion",
-        # Planned (NodeClaim mirror / Events): the pool workflow writes NodePool status.
-        ("cloudburst.io", "nodepools/status", "patch"): "planned: NodePool status",
     },
     "trigger": {},
 }

@@ -53,6 +53,10 @@ class Stack:
     def core(self) -> k8s.CoreV1Api:
         return k8s.CoreV1Api(self.kube)
 
+    @property
+    def custom(self) -> k8s.CustomObjectsApi:
+        return k8s.CustomObjectsApi(self.kube)
+
 
 @contextlib.asynccontextmanager
 async def running_watcher(temporal: Client, kube: k8s.ApiClient) -> AsyncIterator[NodeWatcher]:

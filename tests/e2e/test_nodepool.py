@@ -7,6 +7,7 @@ import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest_asyncio
 from kubernetes import client as k8s
@@ -14,6 +15,7 @@ from temporalio.client import Client
 
 from api import NodeClaimPhase, labels
 from api.pool import PoolStatus, pool_workflow_id
+from api.quantity import format_cpu
 from sim.cluster import SimulatedCluster
 from tests.e2e.harness import (
     CLUSTER_ID,
@@ -46,6 +48,19 @@ async def pool_status(stack: Stack, pool: str) -> PoolStatus:
         NodePoolWorkflow.run, pool_workflow_id("default", pool)
     )
     return await handle.query(NodePoolWorkflow.status)
+
+
+async def nodepool_resource(stack: Stack, name: str) -> dict[str, Any]:
+    found = await in_thread(
+        stack.custom.get_namespaced_custom_object,
+        "cloudburst.io",
+        "v1alpha1",
+        "default",
+        "nodepools",
+        name,
+    )
+    assert isinstance(found, dict)
+    return found
 
 
 async def pods_of(stack: Stack, pool: str) -> list[k8s.V1Pod]:
@@ -138,7 +153,31 @@ async def test_limits_hold_and_blocked_demand_is_reported(stack: Stack) -> None:
             stack.core.list_namespaced_event, "default", field_selector="reason=LimitReached"
         )
         assert any(e.involved_object.name.startswith("capped-") for e in events.items)
+        assert any(e.involved_object.kind == "NodePool" for e in events.items), events.items
+
+        # `kubectl get nodepools` reads the pool's status: one Ready node, the limit reached.
+        resource = await eventually(
+            lambda: nodepool_resource(stack, "capped"),
+            lambda r: r.get("status", {}).get("readyNodes") == 1,
+        )
+        pool_status_ = resource["status"]
+        assert pool_status_["nodes"] == 1
+        offering = status.claims[0].offering
+        assert pool_status_["resources"]["cpu"] == format_cpu(int((offering.vcpu or 0) * 1000))
+        conditions = {c["type"]: c for c in pool_status_["conditions"]}
+        assert conditions["LimitReached"]["status"] == "True", conditions
+        assert "2 pods wait" in conditions["LimitReached"]["message"], conditions
+        assert "maxNodes=1" in conditions["LimitReached"]["message"], conditions
+
         await delete_pods(stack, "capped")
+        # Once nothing waits, the condition clears.
+        await eventually(
+            lambda: nodepool_resource(stack, "capped"),
+            lambda r: any(
+                c["type"] == "LimitReached" and c["status"] == "False"
+                for c in r["status"]["conditions"]
+            ),
+        )
 
 
 async def test_min_nodes_are_kept_without_pods(stack: Stack) -> None:

@@ -18,24 +18,25 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
 from activities import metrics
-from api import NodeClaimPhase
-from api.messages import ScaleDownRequest
+from api.messages import claim_workflow_id
+from api.pool import pool_workflow_id
 from sim.cluster import SimulatedCluster
 from tests.e2e.harness import (
     CLUSTER_ID,
     Stack,
+    eventually,
     in_process_worker,
+    in_thread,
     make_pool,
     new_task_queue,
+    pool_pod,
+    running_trigger,
     running_watcher,
-    start_test_claim,
-    wait_for_phase,
 )
 from worker.client import connect_temporal
 from worker.health import serving_health
 from worker.settings import Settings
 from worker.telemetry import Telemetry, reset_telemetry, setup_telemetry
-from workflows.nodeclaim import NodeClaimWorkflow
 
 
 def free_port() -> int:
@@ -99,31 +100,56 @@ async def traced_stack(
 async def test_one_claim_is_one_trace_and_fills_the_metrics(
     traced_stack: Stack, telemetry: Telemetry, spans: InMemorySpanExporter
 ) -> None:
+    """A pending pod → the trigger's decision → the pool → its claim → every activity: one
+    trace. Then the named metrics carry the claim's life and the pod's wait."""
     stack = traced_stack
-    make_pool(stack.kube, "tele", empty_ttl=600)
-    async with in_process_worker(stack), running_watcher(stack.temporal, stack.kube):
-        _, handle = await start_test_claim(stack, "tele")
-        await wait_for_phase(handle, NodeClaimPhase.READY)
-        await handle.execute_update(
-            NodeClaimWorkflow.request_scale_down, ScaleDownRequest(reason="Manual", force=True)
+    make_pool(stack.kube, "tele", empty_ttl=1, limits={"maxNodes": 4})
+    async with (
+        in_process_worker(stack),
+        running_watcher(stack.temporal, stack.kube),
+        running_trigger(stack),
+    ):
+        await in_thread(stack.core.create_namespaced_pod, "default", pool_pod("tele-0", "tele"))
+        pod = await eventually(
+            lambda: in_thread(stack.core.read_namespaced_pod, "tele-0", "default"),
+            lambda p: p.status.phase == "Running",
+            timeout_s=90,
         )
-        await handle.result()
+        claim_id = claim_workflow_id(str(pod.spec.node_name))
+        await in_thread(stack.core.delete_namespaced_pod, "tele-0", "default")
+        # Empty for a second: the claim drains and deletes its node.
+        await stack.temporal.get_workflow_handle(claim_id).result()
 
-    activities = await activity_types(stack.temporal, handle.id)
+    activities = await activity_types(stack.temporal, claim_id)
     assert {"create_instance", "delete_instance"} <= activities
     finished = list(spans.get_finished_spans())
-    # The trace's entry points, in order of who started what. With the trigger's decision in
-    # the picture (a claim it started through its pool), add its span name here.
-    roots = ["StartWorkflow:NodeClaimWorkflow"]
-    expected = {
-        *roots,
-        "RunWorkflow:NodeClaimWorkflow",
-        *(f"RunActivity:{a}" for a in activities),
-        *(f"StartActivity:{a}" for a in activities),
+    pool_id = pool_workflow_id("default", "tele")
+    # Who started what, from the trigger's decision down to the claim.
+    chain = [
+        ("TriggerDemand", None),
+        ("SignalWithStartWorkflow:NodePoolWorkflow", pool_id),
+        ("RunWorkflow:NodePoolWorkflow", pool_id),
+        ("StartActivity:plan_capacity", pool_id),
+        ("StartChildWorkflow:NodeClaimWorkflow", pool_id),
+        ("RunWorkflow:NodeClaimWorkflow", claim_id),
+        *((f"StartActivity:{a}", claim_id) for a in sorted(activities)),
+        *((f"RunActivity:{a}", claim_id) for a in sorted(activities)),
+    ]
+    root = [s for s in finished if s.name == "TriggerDemand"]
+    assert root, "the trigger made no span"
+    trace_id = root[0].context.trace_id
+    assert root[0].attributes and root[0].attributes["cloudburst.nodepool"] == "default/tele"
+    in_trace = {
+        (s.name, (s.attributes or {}).get("temporalWorkflowID"))
+        for s in finished
+        if s.context.trace_id == trace_id
     }
-    trace_id = one_span(finished, roots[0], handle.id).context.trace_id
-    in_trace = {s.name for s in finished if s.context.trace_id == trace_id}
-    assert expected <= in_trace, f"missing from the claim's trace: {sorted(expected - in_trace)}"
+    missing = [
+        name
+        for name, workflow_id in chain
+        if not any(n == name and workflow_id in (None, w) for n, w in in_trace)
+    ]
+    assert not missing, f"missing from the trigger's trace: {missing}"
 
     assert telemetry.metrics_port is not None
     text = scrape(telemetry.metrics_port)
@@ -132,15 +158,27 @@ async def test_one_claim_is_one_trace_and_fills_the_metrics(
         'reason="provisioning"} 1.0' in text
     ), samples(text, "cloudburst_nodeclaims_created_total")
     assert any(
-        'nodepool="tele"' in line and 'provider="fake"' in line and "reason=" in line
+        'nodepool="tele"' in line and 'provider="fake"' in line and 'reason="Empty"' in line
         for line in samples(text, "cloudburst_nodeclaims_terminated_total")
-    ), text
+    ), samples(text, "cloudburst_nodeclaims_terminated_total")
     durations = samples(text, "cloudburst_cloudprovider_duration_seconds_count")
     for method in ("create", "get", "delete"):
         assert any(f'method="{method}"' in s and 'provider="fake"' in s for s in durations), (
             method,
             durations,
         )
+    # The pod waited for the node and was bound to it: one observation for its pool.
+    assert 'cloudburst_pods_provisioning_latency_seconds_count{nodepool="tele"} 1.0' in text, (
+        samples(text, "cloudburst_pods_provisioning_latency_seconds_count")
+    )
+    # The pool's gauges: its limit, and its usage (back to no nodes once the claim ended).
+    assert 'cloudburst_nodepool_limit{nodepool="tele",resource="nodes"} 4.0' in text, samples(
+        text, "cloudburst_nodepool_limit"
+    )
+    assert any(
+        'nodepool="tele"' in line and 'resource="cpu"' in line
+        for line in samples(text, "cloudburst_nodepool_usage")
+    ), samples(text, "cloudburst_nodepool_usage")
 
     assert telemetry.sdk_metrics_port is not None
     sdk = scrape(telemetry.sdk_metrics_port)
