@@ -297,6 +297,9 @@ class KubeActivities:
     def drain_node(self, input: DrainInput) -> DrainResult:
         """Evict every pod that needs it, respecting PDBs until `force_after`, then delete.
 
+        do-not-disrupt pods are not evicted at all before `force_after` (unless the input
+        says not to hold them): the grace period is theirs to finish their work.
+
         Progress (uids evicted/forced) is the heartbeat detail, so a retried attempt carries
         on with the same counts instead of starting from zero.
         """
@@ -348,6 +351,8 @@ class KubeActivities:
                                 forced.add(key)
                     elif _is_terminating(pod):
                         continue  # already on its way out: wait for it
+                    elif input.hold_do_not_disrupt and is_do_not_disrupt(pod):
+                        continue  # deleted once the grace period is over
                     elif retry_at.get(key, 0.0) <= now:
                         outcome = self._evict(pod)
                         if outcome == "evicted":

@@ -154,6 +154,9 @@ class DrainInput(BaseModel):
     force_after: datetime
     poll_interval_s: float = 2
     eviction_retry_s: float = 5
+    # do-not-disrupt pods stay until `force_after` (Karpenter's behaviour on expiry); an
+    # operator's forced scale-down takes them at once.
+    hold_do_not_disrupt: bool = True
 
 
 class DrainResult(BaseModel):

@@ -1,8 +1,9 @@
-"""The two kube-controller-manager loops the scenarios need: Deployments and pod GC.
+"""The kube-controller-manager loops the scenarios need: Deployments and pod GC.
 
 A Deployment keeps `replicas` pods of its template alive (enough of the Deployment ->
 ReplicaSet -> Pod chain for a workload to come back after its node is lost), and pod GC deletes
-pods bound to a node that no longer exists, as the real pod garbage collector does.
+pods bound to a node that no longer exists, as the real pod garbage collector does, and the
+pods of a deleted Deployment, as the garbage collector's background deletion does.
 """
 
 from __future__ import annotations
@@ -16,6 +17,10 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 log = logging.getLogger(__name__)
+
+
+# The ReplicaSet a Deployment's pods name as owner (there is no ReplicaSet object here).
+_RS_SUFFIX = "-sim"
 
 
 class Controllers:
@@ -48,6 +53,9 @@ class Controllers:
         deployments = _json(self.apps.list_deployment_for_all_namespaces(_preload_content=False))
         for deployment in deployments["items"]:
             self._reconcile_deployment(deployment, items)
+        self._collect_deleted_deployments(
+            items, {d["metadata"]["uid"] for d in deployments["items"]}
+        )
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -68,6 +76,19 @@ class Controllers:
                     meta["name"],
                     node,
                 )
+                self._delete_pod(meta["namespace"], meta["name"])
+
+    def _collect_deleted_deployments(self, pods: list[dict[str, Any]], alive: set[str]) -> None:
+        """A deleted Deployment's pods go too (the garbage collector's background deletion)."""
+        for pod in pods:
+            meta = pod["metadata"]
+            owners = [
+                ref
+                for ref in meta.get("ownerReferences") or []
+                if ref.get("kind") == "ReplicaSet" and ref.get("name", "").endswith(_RS_SUFFIX)
+            ]
+            orphaned = owners and all(ref.get("uid") not in alive for ref in owners)
+            if orphaned and not meta.get("deletionTimestamp"):
                 self._delete_pod(meta["namespace"], meta["name"])
 
     def _reconcile_deployment(self, deployment: dict[str, Any], pods: list[dict[str, Any]]) -> None:
@@ -103,7 +124,7 @@ class Controllers:
                     {
                         "apiVersion": "apps/v1",
                         "kind": "ReplicaSet",
-                        "name": f"{meta['name']}-sim",
+                        "name": f"{meta['name']}{_RS_SUFFIX}",
                         "uid": meta["uid"],
                         "controller": True,
                     }

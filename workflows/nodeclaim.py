@@ -549,6 +549,7 @@ class NodeClaimWorkflow:
                     force_after=now + timedelta(seconds=grace),
                     poll_interval_s=self._input.timings.drain_poll_interval_s,
                     eviction_retry_s=self._input.timings.eviction_retry_s,
+                    hold_do_not_disrupt=not (self._scale_down and self._scale_down.force),
                 ),
                 result_type=DrainResult,
                 start_to_close_timeout=timedelta(seconds=grace + 300),

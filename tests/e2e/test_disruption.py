@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -11,7 +12,7 @@ import pytest_asyncio
 from kubernetes import client as k8s
 from temporalio.client import Client
 
-from api import NodeClaimPhase, labels
+from api import NodeClaimPhase, NodeClaimStatus, labels
 from api.messages import ScaleDownRequest
 from api.pool import PoolStatus, pool_workflow_id
 from sim.cluster import SimulatedCluster
@@ -191,6 +192,79 @@ async def test_do_not_disrupt_blocks_a_voluntary_scale_down_until_forced(stack: 
     await delete_pods(stack, "guarded")
 
 
+async def seconds_from_drain_start_to_pod_gone(
+    stack: Stack, pool_name: str, pod_name: str
+) -> tuple[float, NodeClaimStatus]:
+    """Expire the pool's one claim and time its pod's departure from the start of deletion."""
+    [claim] = (await status_of(stack, pool_name)).claims
+    handle = stack.temporal.get_workflow_handle_for(
+        NodeClaimWorkflow.run, f"nodeclaim-{claim.name}"
+    )
+
+    async def first_gone() -> float:
+        while True:
+            try:
+                pod = await in_thread(stack.core.read_namespaced_pod, pod_name, "default")
+            except k8s.ApiException as err:
+                if err.status == 404:
+                    return time.time()
+                raise
+            if pod.metadata.deletion_timestamp is not None:
+                return time.time()
+            await asyncio.sleep(0.1)
+
+    gone = asyncio.create_task(first_gone())
+    final = await asyncio.wait_for(handle.result(), timeout=90)
+    gone_at = await asyncio.wait_for(gone, timeout=30)
+    disrupting = final.condition("Disrupting")
+    assert disrupting is not None, final.conditions
+    return gone_at - disrupting.last_transition_time.timestamp(), final
+
+
+async def test_expiry_lets_do_not_disrupt_pods_finish_within_the_grace_period(
+    stack: Stack,
+) -> None:
+    grace = 6
+    pool(stack.kube, "patient", ttlSecondsUntilExpired=8, terminationGracePeriodSeconds=grace)
+    await add_pods(
+        stack, "patient", 1, cpu="500m", annotations={"cloudburst.io/do-not-disrupt": "true"}
+    )
+    await eventually(lambda: running_pods(stack, "patient"), lambda p: len(p) == 1, 60)
+    waited, final = await seconds_from_drain_start_to_pod_gone(stack, "patient", "patient-0")
+    assert final.deletion_reason == "Expired"
+    # Not evicted with the rest: it had the whole grace period, then it was deleted.
+    assert waited >= grace, waited
+    assert final.phase == NodeClaimPhase.DELETED
+
+
+async def test_a_pdb_allowing_no_disruption_holds_the_drain_until_the_grace_period(
+    stack: Stack,
+) -> None:
+    grace = 6
+    pool(stack.kube, "guardedpdb", ttlSecondsUntilExpired=8, terminationGracePeriodSeconds=grace)
+    policy = k8s.PolicyV1Api(stack.kube)
+    budget = k8s.V1PodDisruptionBudget(
+        metadata=k8s.V1ObjectMeta(name="guardedpdb", namespace="default"),
+        spec=k8s.V1PodDisruptionBudgetSpec(
+            min_available=1, selector=k8s.V1LabelSelector(match_labels={"pool": "guardedpdb"})
+        ),
+    )
+    await in_thread(policy.create_namespaced_pod_disruption_budget, "default", budget)
+    try:
+        await add_pods(stack, "guardedpdb", 1, cpu="500m")
+        await eventually(lambda: running_pods(stack, "guardedpdb"), lambda p: len(p) == 1, 60)
+        waited, final = await seconds_from_drain_start_to_pod_gone(
+            stack, "guardedpdb", "guardedpdb-0"
+        )
+        assert final.deletion_reason == "Expired"
+        # Every eviction was refused (429) until the grace period was over; then forced.
+        assert waited >= grace, waited
+        assert final.phase == NodeClaimPhase.DELETED
+    finally:
+        await in_thread(policy.delete_namespaced_pod_disruption_budget, "guardedpdb", "default")
+        await delete_pods(stack, "guardedpdb")
+
+
 async def test_a_vm_deleted_behind_our_back_is_a_lost_node_and_is_replaced(stack: Stack) -> None:
     pool(stack.kube, "lost", nodeUnreachableGracePeriodSeconds=2)
     apps = k8s.AppsV1Api(stack.kube)
@@ -294,3 +368,158 @@ async def test_drift_replaces_nodes_within_budgets_replacement_first(stack: Stac
         node = await in_thread(stack.core.read_node, vm["name"])
         assert node.metadata.labels.get("tier") == "v2"
     await delete_pods(stack, "drift")
+
+
+# --- consolidation ---------------------------------------------------------------------------
+
+
+def consolidating_pool(stack: Stack, name: str, **disruption: Any) -> None:
+    pool(
+        stack.kube,
+        name,
+        consolidationPolicy="WhenEmptyOrUnderutilized",
+        consolidateAfter="1s",
+        **disruption,
+    )
+
+
+async def deployment(
+    stack: Stack, name: str, pool_name: str, cpu: str, annotations: dict[str, str] | None = None
+) -> None:
+    """One replica that only the pool's nodes can host; recreated elsewhere when evicted."""
+    body = k8s.V1Deployment(
+        metadata=k8s.V1ObjectMeta(name=name, namespace="default"),
+        spec=k8s.V1DeploymentSpec(
+            replicas=1,
+            selector=k8s.V1LabelSelector(match_labels={"app": name}),
+            template=k8s.V1PodTemplateSpec(
+                metadata=k8s.V1ObjectMeta(
+                    labels={"app": name, "pool": pool_name}, annotations=annotations
+                ),
+                spec=pool_pod("x", pool_name, cpu=cpu, memory="256Mi").spec,
+            ),
+        ),
+    )
+    await in_thread(k8s.AppsV1Api(stack.kube).create_namespaced_deployment, "default", body)
+
+
+async def node_of(stack: Stack, app: str, not_on: str | None = None) -> str:
+    """The node of the app's one Running pod (waiting for it, elsewhere than `not_on`)."""
+    listing = await eventually(
+        lambda: in_thread(stack.core.list_namespaced_pod, "default", label_selector=f"app={app}"),
+        lambda found: (
+            len(found.items) == 1
+            and found.items[0].status.phase == "Running"
+            and found.items[0].spec.node_name != not_on
+        ),
+        90,
+    )
+    return str(listing.items[0].spec.node_name)
+
+
+async def two_nodes_one_underutilized(
+    stack: Stack, name: str, small_annotations: dict[str, str] | None = None
+) -> tuple[str, str]:
+    """A small app alone on one node, a big one on a second node that has room for the small
+    one: the first node is underutilized. Returns (small's node, big's node)."""
+    await deployment(stack, f"{name}-small", name, cpu="300m", annotations=small_annotations)
+    small_node = await node_of(stack, f"{name}-small")
+    # Too big for the small app's node: a second, bigger node, with room to spare.
+    await deployment(stack, f"{name}-big", name, cpu="2500m")
+    big_node = await node_of(stack, f"{name}-big")
+    assert small_node != big_node
+    return small_node, big_node
+
+
+async def delete_apps(stack: Stack, name: str) -> None:
+    apps = k8s.AppsV1Api(stack.kube)
+    for app in (f"{name}-small", f"{name}-big"):
+        await in_thread(apps.delete_namespaced_deployment, app, "default")
+    await in_thread(
+        stack.core.delete_collection_namespaced_pod, "default", label_selector=f"pool={name}"
+    )
+
+
+async def test_consolidation_removes_an_underutilized_node(stack: Stack) -> None:
+    consolidating_pool(stack, "consol")
+    try:
+        small_node, big_node = await two_nodes_one_underutilized(stack, "consol")
+        handle = stack.temporal.get_workflow_handle_for(
+            NodeClaimWorkflow.run, f"nodeclaim-{small_node}"
+        )
+        final = await asyncio.wait_for(handle.result(), timeout=90)
+        assert final.deletion_reason == "Underutilized"
+        # The small app moved onto the node that had room; the pool is one node now.
+        assert await node_of(stack, "consol-small", not_on=small_node) == big_node
+        assert [vm["name"] for vm in await vms(stack, "consol")] == [big_node]
+        status = await status_of(stack, "consol")
+        assert [c.name for c in status.claims] == [big_node]
+    finally:
+        await delete_apps(stack, "consol")
+
+
+async def test_consolidation_never_disrupts_below_the_savings_threshold(stack: Stack) -> None:
+    consolidating_pool(stack, "frugal", consolidationMinSavingsEurPerHour=1.0)
+    try:
+        small_node, big_node = await two_nodes_one_underutilized(stack, "frugal")
+        status = await eventually(
+            lambda: status_of(stack, "frugal"),
+            lambda s: "below the threshold" in s.consolidation,
+            60,
+        )
+        assert f"delete {small_node}" in status.consolidation, status.consolidation
+        assert {c.name for c in status.claims} == {small_node, big_node}
+        assert not disrupting(status)
+    finally:
+        await delete_apps(stack, "frugal")
+
+
+async def test_do_not_disrupt_blocks_consolidation(stack: Stack) -> None:
+    consolidating_pool(stack, "pinned")
+    try:
+        small_node, big_node = await two_nodes_one_underutilized(
+            stack, "pinned", small_annotations={"cloudburst.io/do-not-disrupt": "true"}
+        )
+        status = await eventually(
+            lambda: status_of(stack, "pinned"),
+            lambda s: "do-not-disrupt" in s.consolidation,
+            60,
+        )
+        assert small_node in status.consolidation, status.consolidation
+        assert {c.name for c in status.claims} == {small_node, big_node}
+        assert not disrupting(status)
+    finally:
+        await delete_apps(stack, "pinned")
+
+
+async def test_consolidation_replaces_a_node_with_a_cheaper_one_replacement_first(
+    stack: Stack,
+) -> None:
+    consolidating_pool(stack, "shrink")
+    apps = k8s.AppsV1Api(stack.kube)
+    try:
+        await deployment(stack, "shrink-big", "shrink", cpu="2500m")
+        node = await node_of(stack, "shrink-big")
+        await deployment(stack, "shrink-small", "shrink", cpu="300m")
+        assert await node_of(stack, "shrink-small") == node
+        [before] = (await status_of(stack, "shrink")).claims
+        # The big app leaves: a node sized for it now carries 300m.
+        await in_thread(apps.delete_namespaced_deployment, "shrink-big", "default")
+
+        handle = stack.temporal.get_workflow_handle_for(NodeClaimWorkflow.run, f"nodeclaim-{node}")
+        final = await asyncio.wait_for(handle.result(), timeout=90)
+        assert final.deletion_reason == "Underutilized"
+        new_node = await node_of(stack, "shrink-small", not_on=node)
+        [after] = (await status_of(stack, "shrink")).claims
+        assert after.name == new_node
+        assert (after.offering.price_eur_per_hour or 0) < (before.offering.price_eur_per_hour or 0)
+        # The replacement was Ready before the old node began to drain.
+        replacement = await stack.temporal.get_workflow_handle_for(
+            NodeClaimWorkflow.run, f"nodeclaim-{new_node}"
+        ).query(NodeClaimWorkflow.status)
+        disrupting_since = final.condition("Disrupting")
+        assert replacement.ready_at is not None and disrupting_since is not None
+        assert replacement.ready_at <= disrupting_since.last_transition_time
+    finally:
+        await in_thread(apps.delete_namespaced_deployment, "shrink-small", "default")
+        await delete_pods(stack, "shrink")

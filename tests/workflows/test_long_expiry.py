@@ -1,0 +1,108 @@
+"""Expiry after hours is a durable timer: a claim with a six-hour TTL expires when its
+clock says six hours have passed, without the test waiting six hours.
+
+Time-skipping V2 gives each workflow its own virtual clock: the claim provisions in real time
+(the simulated kubelet boots its node as usual), then the test moves the claim's clock forward.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from datetime import timedelta
+from pathlib import Path
+
+import pytest_asyncio
+from kubernetes import client as k8s
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.testing import TimeSkippingConfig, WorkflowEnvironment
+
+from api import NodeClaimPhase, search_attributes
+from sim.cluster import SimulatedCluster
+from tests.conftest import TEMPORAL_CLI
+from tests.e2e.harness import (
+    CLUSTER_ID,
+    FAST,
+    Stack,
+    in_process_worker,
+    make_pool,
+    new_task_queue,
+    running_watcher,
+    start_test_claim,
+    wait_for_phase,
+)
+from worker.settings import Settings
+
+SIX_HOURS = 6 * 3600
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def skipping_env() -> AsyncIterator[WorkflowEnvironment]:
+    """Its own server: virtual clocks are a server feature no other test should see."""
+    env = await WorkflowEnvironment.start_time_skipping_v2(
+        # Real time until the test fast-forwards: provisioning waits on a real kubelet.
+        ts_config=TimeSkippingConfig(enabled=False),
+        dev_server_existing_path=str(TEMPORAL_CLI),
+        search_attributes=list(search_attributes.ALL),
+        data_converter=pydantic_data_converter,
+        dev_server_log_level="error",
+        dev_server_extra_args=[
+            "--dynamic-config-value",
+            "frontend.WorkflowTimeSkippingEnabled=true",
+        ],
+    )
+    try:
+        yield env
+    finally:
+        await env.shutdown()
+
+
+async def test_a_six_hour_ttl_expires_on_the_claims_clock(
+    skipping_env: WorkflowEnvironment,
+    kube: k8s.ApiClient,
+    sim_cluster: SimulatedCluster,
+    kubeconfig: Path,
+) -> None:
+    client = skipping_env.client
+    queue = new_task_queue()
+    stack = Stack(
+        client,
+        kube,
+        sim_cluster,
+        queue,
+        Settings(kubeconfig=kubeconfig, task_queue=queue, cluster_id=CLUSTER_ID),
+    )
+    make_pool(kube, "sixhours", empty_ttl=SIX_HOURS * 10)
+    k8s.CustomObjectsApi(kube).patch_namespaced_custom_object(
+        "cloudburst.io",
+        "v1alpha1",
+        "default",
+        "nodepools",
+        "sixhours",
+        {"spec": {"disruption": {"ttlSecondsUntilExpired": SIX_HOURS}}},
+    )
+    # Rare safety-net polls: each one is real work between the skipped stretches.
+    timings = FAST.model_copy(update={"ready_poll_interval_s": 1800})
+    async with in_process_worker(stack), running_watcher(client, kube):
+        _, handle = await start_test_claim(stack, "sixhours", timings=timings)
+        ready = await wait_for_phase(handle, NodeClaimPhase.READY)
+        assert ready.created_at is not None
+
+        # Five hours on: still serving.
+        await skipping_env.fast_forward(handle, timedelta(hours=5))
+        five_hours_on = await wait_for_phase(handle, NodeClaimPhase.READY)
+        assert five_hours_on.deletion_reason is None
+
+        # Past six hours: expired, drained and deleted like any other expiry.
+        await skipping_env.fast_forward(handle, timedelta(hours=1, minutes=5))
+        final = await asyncio.wait_for(handle.result(), timeout=120)
+
+    assert final.phase == NodeClaimPhase.DELETED
+    assert final.deletion_reason == "Expired"
+    assert final.deleted_at is not None
+    lived = final.deleted_at - ready.created_at
+    assert timedelta(seconds=SIX_HOURS) <= lived < timedelta(hours=7), lived
+    assert (
+        sim_cluster.cloud.list_instances(label_selector={"cloudburst.io/nodepool": "sixhours"})
+        == []
+    )
