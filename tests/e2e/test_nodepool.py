@@ -281,6 +281,40 @@ async def test_a_failed_claims_pods_are_planned_again(stack: Stack) -> None:
     await delete_pods(stack, "replan")
 
 
+async def test_a_pod_no_pool_can_host_is_told_why_then_served_when_a_pool_appears(
+    stack: Stack,
+) -> None:
+    make_pool(stack.kube, "elsewhere", empty_ttl=3600)
+    async with (
+        in_process_worker(stack),
+        running_watcher(stack.temporal, stack.kube),
+        running_trigger(stack),
+    ):
+        await in_thread(
+            stack.core.create_namespaced_pod, "default", pool_pod("orphan-0", "latecomer")
+        )
+        [event] = (
+            await eventually(
+                lambda: in_thread(
+                    stack.core.list_namespaced_event,
+                    "default",
+                    field_selector="involvedObject.name=orphan-0,reason=NoMatchingNodePool",
+                ),
+                lambda found: len(found.items) == 1,
+            )
+        ).items
+        assert event.type == "Warning"
+        # Each pool says why it cannot host the pod: here, the pod's nodeSelector.
+        message = str(event.message)
+        assert "default/elsewhere" in message and "cloudburst.io/test-pool" in message, message
+
+        # A pool that can host it appears: the waiting pod gets a node, nobody touching it.
+        make_pool(stack.kube, "latecomer", empty_ttl=3600)
+        pods = await eventually(lambda: pods_of(stack, "latecomer"), all_running(1), 90)
+        assert pods[0].metadata.name == "orphan-0"
+    await delete_pods(stack, "latecomer")
+
+
 async def test_two_triggers_create_each_node_once(stack: Stack) -> None:
     make_pool(stack.kube, "twins", empty_ttl=3600)
     async with (

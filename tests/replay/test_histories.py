@@ -40,6 +40,8 @@ from workflows import WORKFLOWS
 from workflows.nodeclaim import NodeClaimWorkflow
 
 RECORDED = Path(__file__).parent / "histories"
+# Pools whose histories the corpus keeps: limits, failover, drift and consolidation.
+RECORDED_POOLS = {"capped", "failover", "drift", "consol"}
 
 
 async def test_no_secret_in_any_history(
@@ -97,9 +99,14 @@ async def test_histories_replay_with_current_code(temporal_client: Client) -> No
     if os.environ.get("CLOUDBURST_RECORD_HISTORIES"):
         # Refresh the committed corpus: `CLOUDBURST_RECORD_HISTORIES=1 pytest tests/e2e tests/replay`
         RECORDED.mkdir(exist_ok=True)
-        for history in histories[:12]:
+        claims = [h for h in histories if h.workflow_id.startswith("nodeclaim-")]
+        pools = [h for h in histories if h.workflow_id.startswith("nodepool-")]
+        for history in claims[:12]:
             scenario = history.workflow_id.rsplit("-", 1)[0]  # drop the random claim suffix
             (RECORDED / f"{scenario}.json").write_text(history.to_json())
+        for history in pools:
+            if history.workflow_id.rsplit("-", 1)[-1] in RECORDED_POOLS:
+                (RECORDED / f"{history.workflow_id}.json").write_text(history.to_json())
 
 
 def history_text(history: WorkflowHistory) -> str:
@@ -126,10 +133,14 @@ async def _iterate(histories: list[WorkflowHistory]) -> AsyncIterator[WorkflowHi
 
 
 async def _all_histories(client: Client) -> list[WorkflowHistory]:
+    """Every closed claim of the session, and every pool run (a pool never ends: its history
+    so far replays just as well, and it is where a pool's changes would break)."""
     histories = []
-    async for execution in client.list_workflows("WorkflowType = 'NodeClaimWorkflow'"):
-        if execution.status is None or execution.close_time is None:
-            continue  # still running: not a complete history
+    async for execution in client.list_workflows(
+        "WorkflowType = 'NodeClaimWorkflow' OR WorkflowType = 'NodePoolWorkflow'"
+    ):
+        if execution.workflow_type == "NodeClaimWorkflow" and execution.close_time is None:
+            continue  # a claim still running: not a complete history
         handle = client.get_workflow_handle(execution.id, run_id=execution.run_id)
         histories.append(await handle.fetch_history())
     return histories

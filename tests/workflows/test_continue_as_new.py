@@ -14,6 +14,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from api import NodeClaimPhase, search_attributes
 from api.messages import ClaimTimings, ScaleDownRequest
+from api.pool import pool_workflow_id
 from sim.cluster import SimulatedCluster
 from tests.conftest import TEMPORAL_CLI
 from tests.e2e.harness import (
@@ -25,6 +26,8 @@ from tests.e2e.harness import (
     in_thread,
     make_pool,
     new_task_queue,
+    pool_pod,
+    running_trigger,
     running_watcher,
     start_test_claim,
     wait_for_phase,
@@ -32,6 +35,7 @@ from tests.e2e.harness import (
 )
 from worker.settings import Settings
 from workflows.nodeclaim import NodeClaimWorkflow
+from workflows.nodepool import NodePoolWorkflow
 
 
 @pytest_asyncio.fixture(loop_scope="session")
@@ -95,3 +99,61 @@ async def test_claim_continues_as_new_and_keeps_serving(
 
 async def _runs(client: Client, workflow_id: str) -> int:
     return len([e async for e in client.list_workflows(f"WorkflowId = '{workflow_id}'")])
+
+
+async def test_pool_continues_as_new_and_keeps_its_claims(
+    short_history_env: WorkflowEnvironment,
+    kube: k8s.ApiClient,
+    sim_cluster: SimulatedCluster,
+    kubeconfig: Path,
+) -> None:
+    """Its state crosses over: the claims it started, the demand they cover. No node twice."""
+    client = short_history_env.client
+    queue = new_task_queue()
+    stack = Stack(
+        client,
+        kube,
+        sim_cluster,
+        queue,
+        Settings(kubeconfig=kubeconfig, task_queue=queue, cluster_id=CLUSTER_ID),
+    )
+    make_pool(kube, "renewed", empty_ttl=1)
+    pool_id = pool_workflow_id("default", "renewed")
+    async with in_process_worker(stack), running_watcher(client, kube), running_trigger(stack):
+        for index in range(3):
+            pod = pool_pod(f"renewed-{index}", "renewed", cpu="1500m", memory="1Gi")
+            await in_thread(stack.core.create_namespaced_pod, "default", pod)
+        listing = await eventually(
+            lambda: in_thread(
+                stack.core.list_namespaced_pod, "default", label_selector="pool=renewed"
+            ),
+            lambda found: (
+                len(found.items) == 3 and all(p.status.phase == "Running" for p in found.items)
+            ),
+            timeout_s=90,
+        )
+        nodes = {p.spec.node_name for p in listing.items}
+        await eventually(lambda: _runs(client, pool_id), lambda count: count >= 2, timeout_s=60)
+        status = await client.get_workflow_handle_for(NodePoolWorkflow.run, pool_id).query(
+            NodePoolWorkflow.status
+        )
+        # The new run knows every claim the old one started, and started none again.
+        assert {c.name for c in status.claims} == nodes
+        assert sorted(sim_cluster.cloud.stats()["created_by_name"].get(n, 0) for n in nodes) == [
+            1
+        ] * len(nodes)
+
+        # Claims report to the new run: once empty, the nodes go and the pool forgets them.
+        await in_thread(
+            stack.core.delete_collection_namespaced_pod, "default", label_selector="pool=renewed"
+        )
+        await eventually(
+            lambda: client.get_workflow_handle_for(NodePoolWorkflow.run, pool_id).query(
+                NodePoolWorkflow.status
+            ),
+            lambda s: s.nodes == 0,
+            timeout_s=90,
+        )
+    assert (
+        sim_cluster.cloud.list_instances(label_selector={"cloudburst.io/nodepool": "renewed"}) == []
+    )
