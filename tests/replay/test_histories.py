@@ -83,8 +83,8 @@ async def test_no_secret_in_any_history(
 
 
 async def test_histories_replay_with_current_code(temporal_client: Client) -> None:
-    histories = [h for h in await _all_histories(temporal_client) if h.events]
-    histories += [
+    session = [h for h in await _all_histories(temporal_client) if h.events]
+    histories = session + [
         WorkflowHistory.from_json(path.stem, path.read_text())
         for path in sorted(RECORDED.glob("*.json"))
     ]
@@ -97,16 +97,23 @@ async def test_histories_replay_with_current_code(temporal_client: Client) -> No
     }
     assert failures == {}
     if os.environ.get("CLOUDBURST_RECORD_HISTORIES"):
-        # Refresh the committed corpus: `CLOUDBURST_RECORD_HISTORIES=1 pytest tests/e2e tests/replay`
+        # Add to the committed corpus: `CLOUDBURST_RECORD_HISTORIES=1 pytest tests/e2e tests/replay`.
+        # Never overwrite: an old recording is what proves today's code replays old runs.
         RECORDED.mkdir(exist_ok=True)
-        claims = [h for h in histories if h.workflow_id.startswith("nodeclaim-")]
-        pools = [h for h in histories if h.workflow_id.startswith("nodepool-")]
+        claims = [h for h in session if h.workflow_id.startswith("nodeclaim-")]
+        pools = [h for h in session if h.workflow_id.startswith("nodepool-")]
         for history in claims[:12]:
             scenario = history.workflow_id.rsplit("-", 1)[0]  # drop the random claim suffix
-            (RECORDED / f"{scenario}.json").write_text(history.to_json())
+            _record(RECORDED / f"{scenario}.json", history)
         for history in pools:
-            if history.workflow_id.rsplit("-", 1)[-1] in RECORDED_POOLS:
-                (RECORDED / f"{history.workflow_id}.json").write_text(history.to_json())
+            pool = history.workflow_id.rsplit("-", 1)[-1]
+            if pool in RECORDED_POOLS:
+                _record(RECORDED / f"nodepool-{pool}.json", history)
+
+
+def _record(path: Path, history: WorkflowHistory) -> None:
+    if not path.exists():
+        path.write_text(history.to_json())
 
 
 def history_text(history: WorkflowHistory) -> str:
