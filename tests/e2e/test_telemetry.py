@@ -161,6 +161,9 @@ async def test_one_claim_is_one_trace_and_fills_the_metrics(
         'nodepool="tele"' in line and 'provider="fake"' in line and 'reason="Empty"' in line
         for line in samples(text, "cloudburst_nodeclaims_terminated_total")
     ), samples(text, "cloudburst_nodeclaims_terminated_total")
+    assert 'cloudburst_nodeclaims_disrupted_total{nodepool="tele",reason="Empty"} 1.0' in text, (
+        samples(text, "cloudburst_nodeclaims_disrupted_total")
+    )
     durations = samples(text, "cloudburst_cloudprovider_duration_seconds_count")
     for method in ("create", "get", "delete"):
         assert any(f'method="{method}"' in s and 'provider="fake"' in s for s in durations), (
