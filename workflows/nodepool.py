@@ -62,6 +62,9 @@ _ACTIVITY_RETRY = RetryPolicy(
     maximum_interval=timedelta(seconds=30),
     non_retryable_error_types=["InvalidConfiguration"],
 )
+_PLANNING_FAILED = "planning failed"
+# A plan that failed (a bad credential, the recommender down for good) is tried this often.
+_PLANNING_RETRY_S = 15.0
 _LIVE_PHASES = (
     NodeClaimPhase.PENDING,
     NodeClaimPhase.PROVISIONING,
@@ -251,7 +254,7 @@ class NodePoolWorkflow:
             workflow.logger.warning("events not recorded: %s", _cause(err))
 
     def _planning_failed(self, pods: list[PodDemand], cause: str) -> list[KubeEvent]:
-        reason = f"planning failed: {cause}"
+        reason = f"{_PLANNING_FAILED}: {cause}"
         notices = []
         for pod in pods:
             if self._state.blocked.get(pod.uid) == reason:
@@ -566,6 +569,8 @@ class NodePoolWorkflow:
                 interval = min(interval, max(0.5, (claim.ready_at + grace - now).total_seconds()))
         if disruption.consolidation_policy == "WhenEmptyOrUnderutilized":
             interval = min(interval, max(1.0, parse_duration(disruption.consolidate_after)))
+        if any(why.startswith(_PLANNING_FAILED) for why in self._state.blocked.values()):
+            interval = min(interval, _PLANNING_RETRY_S)  # the operator may have fixed it
         return interval
 
     async def _tell_claim(self, claim_name: str, signal: str, arg: object) -> bool:

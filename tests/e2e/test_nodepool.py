@@ -315,6 +315,44 @@ async def test_a_pod_no_pool_can_host_is_told_why_then_served_when_a_pool_appear
     await delete_pods(stack, "latecomer")
 
 
+async def test_a_planning_error_is_reported_and_the_pool_carries_on(stack: Stack) -> None:
+    make_pool(stack.kube, "misconf", empty_ttl=3600)
+    cloud = stack.cluster.cloud
+    async with (
+        in_process_worker(stack),
+        running_watcher(stack.temporal, stack.kube),
+        running_trigger(stack),
+    ):
+        # The cloud refuses our credentials: planning cannot list its instance types.
+        cloud.inject_failure("catalog", "auth", times=None)
+        try:
+            await in_thread(
+                stack.core.create_namespaced_pod, "default", pool_pod("misconf-0", "misconf")
+            )
+            [event] = (
+                await eventually(
+                    lambda: in_thread(
+                        stack.core.list_namespaced_event,
+                        "default",
+                        field_selector="involvedObject.name=misconf-0,reason=FailedProvisioning",
+                    ),
+                    lambda found: len(found.items) == 1,
+                )
+            ).items
+            assert "planning failed" in str(event.message), event.message
+            assert "authenticate" in str(event.message), event.message
+        finally:
+            cloud.clear_failures()
+        # The pool did not fail with it: once the credentials work, the pod gets its node.
+        pods = await eventually(lambda: pods_of(stack, "misconf"), all_running(1), 90)
+        assert pods[0].spec.node_name
+        described = await stack.temporal.get_workflow_handle(
+            pool_workflow_id("default", "misconf")
+        ).describe()
+        assert described.status is not None and described.status.name == "RUNNING"
+    await delete_pods(stack, "misconf")
+
+
 async def test_two_triggers_create_each_node_once(stack: Stack) -> None:
     make_pool(stack.kube, "twins", empty_ttl=3600)
     async with (
