@@ -263,6 +263,16 @@ async def burst(stack: EmbeddedStack, say: Say, count: int, *, timeout_s: float)
     core = k8s.CoreV1Api(stack.api_client)
     cloud = stack.cluster.cloud
     created_at: dict[str, float] = {}
+    # The sample pool is capped for trying things out; a burst of N pods needs at most N nodes.
+    await asyncio.to_thread(
+        k8s.CustomObjectsApi(stack.api_client).patch_namespaced_custom_object,
+        "cloudburst.io",
+        "v1alpha1",
+        "default",
+        "nodepools",
+        SAMPLE_POOL,
+        {"spec": {"limits": {"maxNodes": max(count, 10)}}},
+    )
     started = time.monotonic()
     for index in range(count):
         cpu, memory = BURST_SHAPES[index % len(BURST_SHAPES)]

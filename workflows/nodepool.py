@@ -228,14 +228,18 @@ class NodePoolWorkflow:
             await self._record_events(self._planning_failed(uncovered, _cause(err)))
             return
         self._last_plan = plan
+        # Signals handled while planning may have resolved pods or ended claims: only what
+        # is still pending is nominated.
         notices: list[KubeEvent] = []
         for uid, claim_name in plan.assignments.items():
-            if claim_name in state.claims:
+            if claim_name in state.claims and uid in state.pending:
                 state.claims[claim_name].nominated.append(uid)
                 notices.append(self._nominated(uid, claim_name))
         for node in plan.new_nodes:
             claim_name = await self._start_claim(node, for_min_nodes=not node.pod_uids)
-            notices += [self._nominated(uid, claim_name) for uid in node.pod_uids]
+            notices += [
+                self._nominated(uid, claim_name) for uid in node.pod_uids if uid in state.pending
+            ]
         notices += self._blocked(plan)
         await self._record_events(notices)
 
@@ -527,7 +531,8 @@ class NodePoolWorkflow:
             new = await self._start_claim(
                 decision.replacement, replaces=name, replace_reason="Underutilized"
             )
-            state.claims[name].replaced_by = new
+            if name in state.claims:  # it may have ended while the replacement started
+                state.claims[name].replaced_by = new
 
     async def _find_consolidation(
         self, candidates: list[str], ready: dict[str, PoolClaim]
@@ -588,7 +593,8 @@ class NodePoolWorkflow:
         """Grant waiting claims their permits, first asked first served, within the budgets."""
         state = self._state
         for name, reason in list(state.disruption_queue.items()):
-            if self._disruptions_allowed(reason) <= 0:
+            # A report handled while a permit was being sent may have dropped this one.
+            if name not in state.disruption_queue or self._disruptions_allowed(reason) <= 0:
                 continue
             del state.disruption_queue[name]
             state.permits[name] = reason
