@@ -159,6 +159,7 @@ class KubeActivities:
         return [
             self.label_node,
             self.cordon_node,
+            self.uncordon_node,
             self.drain_node,
             self.delete_node,
             self.get_node_state,
@@ -261,6 +262,41 @@ class KubeActivities:
                 log.info("node %s changed while cordoning it; trying again", input.node_name)
         raise ApplicationError(
             f"node {input.node_name} kept changing while cordoning it", type="KubeApi409"
+        )
+
+    @activity.defn(name="uncordon_node")
+    def uncordon_node(self, input: NodeRef) -> None:
+        """Undo `cordon_node`: a scale-down found pods on a node it thought empty."""
+        for _ in range(_CONFLICT_RETRIES):
+            node = self._read_node(input.node_name)
+            if node is None:
+                return
+            spec = node.spec or client.V1NodeSpec()
+            taints = list(spec.taints or [])
+            kept = [t for t in taints if t.key != labels.DISRUPTED_TAINT]
+            if len(kept) == len(taints) and not spec.unschedulable:
+                return
+            patch: dict[str, Any] = {
+                "spec": {
+                    "unschedulable": False,
+                    # The whole list again (an atomic list), guarded by the resourceVersion.
+                    "taints": [self.api_client.sanitize_for_serialization(t) for t in kept],
+                },
+                "metadata": {
+                    "resourceVersion": node.metadata.resource_version if node.metadata else None
+                },
+            }
+            try:
+                self.core.patch_node(input.node_name, patch, _content_type=MERGE_PATCH)
+                return
+            except ApiException as err:
+                if is_not_found(err):
+                    return
+                if err.status != 409:
+                    raise
+                log.info("node %s changed while uncordoning it; trying again", input.node_name)
+        raise ApplicationError(
+            f"node {input.node_name} kept changing while uncordoning it", type="KubeApi409"
         )
 
     @activity.defn(name="delete_node")

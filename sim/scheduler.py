@@ -486,6 +486,9 @@ class Scheduler:
         bound = 0
         ordered = sorted(infos.values(), key=lambda i: i.name)
         for pod in sorted(pending, key=order):
+            # Each pod sees the nodes as they are now (the real scheduler snapshots its cache
+            # per cycle): a node cordoned or deleted during a long pass takes no more pods.
+            ordered = self._refreshed(ordered)
             req = pod_requests(pod)
             best: NodeInfo | None = None
             best_score = -1.0
@@ -505,6 +508,15 @@ class Scheduler:
             else:
                 self._report_unschedulable(pod, unschedulable_message(len(infos), reasons))
         return bound
+
+    def _refreshed(self, infos: list[NodeInfo]) -> list[NodeInfo]:
+        fresh = []
+        for info in infos:
+            node = self.nodes.get(pod_key(info.node))
+            if node is not None:
+                info.node = node
+                fresh.append(info)
+        return fresh
 
     def _bind(self, pod: Obj, node: str) -> bool:
         md = pod.get("metadata") or {}

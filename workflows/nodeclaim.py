@@ -115,6 +115,11 @@ class NodeClaimWorkflow:
                     reason = await self._live()
                 else:
                     reason = self._scale_requested_reason()
+            # "Empty" was true when last observed; pods bound since then must not be evicted.
+            while reason == "Empty" and workflow.patched("revalidate-empty"):
+                if await self._still_empty_once_cordoned():
+                    break
+                reason = await self._live()
             await self._delete(reason)
         except ClaimFailed as failure:
             await self._fail(failure)
@@ -424,6 +429,34 @@ class NodeClaimWorkflow:
                 if workflow.patched("poll-checks-instance"):
                     await self._check_instance()
                 next_poll = workflow.now() + timedelta(seconds=timings.ready_poll_interval_s)
+
+    async def _still_empty_once_cordoned(self) -> bool:
+        """Cordon, then look again: pods the scheduler bound since the watcher last saw the
+        node make it busy after all (as Karpenter validates a disruption after tainting).
+        Busy: uncordon, give the permit back, and live on."""
+        ref = NodeRef(node_name=self._name)
+        await self._kube("cordon_node", ref, "taint + cordon (still empty?)")
+        state = await workflow.execute_activity(
+            "get_node_state",
+            ref,
+            result_type=NodeState,
+            start_to_close_timeout=_KUBE_CALL,
+            retry_policy=_RETRY,
+            summary="still empty?",
+        )
+        if not state.exists or state.empty:
+            return True
+        await self._kube("uncordon_node", ref, f"uncordon: {state.pod_count} pods arrived")
+        if self._node is not None:
+            self._node = self._node.model_copy(
+                update={"empty_since": None, "pod_count": state.pod_count}
+            )
+        self._permit = None
+        if self._asked is not None and self._input.pool_workflow_id is not None:
+            await self._ask_pool("withdraw_disruption", self._asked)
+        self._asked = None
+        self._event(f"empty scale-down called off: {state.pod_count} pods arrived")
+        return False
 
     def _involuntary_reason(self, now: datetime, wake: list[datetime]) -> str | None:
         """Reasons no budget holds back; `wake` gets the moments one may become true."""

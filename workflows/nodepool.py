@@ -235,8 +235,16 @@ class NodePoolWorkflow:
             if claim_name in state.claims and uid in state.pending:
                 state.claims[claim_name].nominated.append(uid)
                 notices.append(self._nominated(uid, claim_name))
-        for node in plan.new_nodes:
-            claim_name = await self._start_claim(node, for_min_nodes=not node.pod_uids)
+        if workflow.patched("parallel-claim-starts"):
+            # All in one workflow task: a burst of nodes starts at once, not one per round trip.
+            names = await asyncio.gather(
+                *(self._start_claim(n, for_min_nodes=not n.pod_uids) for n in plan.new_nodes)
+            )
+        else:
+            names = [
+                await self._start_claim(n, for_min_nodes=not n.pod_uids) for n in plan.new_nodes
+            ]
+        for node, claim_name in zip(plan.new_nodes, names, strict=True):
             notices += [
                 self._nominated(uid, claim_name) for uid in node.pod_uids if uid in state.pending
             ]
@@ -356,32 +364,9 @@ class NodePoolWorkflow:
             pods=node.requests.pods,
             annotations={DRIFT_HASH_ANNOTATION: current_hash},
         )
-        handle = await workflow.start_child_workflow(
-            NodeClaimWorkflow.run,
-            NodeClaimInput(
-                claim=claim,
-                node_class_name=specs.node_class_name,
-                node_class=specs.node_class,
-                cluster_id=self._input.cluster_id,
-                timings=self._input.claim_timings,
-                pool_workflow_id=workflow.info().workflow_id,
-            ),
-            id=claim_workflow_id(name),
-            # The claim outlives a pool workflow that continues as new or is replaced.
-            parent_close_policy=ParentClosePolicy.ABANDON,
-            search_attributes=TypedSearchAttributes(
-                [
-                    SearchAttributePair(sa.NODE_POOL, self._input.name),
-                    SearchAttributePair(sa.PHASE, NodeClaimPhase.PENDING.value),
-                ]
-            ),
-            static_summary=claim_summary(claim),
-            static_details=claim_details(claim),
-        )
-        # Claims report what happens to them by signal; their results are not awaited here
-        # (they outlive this run), so a failed claim's error is consumed, not left dangling.
-        handle.add_done_callback(_consume_result)
         allocatable = node.allocatable if node.allocatable.pods else node.requests
+        # Recorded before the start is awaited: claims started side by side each see the
+        # others' names, and news about this one that arrives meanwhile finds it.
         state.claims[name] = PoolClaim(
             name=name,
             phase=NodeClaimPhase.PENDING,
@@ -396,6 +381,35 @@ class NodePoolWorkflow:
             replaces=replaces,
             replace_reason=replace_reason,
         )
+        try:
+            handle = await workflow.start_child_workflow(
+                NodeClaimWorkflow.run,
+                NodeClaimInput(
+                    claim=claim,
+                    node_class_name=specs.node_class_name,
+                    node_class=specs.node_class,
+                    cluster_id=self._input.cluster_id,
+                    timings=self._input.claim_timings,
+                    pool_workflow_id=workflow.info().workflow_id,
+                ),
+                id=claim_workflow_id(name),
+                # The claim outlives a pool workflow that continues as new or is replaced.
+                parent_close_policy=ParentClosePolicy.ABANDON,
+                search_attributes=TypedSearchAttributes(
+                    [
+                        SearchAttributePair(sa.NODE_POOL, self._input.name),
+                        SearchAttributePair(sa.PHASE, NodeClaimPhase.PENDING.value),
+                    ]
+                ),
+                static_summary=claim_summary(claim),
+                static_details=claim_details(claim),
+            )
+        except BaseException:
+            state.claims.pop(name, None)
+            raise
+        # Claims report what happens to them by signal; their results are not awaited here
+        # (they outlive this run), so a failed claim's error is consumed, not left dangling.
+        handle.add_done_callback(_consume_result)
         state.claims_started += 1
         for uid in node.pod_uids:
             state.blocked.pop(uid, None)
@@ -596,6 +610,10 @@ class NodePoolWorkflow:
             # A report handled while a permit was being sent may have dropped this one.
             if name not in state.disruption_queue or self._disruptions_allowed(reason) <= 0:
                 continue
+            claim = state.claims.get(name)
+            nominated = reason == "Empty" and claim is not None and bool(claim.nominated)
+            if nominated and workflow.patched("hold-empty-while-nominated"):
+                continue  # pods planned onto it are on their way: it will not stay empty
             del state.disruption_queue[name]
             state.permits[name] = reason
             permit = DisruptionPermit(reason=reason)

@@ -186,6 +186,16 @@ def test_cordon_taints_once_and_keeps_other_taints(acts, core, node):
     )
 
 
+def test_uncordon_undoes_only_our_cordon(acts, core, node):
+    run(acts.cordon_node, NodeRef(node_name=node))
+    run(acts.uncordon_node, NodeRef(node_name=node))
+    run(acts.uncordon_node, NodeRef(node_name=node))  # again: nothing left to undo
+    spec = core.read_node(node).spec
+    assert not spec.unschedulable
+    assert [(t.key, t.effect) for t in spec.taints] == [("other", "NoExecute")]
+    run(acts.uncordon_node, NodeRef(node_name="ghost-node-never-made"))
+
+
 def test_cordon_missing_node_is_noop(acts, unique):
     run(acts.cordon_node, NodeRef(node_name=f"ghost-{unique}"))
 
@@ -312,6 +322,7 @@ def test_activities_names(acts):
     assert {fn.__name__ for fn in acts.activities()} == {
         "label_node",
         "cordon_node",
+        "uncordon_node",
         "drain_node",
         "delete_node",
         "get_node_state",

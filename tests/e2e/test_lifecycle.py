@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 import pytest_asyncio
 from kubernetes import client as k8s
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowFailureError
 from temporalio.exceptions import CancelledError
 
@@ -18,6 +19,7 @@ from api.messages import ScaleDownRequest
 from sim.cluster import SimulatedCluster
 from tests.e2e.harness import (
     CLUSTER_ID,
+    FAST,
     Stack,
     eventually,
     in_process_worker,
@@ -192,6 +194,47 @@ async def test_busy_again_cancels_the_empty_ttl(stack: Stack) -> None:
         assert final.deletion_reason == "Empty"
 
 
+async def test_pods_that_arrived_unseen_call_off_an_empty_scale_down(stack: Stack) -> None:
+    """The claim last saw its node empty; pods were bound since. Cordoned for the scale-down,
+    the node is looked at again: busy after all, it is uncordoned and nothing is evicted."""
+    make_pool(stack.kube, "unseen", empty_ttl=4)
+    core = stack.core
+    # No watcher and no polls while Ready: the claim learns nothing new about its node.
+    blind = FAST.model_copy(update={"ready_poll_interval_s": 3600, "node_poll_interval_s": 0.5})
+    async with in_process_worker(stack):
+        name, handle = await start_test_claim(stack, "unseen", timings=blind)
+        await wait_for_phase(handle, NodeClaimPhase.READY)
+        await in_thread(core.create_namespaced_pod, "default", workload_pod("unseen-1", name))
+
+        await eventually(
+            lambda: activity_types(stack.temporal, handle.id),
+            lambda types: "uncordon_node" in types,
+            timeout_s=30,
+        )
+        pod = await in_thread(core.read_namespaced_pod, "unseen-1", "default")
+        assert pod.spec.node_name == name and pod.metadata.deletion_timestamp is None
+        node = await in_thread(core.read_node, name)
+        assert not node.spec.unschedulable
+        assert labels.DISRUPTED_TAINT not in {t.key for t in node.spec.taints or []}
+        assert (await handle.query(NodeClaimWorkflow.status)).phase == NodeClaimPhase.READY
+
+        await handle.signal(
+            NodeClaimWorkflow.scale_down, ScaleDownRequest(reason="test over", force=True)
+        )
+        final = await asyncio.wait_for(handle.result(), timeout=60)
+    # The forced scale-down evicted it (a bare pod: gone for good).
+    assert final.deletion_reason == "test over"
+
+
+async def activity_types(client: Client, workflow_id: str) -> set[str]:
+    history = await client.get_workflow_handle(workflow_id).fetch_history()
+    return {
+        e.activity_task_scheduled_event_attributes.activity_type.name
+        for e in history.events
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+    }
+
+
 async def test_scale_down_from_the_cli(stack: Stack, temporal_address: str) -> None:
     make_pool(stack.kube, "manual", empty_ttl=3600)
     core = stack.core
@@ -276,8 +319,6 @@ async def test_registration_timeout_deletes_the_vm_and_fails(stack: Stack) -> No
     make_pool(stack.kube, "noshow", empty_ttl=3600)
     cloud = stack.cluster.cloud
     async with in_process_worker(stack):  # no watcher, and the VM never boots in time
-        from tests.e2e.harness import FAST
-
         timings = FAST.model_copy(update={"registration_timeout_s": 3, "node_poll_interval_s": 1})
         cloud.boot_delay_s = 3600
         try:
