@@ -123,6 +123,18 @@ def _pod_name(pod: Any) -> str:
     return f"{pod.metadata.namespace}/{pod.metadata.name}"
 
 
+def _node_not_found(name: str) -> ApplicationError:
+    return ApplicationError(f"node {name} not found", type=NODE_NOT_FOUND, non_retryable=True)
+
+
+def _merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    """Two patches as one: their top-level sections (metadata, spec) merged."""
+    merged = {key: dict(value) for key, value in base.items()}
+    for key, value in extra.items():
+        merged.setdefault(key, {}).update(value)
+    return merged
+
+
 def is_do_not_disrupt(pod: Any) -> bool:
     annotations = (pod.metadata.annotations if pod.metadata else None) or {}
     return any(annotations.get(key) == "true" for key in DO_NOT_DISRUPT_ANNOTATIONS)
@@ -190,114 +202,89 @@ class KubeActivities:
         patch (Karpenter does the same with its unregistered taint). Other labels and taints
         are kept; running it again changes nothing.
         """
-        for _ in range(_CONFLICT_RETRIES):
-            node = self._read_node(input.node_name)
-            if node is None:
-                raise ApplicationError(
-                    f"node {input.node_name} not found", type=NODE_NOT_FOUND, non_retryable=True
-                )
-            patch: dict[str, Any] = {"metadata": {"labels": dict(input.labels)}}
+
+        def patch(node: client.V1Node) -> dict[str, Any]:
             taints = list((node.spec.taints if node.spec else None) or [])
             kept = [t for t in taints if t.key != STARTUP_TAINT]
+            body: dict[str, Any] = {"metadata": {"labels": dict(input.labels)}}
             if len(kept) != len(taints):
-                # Node taints are an atomic list for the API server: the whole list is sent,
-                # so the resourceVersion guards against dropping a taint added meanwhile.
-                patch["metadata"]["resourceVersion"] = (
-                    node.metadata.resource_version if node.metadata else None
-                )
-                patch["spec"] = {
-                    "taints": [self.api_client.sanitize_for_serialization(t) for t in kept]
-                }
-            try:
-                self.core.patch_node(input.node_name, patch, _content_type=MERGE_PATCH)
-                return
-            except ApiException as err:
-                if is_not_found(err):
-                    raise ApplicationError(
-                        f"node {input.node_name} not found",
-                        type=NODE_NOT_FOUND,
-                        non_retryable=True,
-                    ) from None
-                if err.status != 409:
-                    raise
-                log.info("node %s changed while labelling it; trying again", input.node_name)
-        raise ApplicationError(
-            f"node {input.node_name} kept changing while labelling it", type="KubeApi409"
-        )
+                body = _merge(body, self._taints_patch(node, kept))
+            return body
+
+        self._patch_node(input.node_name, "labelling", patch, missing_ok=False)
 
     @activity.defn(name="cordon_node")
     def cordon_node(self, input: NodeRef) -> None:
         """Taint the node `cloudburst.io/disrupted:NoSchedule` and mark it unschedulable."""
-        for _ in range(_CONFLICT_RETRIES):
-            node = self._read_node(input.node_name)
-            if node is None:
-                return  # nothing left to cordon
+
+        def patch(node: client.V1Node) -> dict[str, Any] | None:
             spec = node.spec or client.V1NodeSpec()
             taints = list(spec.taints or [])
             tainted = any(
                 t.key == labels.DISRUPTED_TAINT and t.effect == "NoSchedule" for t in taints
             )
             if tainted and spec.unschedulable:
-                return
-            patch: dict[str, Any] = {"spec": {"unschedulable": True}}
+                return None
+            body: dict[str, Any] = {"spec": {"unschedulable": True}}
             if not tainted:
-                # Node taints are an atomic list for the API server (no merge key): send the
-                # whole list, guarded by the resourceVersion, so no other taint is lost.
-                serialized = [self.api_client.sanitize_for_serialization(t) for t in taints]
-                patch["spec"]["taints"] = [
-                    *serialized,
-                    {"key": labels.DISRUPTED_TAINT, "effect": "NoSchedule"},
-                ]
-                patch["metadata"] = {
-                    "resourceVersion": node.metadata.resource_version if node.metadata else None
-                }
-            try:
-                self.core.patch_node(input.node_name, patch, _content_type=MERGE_PATCH)
-                return
-            except ApiException as err:
-                if is_not_found(err):
-                    return
-                if err.status != 409:
-                    raise
-                log.info("node %s changed while cordoning it; trying again", input.node_name)
-        raise ApplicationError(
-            f"node {input.node_name} kept changing while cordoning it", type="KubeApi409"
-        )
+                disrupted = client.V1Taint(key=labels.DISRUPTED_TAINT, effect="NoSchedule")
+                body = _merge(body, self._taints_patch(node, [*taints, disrupted]))
+            return body
+
+        self._patch_node(input.node_name, "cordoning", patch, missing_ok=True)
 
     @activity.defn(name="uncordon_node")
     def uncordon_node(self, input: NodeRef) -> None:
         """Undo `cordon_node`: a scale-down found pods on a node it thought empty."""
-        for _ in range(_CONFLICT_RETRIES):
-            node = self._read_node(input.node_name)
-            if node is None:
-                return
+
+        def patch(node: client.V1Node) -> dict[str, Any] | None:
             spec = node.spec or client.V1NodeSpec()
             taints = list(spec.taints or [])
             kept = [t for t in taints if t.key != labels.DISRUPTED_TAINT]
             if len(kept) == len(taints) and not spec.unschedulable:
+                return None
+            return _merge({"spec": {"unschedulable": False}}, self._taints_patch(node, kept))
+
+        self._patch_node(input.node_name, "uncordoning", patch, missing_ok=True)
+
+    def _taints_patch(self, node: client.V1Node, taints: list[client.V1Taint]) -> dict[str, Any]:
+        """Node taints are an atomic list for the API server (no merge key): the whole list is
+        sent, guarded by the resourceVersion, so a taint added meanwhile is never lost."""
+        return {
+            "metadata": {
+                "resourceVersion": node.metadata.resource_version if node.metadata else None
+            },
+            "spec": {"taints": [self.api_client.sanitize_for_serialization(t) for t in taints]},
+        }
+
+    def _patch_node(
+        self,
+        name: str,
+        doing: str,
+        patch_for: Callable[[client.V1Node], dict[str, Any] | None],
+        *,
+        missing_ok: bool,
+    ) -> None:
+        """Read, build the merge patch (None: nothing to do), send; again on a 409 conflict."""
+        for _ in range(_CONFLICT_RETRIES):
+            node = self._read_node(name)
+            body = patch_for(node) if node is not None else None
+            if node is None or body is None:
+                if node is None and not missing_ok:
+                    raise _node_not_found(name)
                 return
-            patch: dict[str, Any] = {
-                "spec": {
-                    "unschedulable": False,
-                    # The whole list again (an atomic list), guarded by the resourceVersion.
-                    "taints": [self.api_client.sanitize_for_serialization(t) for t in kept],
-                },
-                "metadata": {
-                    "resourceVersion": node.metadata.resource_version if node.metadata else None
-                },
-            }
             try:
-                self.core.patch_node(input.node_name, patch, _content_type=MERGE_PATCH)
+                self.core.patch_node(name, body, _content_type=MERGE_PATCH)
                 return
             except ApiException as err:
                 if is_not_found(err):
-                    return
+                    if missing_ok:
+                        return
+                    raise _node_not_found(name) from None
                 if err.status != 409:
                     raise
-                log.info("node %s changed while uncordoning it; trying again", input.node_name)
-        raise ApplicationError(
-            f"node {input.node_name} kept changing while uncordoning it", type="KubeApi409"
-        )
+                log.info("node %s changed while %s it; trying again", name, doing)
+        raise ApplicationError(f"node {name} kept changing while {doing} it", type="KubeApi409")
 
     @activity.defn(name="delete_node")
     def delete_node(self, input: NodeRef) -> None:

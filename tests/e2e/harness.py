@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from kubernetes import client as k8s
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 
 from api import NodeClaimPhase, NodeClaimStatus, Offering, labels
@@ -215,6 +216,15 @@ def new_task_queue() -> str:
     return f"test-{uuid.uuid4()}"
 
 
+def stack_on(
+    client: Client, kube: k8s.ApiClient, cluster: SimulatedCluster, kubeconfig: Path
+) -> Stack:
+    """A stack on this Temporal client (e.g. a test's own server), with its own task queue."""
+    queue = new_task_queue()
+    settings = Settings(kubeconfig=kubeconfig, task_queue=queue, cluster_id=CLUSTER_ID)
+    return Stack(client, kube, cluster, queue, settings)
+
+
 async def in_thread(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     # The sync kubernetes client must not block the loop that runs the worker and the watcher.
     return await asyncio.to_thread(fn, *args, **kwargs)
@@ -258,3 +268,13 @@ def pool_pod(name: str, pool: str, cpu: str = "500m", memory: str = "256Mi") -> 
             ],
         ),
     )
+
+
+async def activity_types(client: Client, workflow_id: str) -> set[str]:
+    """The activities a workflow has scheduled so far, by type name (from its history)."""
+    history = await client.get_workflow_handle(workflow_id).fetch_history()
+    return {
+        e.activity_task_scheduled_event_attributes.activity_type.name
+        for e in history.events
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+    }

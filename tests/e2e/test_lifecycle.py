@@ -10,7 +10,6 @@ from typing import Any
 import pytest
 import pytest_asyncio
 from kubernetes import client as k8s
-from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowFailureError
 from temporalio.exceptions import CancelledError
 
@@ -21,6 +20,7 @@ from tests.e2e.harness import (
     CLUSTER_ID,
     FAST,
     Stack,
+    activity_types,
     eventually,
     in_process_worker,
     in_thread,
@@ -224,15 +224,6 @@ async def test_pods_that_arrived_unseen_call_off_an_empty_scale_down(stack: Stac
         final = await asyncio.wait_for(handle.result(), timeout=60)
     # The forced scale-down evicted it (a bare pod: gone for good).
     assert final.deletion_reason == "test over"
-
-
-async def activity_types(client: Client, workflow_id: str) -> set[str]:
-    history = await client.get_workflow_handle(workflow_id).fetch_history()
-    return {
-        e.activity_task_scheduled_event_attributes.activity_type.name
-        for e in history.events
-        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
-    }
 
 
 async def test_scale_down_from_the_cli(stack: Stack, temporal_address: str) -> None:

@@ -63,6 +63,20 @@ async def nodepool_resource(stack: Stack, name: str) -> dict[str, Any]:
     return found
 
 
+async def the_event(stack: Stack, pod: str, reason: str) -> k8s.CoreV1Event:
+    """The one Event with this reason on the pod (waits for it; a second one fails)."""
+    listing = await eventually(
+        lambda: in_thread(
+            stack.core.list_namespaced_event,
+            "default",
+            field_selector=f"involvedObject.name={pod},reason={reason}",
+        ),
+        lambda found: len(found.items) == 1,
+    )
+    event: k8s.CoreV1Event = listing.items[0]
+    return event
+
+
 async def pods_of(stack: Stack, pool: str) -> list[k8s.V1Pod]:
     listing = await in_thread(
         stack.core.list_namespaced_pod, "default", label_selector=f"pool={pool}"
@@ -293,16 +307,7 @@ async def test_a_pod_no_pool_can_host_is_told_why_then_served_when_a_pool_appear
         await in_thread(
             stack.core.create_namespaced_pod, "default", pool_pod("orphan-0", "latecomer")
         )
-        [event] = (
-            await eventually(
-                lambda: in_thread(
-                    stack.core.list_namespaced_event,
-                    "default",
-                    field_selector="involvedObject.name=orphan-0,reason=NoMatchingNodePool",
-                ),
-                lambda found: len(found.items) == 1,
-            )
-        ).items
+        event = await the_event(stack, "orphan-0", "NoMatchingNodePool")
         assert event.type == "Warning"
         # Each pool says why it cannot host the pod: here, the pod's nodeSelector.
         message = str(event.message)
@@ -329,16 +334,7 @@ async def test_a_planning_error_is_reported_and_the_pool_carries_on(stack: Stack
             await in_thread(
                 stack.core.create_namespaced_pod, "default", pool_pod("misconf-0", "misconf")
             )
-            [event] = (
-                await eventually(
-                    lambda: in_thread(
-                        stack.core.list_namespaced_event,
-                        "default",
-                        field_selector="involvedObject.name=misconf-0,reason=FailedProvisioning",
-                    ),
-                    lambda found: len(found.items) == 1,
-                )
-            ).items
+            event = await the_event(stack, "misconf-0", "FailedProvisioning")
             assert "planning failed" in str(event.message), event.message
             assert "authenticate" in str(event.message), event.message
         finally:

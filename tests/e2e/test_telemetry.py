@@ -14,7 +14,6 @@ import pytest_asyncio
 from kubernetes import client as k8s
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
 from activities import metrics
@@ -24,6 +23,7 @@ from sim.cluster import SimulatedCluster
 from tests.e2e.harness import (
     CLUSTER_ID,
     Stack,
+    activity_types,
     eventually,
     in_process_worker,
     in_thread,
@@ -242,15 +242,6 @@ async def get(port: int, path: str) -> tuple[int, str]:
 
     # The readiness checks run on this event loop: never block it while they do.
     return await asyncio.to_thread(fetch)
-
-
-async def activity_types(client: Client, workflow_id: str) -> set[str]:
-    history = await client.get_workflow_handle(workflow_id).fetch_history()
-    return {
-        e.activity_task_scheduled_event_attributes.activity_type.name
-        for e in history.events
-        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
-    }
 
 
 def one_span(spans: list[ReadableSpan], name: str, workflow_id: str) -> ReadableSpan:

@@ -18,22 +18,19 @@ from api.pool import pool_workflow_id
 from sim.cluster import SimulatedCluster
 from tests.conftest import TEMPORAL_CLI
 from tests.e2e.harness import (
-    CLUSTER_ID,
     FAST,
-    Stack,
     eventually,
     in_process_worker,
     in_thread,
     make_pool,
-    new_task_queue,
     pool_pod,
     running_trigger,
     running_watcher,
+    stack_on,
     start_test_claim,
     wait_for_phase,
     workload_pod,
 )
-from worker.settings import Settings
 from workflows.nodeclaim import NodeClaimWorkflow
 from workflows.nodepool import NodePoolWorkflow
 
@@ -64,14 +61,7 @@ async def test_claim_continues_as_new_and_keeps_serving(
     kubeconfig: Path,
 ) -> None:
     client = short_history_env.client
-    queue = new_task_queue()
-    stack = Stack(
-        client,
-        kube,
-        sim_cluster,
-        queue,
-        Settings(kubeconfig=kubeconfig, task_queue=queue, cluster_id=CLUSTER_ID),
-    )
+    stack = stack_on(client, kube, sim_cluster, kubeconfig)
     make_pool(kube, "longlived", empty_ttl=3600)
     # Frequent safety-net polls make history grow while the claim just serves.
     timings: ClaimTimings = FAST.model_copy(update={"ready_poll_interval_s": 0.5})
@@ -109,14 +99,7 @@ async def test_pool_continues_as_new_and_keeps_its_claims(
 ) -> None:
     """Its state crosses over: the claims it started, the demand they cover. No node twice."""
     client = short_history_env.client
-    queue = new_task_queue()
-    stack = Stack(
-        client,
-        kube,
-        sim_cluster,
-        queue,
-        Settings(kubeconfig=kubeconfig, task_queue=queue, cluster_id=CLUSTER_ID),
-    )
+    stack = stack_on(client, kube, sim_cluster, kubeconfig)
     make_pool(kube, "renewed", empty_ttl=1)
     pool_id = pool_workflow_id("default", "renewed")
     async with in_process_worker(stack), running_watcher(client, kube), running_trigger(stack):

@@ -21,17 +21,14 @@ from api import NodeClaimPhase, search_attributes
 from sim.cluster import SimulatedCluster
 from tests.conftest import TEMPORAL_CLI
 from tests.e2e.harness import (
-    CLUSTER_ID,
     FAST,
-    Stack,
     in_process_worker,
     make_pool,
-    new_task_queue,
     running_watcher,
+    stack_on,
     start_test_claim,
     wait_for_phase,
 )
-from worker.settings import Settings
 
 SIX_HOURS = 6 * 3600
 
@@ -64,14 +61,7 @@ async def test_a_six_hour_ttl_expires_on_the_claims_clock(
     kubeconfig: Path,
 ) -> None:
     client = skipping_env.client
-    queue = new_task_queue()
-    stack = Stack(
-        client,
-        kube,
-        sim_cluster,
-        queue,
-        Settings(kubeconfig=kubeconfig, task_queue=queue, cluster_id=CLUSTER_ID),
-    )
+    stack = stack_on(client, kube, sim_cluster, kubeconfig)
     make_pool(kube, "sixhours", empty_ttl=SIX_HOURS * 10)
     k8s.CustomObjectsApi(kube).patch_namespaced_custom_object(
         "cloudburst.io",
