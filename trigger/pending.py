@@ -38,6 +38,7 @@ log = logging.getLogger(__name__)
 
 GROUP, VERSION = "cloudburst.io", "v1alpha1"
 PoolKey = tuple[str, str]  # (namespace, name)
+_SPEC_KINDS = frozenset({"nodepool", "nodeclass"})
 
 
 class BatchWindows(BaseModel):
@@ -93,6 +94,9 @@ class PendingPodTrigger:
         # Pods no pool could host, kept to match again when pools or classes change.
         self._unmatched_pods: dict[str, Any] = {}
         self._pods_synced = False
+        # Which of "nodepool" and "nodeclass" have been listed: until both have, a pod that
+        # matches nothing may only be waiting for the rest of the list (no Event yet).
+        self._specs_listed: set[str] = set()
         self.updates_sent = 0
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -136,20 +140,26 @@ class PendingPodTrigger:
 
     async def _apply(self, kind: str, event: str, obj: Any) -> None:
         if kind == "nodepool":
-            await self._apply_spec(self._pools, NodePool, event, obj)
+            await self._apply_spec("nodepool", self._pools, NodePool, event, obj)
         elif kind == "nodeclass":
-            await self._apply_spec(self._classes, NodeClass, event, obj)
+            await self._apply_spec("nodeclass", self._classes, NodeClass, event, obj)
         elif event == "SYNC":
             self._resync_pods(obj)
         else:
             self._apply_pod(event, obj)
 
     async def _apply_spec(
-        self, store: dict[PoolKey, Any], model: type[BaseModel], event: str, obj: Any
+        self,
+        kind: str,
+        store: dict[PoolKey, Any],
+        model: type[BaseModel],
+        event: str,
+        obj: Any,
     ) -> None:
         listed = obj if event == "SYNC" else [obj]
         if event == "SYNC":
             store.clear()
+            self._specs_listed.add(kind)
         for raw in listed:
             key = (raw["metadata"].get("namespace", "default"), raw["metadata"]["name"])
             if event == "DELETED":
@@ -226,7 +236,7 @@ class PendingPodTrigger:
             return min(matching)[1]
         reason = "; ".join(f"{pool}: {why}" for pool, why in sorted(reasons.items()))
         reason = reason or "no NodePool (with a NodeClass) exists"
-        if self._unmatched.get(demand.uid) != reason:
+        if self._unmatched.get(demand.uid) != reason and self._specs_listed >= _SPEC_KINDS:
             self._unmatched[demand.uid] = reason
             self._warn_unmatched(pod, reason)
         return None
