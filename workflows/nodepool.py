@@ -168,6 +168,7 @@ class NodePoolWorkflow:
     @workflow.query
     def status(self) -> PoolStatus:
         claims = list(self._state.claims.values())
+        cpu_m, memory = _held(claims)
         return PoolStatus(
             name=self._input.name,
             namespace=self._input.namespace,
@@ -195,8 +196,8 @@ class NodePoolWorkflow:
             },
             nodes=len(claims),
             ready_nodes=sum(1 for c in claims if c.phase == NodeClaimPhase.READY),
-            cpu_m=sum(_offering_cpu_m(c.offering) for c in claims),
-            memory_bytes=sum(_offering_memory(c.offering) for c in claims),
+            cpu_m=cpu_m,
+            memory_bytes=memory,
         )
 
     # --- planning --------------------------------------------------------------------------
@@ -317,8 +318,7 @@ class NodePoolWorkflow:
                     used=used,
                 )
             )
-        used_cpu = sum(_offering_cpu_m(c.offering) for c in claims)
-        used_memory = sum(_offering_memory(c.offering) for c in claims)
+        used_cpu, used_memory = _held(claims)
         return PlanRequest(
             pool_name=self._input.name,
             namespace=self._input.namespace,
@@ -646,8 +646,7 @@ class NodePoolWorkflow:
         state = self._state
         claims = list(state.claims.values())
         limited = sum(1 for why in state.blocked.values() if why.startswith(LIMIT_REACHED))
-        cpu_m = sum(_offering_cpu_m(c.offering) for c in claims)
-        memory = sum(_offering_memory(c.offering) for c in claims)
+        cpu_m, memory = _held(claims)
         status = NodePoolStatus(
             nodes=len(claims),
             ready_nodes=sum(1 for c in claims if c.phase == NodeClaimPhase.READY),
@@ -764,6 +763,14 @@ class NodePoolWorkflow:
             f"| Claims started | {state.claims_started} |",
         ]
         workflow.set_current_details("\n".join(lines))
+
+
+def _held(claims: list[PoolClaim]) -> tuple[int, int]:
+    """(cpu millicores, memory bytes) of the claims' offerings: what counts against limits."""
+    return (
+        sum(_offering_cpu_m(c.offering) for c in claims),
+        sum(_offering_memory(c.offering) for c in claims),
+    )
 
 
 def _offering_cpu_m(offering: Offering) -> int:

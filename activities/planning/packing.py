@@ -31,7 +31,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from activities.planning.lp import cover_lp
-from activities.planning.patterns import plan_patterns
+from activities.planning.patterns import copies_that_fit, plan_patterns
 
 Vector = tuple[int, int, int]  # cpu millicores, memory bytes, pods
 _GIB = 2**30
@@ -330,13 +330,7 @@ def _fill(groups: _Groups, active: list[int], cap: Vector) -> tuple[list[tuple[i
         cpu, mem, pods = shapes[g]
         if cpu > free_cpu or mem > free_mem or pods > free_pods:
             continue
-        n = counts[g]
-        if cpu and free_cpu // cpu < n:
-            n = free_cpu // cpu
-        if mem and free_mem // mem < n:
-            n = free_mem // mem
-        if pods and free_pods // pods < n:
-            n = free_pods // pods
+        n = copies_that_fit(shapes[g], (free_cpu, free_mem, free_pods), counts[g])
         if n > 0:
             fill.append((g, n))
             free_cpu -= cpu * n

@@ -50,6 +50,14 @@ _POLISH_PASSES = 8  # drop-and-refill moves on a pattern whose search ran out
 _POD_WEIGHT = 1e-3  # keeps pods without cpu or memory requests from weighing nothing
 
 
+def copies_that_fit(shape: Vector, room: Vector, most: int) -> int:
+    """How many pods of `shape` (at most `most`) fit in `room`, dimension by dimension."""
+    for need, free in zip(shape, room, strict=True):
+        if need:
+            most = min(most, free // need)
+    return most
+
+
 @dataclass(frozen=True, slots=True)
 class Limits:
     """How much work one call may do; counts, so that plans are reproducible."""
@@ -400,13 +408,7 @@ def _search_pattern(
         if got + bound(i, cpu, mem, pods) <= best_value * (1 + 1e-9):
             return
         c, m, p = size[i]
-        k = most[i]
-        if c:
-            k = min(k, cpu // c)
-        if m:
-            k = min(k, mem // m)
-        if p:
-            k = min(k, pods // p)
+        k = copies_that_fit(size[i], (cpu, mem, pods), most[i])
         for take in range(k, -1, -1):
             counts[i] = take
             search(i + 1, cpu - c * take, mem - m * take, pods - p * take, got + value[i] * take)
@@ -435,12 +437,7 @@ def _greedy_fill(
     for i in order:
         g, w, k = items[i]
         c, m, p = shapes[g]
-        if c:
-            k = min(k, cpu // c)
-        if m:
-            k = min(k, mem // m)
-        if p:
-            k = min(k, pods // p)
+        k = copies_that_fit(shapes[g], (cpu, mem, pods), k)
         if k > 0:
             counts[i] = k
             value += w * k
