@@ -506,17 +506,19 @@ class Scheduler:
                     best.used = best.used + req
                     bound += 1
             else:
-                self._report_unschedulable(pod, unschedulable_message(len(infos), reasons))
+                self._report_unschedulable(pod, unschedulable_message(len(ordered), reasons))
         return bound
 
     def _refreshed(self, infos: list[NodeInfo]) -> list[NodeInfo]:
+        """The nodes in the cache now: known ones keep what this pass placed on them."""
+        known = {info.name: info for info in infos}
         fresh = []
-        for info in infos:
-            node = self.nodes.get(pod_key(info.node))
-            if node is not None:
-                info.node = node
-                fresh.append(info)
-        return fresh
+        for node in self.nodes.items():
+            name = (node.get("metadata") or {}).get("name", "")
+            info = known.get(name) or NodeInfo(node, name, node_allocatable(node))
+            info.node = node
+            fresh.append(info)
+        return sorted(fresh, key=lambda i: i.name)
 
     def _bind(self, pod: Obj, node: str) -> bool:
         md = pod.get("metadata") or {}

@@ -111,7 +111,10 @@ def test_binds_fitting_pod_and_bin_packs(core: client.CoreV1Api) -> None:
 def test_too_big_pod_is_unschedulable_and_condition_is_stable(core: client.CoreV1Api) -> None:
     make_node(core, "n1", cpu="2")
     make_pod(core, "huge", cpu="16")
-    cond = wait_for(lambda: scheduled_condition(core, "huge"))
+    # The scheduler may see the pod a moment before the node ("0/0 nodes"): wait for both.
+    cond = wait_for(
+        lambda: (c := scheduled_condition(core, "huge")) and "0/0" not in c["message"] and c
+    )
     assert cond["status"] == "False" and cond["reason"] == "Unschedulable"
     assert cond["message"].startswith("0/1 nodes are available: 1 Insufficient cpu.")
     rv = raw(core.read_namespaced_pod, "huge", "default")["metadata"]["resourceVersion"]
