@@ -91,9 +91,17 @@ class ComputeActivities:
 
     @activity.defn(name="delete_instance")
     def delete_instance(self, ref: InstanceRef) -> None:
-        """Delete the claim's VM and return only once the provider says it is gone."""
-        provider = self._provider(ref.provider, ref.namespace, ref.node_class)
-        with heartbeating(details=lambda: f"deleting VM of {ref.claim_name}"), _classified():
+        """Delete the claim's VM and return only once the provider says it is gone.
+
+        Every failure is retryable here, a fatal one included (see `_classified`): giving up
+        would leave a VM that costs money to the orphan GC, while an operator can fix the
+        credential or the NodeClass during the retries.
+        """
+        with (
+            heartbeating(details=lambda: f"deleting VM of {ref.claim_name}"),
+            _classified(retry_everything=True),
+        ):
+            provider = self._provider(ref.provider, ref.namespace, ref.node_class)
             instance = found = self._find(provider, ref)
             last_request = 0.0
             while instance is not None:
@@ -165,17 +173,37 @@ def _info(instance: Instance) -> InstanceInfo:
 
 
 @contextmanager
-def _classified() -> Iterator[None]:
-    """Turns provider errors into Temporal errors the workflow and retry policy understand."""
+def _classified(*, retry_everything: bool = False) -> Iterator[None]:
+    """Turns provider errors into Temporal errors the workflow and retry policy understand.
+
+    Capacity and fatal errors are non-retryable: a create moves to the next offering or
+    fails the claim. With `retry_everything` (deletion) they, and the non-retryable
+    `InvalidConfiguration` of a missing provider block or credential Secret, are retryable:
+    a delete that gives up leaves a billed VM behind its claim, while a retry succeeds once
+    the operator fixes the Secret or the NodeClass — each attempt's error, with the type
+    naming the class of problem and the message what to fix, is the pending activity's last
+    failure in the Web UI.
+    """
+    non_retryable = not retry_everything
+    suffix = " (deletion retries until this is fixed)" if retry_everything else ""
     try:
         yield
+    except ApplicationError as exc:
+        if not (exc.non_retryable and retry_everything):
+            raise
+        raise ApplicationError(
+            f"{exc.message}{suffix}", *exc.details, type=exc.type, non_retryable=False
+        ) from exc
     except CapacityError as exc:
         raise ApplicationError(
-            exc.message, exc.provider, type=CAPACITY_ERROR, non_retryable=True
+            exc.message, exc.provider, type=CAPACITY_ERROR, non_retryable=non_retryable
         ) from exc
     except FatalError as exc:
         raise ApplicationError(
-            exc.message, exc.provider, type=PROVIDER_FATAL, non_retryable=True
+            f"{exc.message}{suffix}",
+            exc.provider,
+            type=PROVIDER_FATAL,
+            non_retryable=non_retryable,
         ) from exc
     except RetryableError as exc:
         delay = timedelta(seconds=exc.retry_after_s) if exc.retry_after_s else None

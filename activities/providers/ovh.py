@@ -21,8 +21,9 @@
 - **Errors** (ovh.exceptions): `InvalidKey`, `InvalidCredential`, `NotCredential`,
   `NotGrantedCall`, `Forbidden` → fatal (fix the credentials Secret); `ResourceNotFoundError`
   → gone; `APIError` 429 → retry (Retry-After honoured); 5xx and quota/"not enough
-  resources" messages → capacity (next offering); other 4xx → fatal; network failures and
-  undecodable answers → retry.
+  resources" messages → capacity (next offering) on the calls of a create, retry on every
+  other call (get, list, delete, catalog: no other offering to move to); other 4xx → fatal;
+  network failures and undecodable answers → retry.
 
 Credential: ONE Secret value (`spec.ovh.credentialsSecretRef`) holding JSON
 `{"application_key": ..., "application_secret": ..., "consumer_key": ...}`.
@@ -202,16 +203,20 @@ class OvhProvider(Provider):
             text = text.replace(value, "***")
         return text
 
-    def _call(self, what: str, fn: Callable[[ovh.Client], T]) -> T:
-        """One SDK call, errors classified. `ResourceNotFoundError` passes through."""
+    def _call(self, what: str, fn: Callable[[ovh.Client], T], *, creating: bool = False) -> T:
+        """One SDK call, errors classified. `ResourceNotFoundError` passes through.
+
+        `creating`: the call is part of a create, where an outage or a lack of capacity
+        means "try the next offering"; anywhere else the same answer is retried.
+        """
         try:
             return fn(self._client())
         except ResourceNotFoundError:
             raise
         except APIError as exc:
-            self._classify(what, exc)
+            self._classify(what, exc, creating=creating)
 
-    def _classify(self, what: str, exc: APIError) -> NoReturn:
+    def _classify(self, what: str, exc: APIError, *, creating: bool) -> NoReturn:
         status = _status(exc)
         message = self._scrub(str(getattr(exc, "args", [""])[0] if exc.args else ""))
         detail = f"{what}: {f'HTTP {status} ' if status else ''}{type(exc).__name__}: {message}"
@@ -234,7 +239,9 @@ class OvhProvider(Provider):
         if (status is not None and status >= 500) or any(
             w in message.lower() for w in _CAPACITY_WORDS
         ):
-            raise CapacityError(self.name, detail) from exc
+            if creating:
+                raise CapacityError(self.name, detail) from exc
+            raise RetryableError(self.name, detail) from exc
         if isinstance(exc, BadParametersError):
             raise FatalError(
                 self.name,
@@ -246,12 +253,12 @@ class OvhProvider(Provider):
 
     # ---- lookups -------------------------------------------------------------------------
 
-    def _flavors(self, region: str | None) -> list[dict[str, Any]]:
+    def _flavors(self, region: str | None, *, creating: bool = False) -> list[dict[str, Any]]:
         what = f"list flavors{f' in {region}' if region else ''}"
         kwargs = {"region": region} if region else {}
         try:
             flavors: list[dict[str, Any]] = self._call(
-                what, lambda c: c.get(f"{self._base}/flavor", **kwargs)
+                what, lambda c: c.get(f"{self._base}/flavor", **kwargs), creating=creating
             )
         except ResourceNotFoundError as exc:
             raise FatalError(self.name, f"{what}: project not found", _ENDPOINT_FIX) from exc
@@ -269,7 +276,8 @@ class OvhProvider(Provider):
         return known or flavor_id
 
     def _flavor_id(self, region: str, flavor: str) -> str:
-        match = next((f for f in self._flavors(region) if f.get("name") == flavor), None)
+        flavors = self._flavors(region, creating=True)
+        match = next((f for f in flavors if f.get("name") == flavor), None)
         if match is None:
             raise FatalError(
                 self.name,
@@ -286,7 +294,7 @@ class OvhProvider(Provider):
         what = f"list images in {region}"
         try:
             images: list[dict[str, Any]] = self._call(
-                what, lambda c: c.get(f"{self._base}/image", region=region)
+                what, lambda c: c.get(f"{self._base}/image", region=region), creating=True
             )
         except ResourceNotFoundError as exc:
             raise FatalError(self.name, f"{what}: project not found", _ENDPOINT_FIX) from exc
@@ -299,11 +307,13 @@ class OvhProvider(Provider):
             )
         return str(match["id"])
 
-    def _list(self, region: str | None, what: str) -> list[dict[str, Any]]:
+    def _list(
+        self, region: str | None, what: str, *, creating: bool = False
+    ) -> list[dict[str, Any]]:
         kwargs = {"region": region} if region else {}
         try:
             result: list[dict[str, Any]] = self._call(
-                what, lambda c: c.get(f"{self._base}/instance", **kwargs)
+                what, lambda c: c.get(f"{self._base}/instance", **kwargs), creating=creating
             )
         except ResourceNotFoundError as exc:
             raise FatalError(self.name, f"{what}: project not found", _ENDPOINT_FIX) from exc
@@ -365,7 +375,7 @@ class OvhProvider(Provider):
         native_name = vm_name(spec.cluster_id, spec.node_pool, spec.name)
         what = f"create instance {spec.name!r} ({spec.instance_type} in {region})"
         # No idempotency key and no tags: an earlier attempt's instance has the same name.
-        for raw in self._list(region, f"{what}: look-up"):
+        for raw in self._list(region, f"{what}: look-up", creating=True):
             if raw.get("name") != native_name:
                 continue
             instance = self._instance(raw)
@@ -393,7 +403,9 @@ class OvhProvider(Provider):
         if self.block.network_id:
             body["networks"] = [{"networkId": self.block.network_id}]
         try:
-            raw = self._call(what, lambda c: c.post(f"{self._base}/instance", **body))
+            raw = self._call(
+                what, lambda c: c.post(f"{self._base}/instance", **body), creating=True
+            )
         except ResourceNotFoundError as exc:
             raise FatalError(self.name, f"{what}: project not found", _ENDPOINT_FIX) from exc
         instance = self._instance(raw)

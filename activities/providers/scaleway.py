@@ -17,7 +17,12 @@ The traps of PROVIDERS.md, handled here:
   as `requests` `JSONDecodeError`: classified as an outage.
 
 Tags are `key=value` strings with the canonical `cloudburst.io/...` keys; they are mapped
-back into `Instance.labels`. Instance ids are `scaleway/<zone>/<server uuid>`.
+back into `Instance.labels`. Instance ids are `scaleway/<zone>/<server uuid>`: get and
+delete act in the id's zone.
+
+Zones: an offering may land in any zone of `ZONES_BY_REGION` (or the NodeClass zone), never
+elsewhere, and `list_owned` (orphan GC, delete by claim label) lists every one of them — a
+server in a zone it did not list would outlive its claim unseen.
 
 Errors: `out_of_stock`, `quotas_exceeded`, 503 (and undecodable answers) on create →
 capacity; 429 → retryable (Retry-After); 401/403, `invalid_arguments` → fatal; 404 → gone;
@@ -63,6 +68,13 @@ USER_DATA_KEY = "cloud-init"
 TERMINATE_WAIT_S = 180.0
 _AUTH_FIX = "check the secret key in the Secret named by NodeClass spec.scaleway.apiKeySecretRef"
 _CAPACITY_TYPES = {"out_of_stock", "quotas_exceeded"}
+# Scaleway's Instance zones, by region: the only place they are listed. `_zone` creates only
+# in these (or the NodeClass zone) and `list_owned` lists all of them.
+ZONES_BY_REGION: dict[str, tuple[str, ...]] = {
+    "fr-par": ("fr-par-1", "fr-par-2", "fr-par-3"),
+    "nl-ams": ("nl-ams-1", "nl-ams-2", "nl-ams-3"),
+    "pl-waw": ("pl-waw-1", "pl-waw-2", "pl-waw-3"),
+}
 _STATES = {
     "starting": InstanceState.PENDING,
     "locked": InstanceState.PENDING,
@@ -206,7 +218,24 @@ class ScalewayProvider(Provider):
 
     # ---- mapping ---------------------------------------------------------------------------
 
+    def zones(self) -> list[str]:
+        """Every zone `create` may use: the NodeClass zone first, then `ZONES_BY_REGION`."""
+        known = [z for zones in ZONES_BY_REGION.values() for z in zones]
+        return [self.block.zone, *(z for z in known if z != self.block.zone)]
+
     def _zone(self, spec: InstanceSpec) -> str:
+        zone = self._pick_zone(spec)
+        if zone not in self.zones():
+            # list_owned would never see a server there: refuse rather than leak it.
+            raise FatalError(
+                self.name,
+                f"zone {zone!r} (offering region {spec.region!r}) is not a known Scaleway zone",
+                f"use an offering in one of {', '.join(self.zones())}, or add the zone to "
+                "ZONES_BY_REGION in activities/providers/scaleway.py",
+            )
+        return zone
+
+    def _pick_zone(self, spec: InstanceSpec) -> str:
         if spec.zone:
             return spec.zone
         region = spec.region
@@ -344,14 +373,19 @@ class ScalewayProvider(Provider):
         return None if server is None else self._instance(server)
 
     def list_owned(self, cluster_id: str) -> list[Instance]:
+        """Our servers in every zone `create` may use; any zone failing fails the listing
+        (a partial answer would make a delete by claim label think the server gone)."""
         tags = [f"{L.MANAGED}=true", f"{L.CLUSTER}={cluster_id}"]
-        try:
-            servers = self.instance.list_servers_all(
-                zone=self.block.zone, tags=tags, project=self.block.project_id
-            )
-        except Exception as exc:
-            self._raise(exc, f"list servers of cluster {cluster_id!r} in {self.block.zone}")
-        return [self._instance(s) for s in servers if all(t in (s.tags or []) for t in tags)]
+        out: list[Instance] = []
+        for zone in self.zones():
+            try:
+                servers = self.instance.list_servers_all(
+                    zone=zone, tags=tags, project=self.block.project_id
+                )
+            except Exception as exc:
+                self._raise(exc, f"list servers of cluster {cluster_id!r} in {zone}")
+            out += [self._instance(s) for s in servers if all(t in (s.tags or []) for t in tags)]
+        return out
 
     def delete(self, instance_id: str) -> None:
         zone, sid = self._split(instance_id)

@@ -200,10 +200,49 @@ def test_errors_on_other_operations(cloud_and_provider: tuple[OvhStandin, OvhPro
     with pytest.raises(FatalError):
         provider.list_owned(CLUSTER)
     cloud.inject_failure("delete", "unavailable")
-    with pytest.raises(CapacityError):
+    with pytest.raises(RetryableError):  # an outage outside create: retry, no other offering
         provider.delete(inst.id)
     provider.delete(inst.id)
     provider.delete(inst.id)
+
+
+@pytest.mark.parametrize("kind", ["unavailable", "server_error", "capacity"])  # 503, 500, 500
+@pytest.mark.parametrize("op", ["get", "list", "delete", "catalog"])
+def test_5xx_outside_create_is_retryable(
+    cloud_and_provider: tuple[OvhStandin, OvhProvider], op: str, kind: str
+) -> None:
+    """Capacity (try the next offering) means something only to a create; a 5xx on a
+    lookup or a delete is retried, and the call succeeds once the API answers again."""
+    cloud, provider = cloud_and_provider
+    inst = provider.create(spec(claim()))
+    calls = {
+        "get": lambda: provider.get(inst.id),
+        "list": lambda: provider.list_owned(CLUSTER),
+        "delete": lambda: provider.delete(inst.id),
+        "catalog": provider.instance_types,
+    }
+    cloud.inject_failure(op, kind)
+    with pytest.raises(ProviderError) as caught:
+        calls[op]()
+    assert type(caught.value) is RetryableError, caught.value
+    assert "HTTP 5" in str(caught.value)
+    calls[op]()  # the retry
+    if op == "delete":
+        vm = cloud.peek(inst.id.rsplit("/", 1)[1])
+        assert vm is None or vm["state"] == "stopping"
+
+
+@pytest.mark.parametrize("op", ["create", "list", "catalog"])
+@pytest.mark.parametrize("kind", ["unavailable", "server_error"])
+def test_5xx_during_create_is_capacity(
+    cloud_and_provider: tuple[OvhStandin, OvhProvider], op: str, kind: str
+) -> None:
+    """Every call of a create (the look-up, the flavor list, the POST): next offering."""
+    cloud, provider = cloud_and_provider
+    cloud.inject_failure(op, kind)
+    with pytest.raises(ProviderError) as caught:
+        provider.create(spec(claim()))
+    assert type(caught.value) is CapacityError, caught.value
 
 
 def test_invalid_offering_image_and_project(

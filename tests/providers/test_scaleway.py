@@ -21,7 +21,7 @@ from activities.providers.base import (
 )
 from activities.providers.scaleway import ScalewayProvider
 from api import labels as L
-from sim.clouds.scaleway import ScalewayCloud, new_secret_key
+from sim.clouds.scaleway import ZONES, ScalewayCloud, new_secret_key
 from sim.kubeapi import KubeApiServer
 from sim.kubelet import Kubelets
 from tests.providers.harness_scaleway import block
@@ -234,3 +234,51 @@ def test_kubelets_boot_a_scaleway_vm_with_its_zone(
     finally:
         kubelets.stop()
         server.stop()
+
+
+def test_servers_in_every_zone_are_listed_and_deleted(
+    cloud: ScalewayCloud, provider: ScalewayProvider
+) -> None:
+    """The NodeClass zone is fr-par-1, but an offering may land in another zone of the region
+    or in another region: garbage collection and delete-by-label must still see the server."""
+    assert set(ZONES) <= set(provider.zones())  # every zone the stand-in creates in
+    default = provider.create(spec("nc-scw-par1"))
+    other_zone = provider.create(spec("nc-scw-par2", region="fr-par", zone="fr-par-2"))
+    other_region = provider.create(spec("nc-scw-waw", region="pl-waw"))
+    assert split_instance_id(other_zone.id)[1] == "fr-par-2"
+    assert split_instance_id(other_region.id)[1] == "pl-waw-1"
+
+    owned = {i.labels[L.NODECLAIM]: i for i in provider.list_owned("c1")}
+    assert {n: i.id for n, i in owned.items()} == {
+        "nc-scw-par1": default.id,
+        "nc-scw-par2": other_zone.id,
+        "nc-scw-waw": other_region.id,
+    }
+    assert provider.list_owned("c2") == []
+
+    for inst in (other_zone, other_region):
+        got = provider.get(inst.id)
+        assert got is not None and got.id == inst.id
+        provider.delete(inst.id)  # waits until the server is gone, then its block volume
+        assert provider.get(inst.id) is None
+        assert cloud.peek(native(inst.id)) is None
+    assert [i.id for i in provider.list_owned("c1")] == [default.id]
+    assert [v["server_id"] for v in cloud.volumes()] == [native(default.id)]
+
+
+def test_a_zone_list_owned_would_not_see_is_refused(
+    cloud: ScalewayCloud, provider: ScalewayProvider
+) -> None:
+    with pytest.raises(FatalError) as caught:
+        provider.create(spec("nc-scw-mil", region="it-mil"))
+    assert "it-mil-1" in str(caught.value) and "ZONES_BY_REGION" in caught.value.fix
+    assert cloud.stats()["creates_attempted"] == 0
+
+
+def test_a_failing_zone_fails_the_listing(cloud: ScalewayCloud, provider: ScalewayProvider) -> None:
+    """A partial list would make a delete by claim label take a live server for gone."""
+    provider.create(spec("nc-scw-par2", zone="fr-par-2"))
+    cloud.inject_failure("list", "unavailable")
+    with pytest.raises(RetryableError):
+        provider.list_owned("c1")
+    assert [i.name for i in provider.list_owned("c1")] == ["nc-scw-par2"]
