@@ -19,7 +19,7 @@ from temporalio.exceptions import ApplicationError
 
 from activities import metrics
 from activities.bootstrap import read_user_data
-from activities.heartbeat import heartbeating
+from activities.heartbeat import heartbeating, heartbeats_itself
 from activities.kube import read_secret_value
 from activities.providers import provider_class
 from activities.providers.base import (
@@ -55,6 +55,7 @@ class ComputeActivities:
         return [self.create_instance, self.get_instance, self.delete_instance]
 
     @activity.defn(name="create_instance")
+    @heartbeats_itself
     def create_instance(self, input: CreateInstanceInput) -> InstanceInfo:
         offering = input.offering
         provider = self._provider(input.offering.provider, input.namespace, input.node_class)
@@ -90,6 +91,7 @@ class ComputeActivities:
         return _info(instance) if instance else None
 
     @activity.defn(name="delete_instance")
+    @heartbeats_itself
     def delete_instance(self, ref: InstanceRef) -> None:
         """Delete the claim's VM and return only once the provider says it is gone.
 

@@ -36,7 +36,7 @@ from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities.bootstrap import SCRIPT_PURPOSE, TOKEN_NAMESPACE, TOKEN_PURPOSE
-from activities.heartbeat import heartbeating
+from activities.heartbeat import heartbeating, heartbeats_itself
 from activities.kube import discard, read_secret_value
 from activities.providers import provider_class
 from activities.providers.base import Provider, ProviderError
@@ -115,6 +115,7 @@ class GcActivities:
     # ---- collect -------------------------------------------------------------------------
 
     @activity.defn(name="collect_orphans")
+    @heartbeats_itself
     def collect_orphans(self, input: OrphanGcInput) -> GcInventory:
         errors: list[str] = []
         progress = {"scope": ""}
@@ -257,6 +258,7 @@ class GcActivities:
     # ---- remove --------------------------------------------------------------------------
 
     @activity.defn(name="remove_orphans")
+    @heartbeats_itself
     def remove_orphans(self, input: RemoveOrphansInput) -> RemovalResult:
         result = RemovalResult()
         progress = {"doing": "starting"}

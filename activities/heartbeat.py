@@ -9,15 +9,23 @@ a block; `sleep_heartbeating()` waits in small steps and stops early when cancel
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any, TypeVar
 
 from temporalio import activity
 from temporalio.exceptions import CancelledError
+from temporalio.worker import (
+    ActivityInboundInterceptor,
+    ActivityOutboundInterceptor,
+    ExecuteActivityInput,
+    Interceptor,
+)
 
 log = logging.getLogger(__name__)
 
@@ -84,3 +92,53 @@ def sleep_heartbeating(
             return
         # Wakes up at once on cancellation instead of finishing the step.
         activity.wait_for_cancelled_sync(min(step_s, remaining))
+
+
+# --- heartbeats for every activity ------------------------------------------------------------
+
+_HEARTBEATS_ITSELF = "__cloudburst_heartbeats_itself__"
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def heartbeats_itself(fn: F) -> F:
+    """Marks an activity that heartbeats on its own, with details a retry reads (drain
+    progress): the worker's automatic heartbeat must not overwrite them with nothing."""
+    setattr(fn, _HEARTBEATS_ITSELF, True)
+    return fn
+
+
+class HeartbeatInterceptor(Interceptor):
+    """Heartbeats every activity that has a heartbeat timeout, while it runs.
+
+    Why: with a heartbeat timeout of a few seconds on every activity, the attempt of a worker
+    that died (SIGKILL, OOM, a node gone) is retried elsewhere within seconds, instead of at
+    its start-to-close timeout; and a cancellation reaches the activity. The beats come from
+    the worker's event loop, beside the activity's thread, so a call that blocks still counts
+    as alive as long as the process is — the start-to-close timeout bounds a call that hangs.
+    """
+
+    def intercept_activity(self, next: ActivityInboundInterceptor) -> ActivityInboundInterceptor:
+        return _HeartbeatingInbound(next)
+
+
+class _HeartbeatingInbound(ActivityInboundInterceptor):
+    def init(self, outbound: ActivityOutboundInterceptor) -> None:
+        # The worker's own heartbeat call, safe on the event loop (`activity.heartbeat()`
+        # of a threaded activity is meant for its thread and would block the loop).
+        self._outbound = outbound
+        super().init(outbound)
+
+    async def execute_activity(self, input: ExecuteActivityInput) -> Any:
+        timeout = activity.info().heartbeat_timeout
+        if not timeout or getattr(input.fn, _HEARTBEATS_ITSELF, False):
+            return await self.next.execute_activity(input)
+        beats = asyncio.create_task(self._beat_every(min(1.0, timeout.total_seconds() / 4)))
+        try:
+            return await self.next.execute_activity(input)
+        finally:
+            beats.cancel()
+
+    async def _beat_every(self, interval_s: float) -> None:
+        while True:
+            self._outbound.heartbeat()
+            await asyncio.sleep(interval_s)

@@ -20,7 +20,7 @@ from kubernetes.client.exceptions import ApiException
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.heartbeat import heartbeating, raise_if_cancelled
+from activities.heartbeat import heartbeating, heartbeats_itself, raise_if_cancelled
 from api import labels
 from api._base import SecretKeyRef
 from api.messages import DrainInput, DrainResult, LabelNodeInput, NodeRef, NodeState
@@ -299,9 +299,12 @@ class KubeActivities:
     def get_node_state(self, input: NodeRef) -> NodeState:
         """Exists, Ready, and how many pods keep it busy (`pod_count`: all but DaemonSet,
         mirror and finished pods; `empty` is `pod_count == 0`)."""
+        observed_at = datetime.now(UTC)
         node = self._read_node(input.node_name)
         if node is None:
-            return NodeState(exists=False, ready=False, empty=True, pod_count=0)
+            return NodeState(
+                exists=False, ready=False, empty=True, pod_count=0, observed_at=observed_at
+            )
         conditions = (node.status.conditions if node.status else None) or []
         ready = any(c.type == "Ready" and c.status == "True" for c in conditions)
         busy = [p for p in self._pods_on(input.node_name) if not is_left_alone(p)]
@@ -314,9 +317,11 @@ class KubeActivities:
             do_not_disrupt=sorted(_pod_name(p) for p in busy if is_do_not_disrupt(p)),
             capacity=dict(status.capacity or {}) if status else {},
             allocatable=dict(status.allocatable or {}) if status else {},
+            observed_at=observed_at,
         )
 
     @activity.defn(name="drain_node")
+    @heartbeats_itself
     def drain_node(self, input: DrainInput) -> DrainResult:
         """Evict every pod that needs it, respecting PDBs until `force_after`, then delete.
 

@@ -177,6 +177,9 @@ class NodeState(BaseModel):
     # What the kubelet reports (cpu, memory, pods, ...): the claim's real capacity.
     capacity: dict[str, str] = {}
     allocatable: dict[str, str] = {}
+    # The activity's clock when it looked: the claim dates "empty since" / "not Ready since"
+    # from here, a value in history, rather than from its own clock.
+    observed_at: datetime | None = None
 
 
 class FailureReason(StrEnum):

@@ -28,6 +28,9 @@ class PoolSpecs(BaseModel):
     # metadata.generation of each, so an older update never overwrites a newer one.
     pool_generation: int = 0
     class_generation: int = 0
+    # When the trigger read them (its clock): where scheduled budgets start counting windows,
+    # so the pool never reads its own clock to decide whether a budget is active.
+    observed_at: datetime | None = None
 
 
 class DemandUpdate(BaseModel):
@@ -53,6 +56,11 @@ class ClaimReport(BaseModel):
     # An offering that failed to launch (capacity, quota, outage): skip it for a while.
     failed_offering: str | None = None
     reason: str = ""
+    # The claim's clock when it reported. The pool times nominations and its failed-offering
+    # cache from here: a value carried in history, never the pool's own reading of the clock.
+    at: datetime | None = None
+    # Set with phase Failed: why (FailureReason), so the pool can back off a bad configuration.
+    failure_reason: str | None = None
 
 
 class DisruptionRequest(BaseModel):
@@ -113,6 +121,18 @@ class PoolState(BaseModel):
     consolidation_note: str = ""
     # The NodePool status last written, so that only changes are written.
     published_status: NodePoolStatus | None = None
+    # Moments the pool waits for (see workflows/alarms.py): each stored once, so that the
+    # timer armed for it keeps its meaning whatever the clock says when it fires.
+    plan_retry_at: datetime | None = None
+    consolidate_at: datetime | None = None
+    safety_net_at: datetime | None = None
+    # Claims of this pool fail on their configuration (a Secret missing, a bad NodeClass):
+    # no new claim until the specs change or `config_retry_at` comes (backing off).
+    config_error: str = ""
+    config_retry_at: datetime | None = None
+    config_failures: int = 0
+    # Scheduled budgets: the latest window start reached so far, by budget identity.
+    budget_window_starts: dict[str, datetime] = {}
 
 
 class NodePoolInput(BaseModel):
@@ -155,6 +175,10 @@ class PoolStatus(BaseModel):
     ready_nodes: int
     cpu_m: int
     memory_bytes: int
+    # Why new claims are held back (claims failing on the configuration), if they are.
+    config_error: str = ""
+    # The deadlines the pool is waiting for (workflows/alarms.py), by name.
+    alarms: list[str] = []
 
 
 class ConsolidationInput(BaseModel):
@@ -168,6 +192,9 @@ class ConsolidationInput(BaseModel):
     ready: dict[str, Offering]
     min_savings_eur_per_hour: float
     failed_offerings: list[str] = []
+    # When given, only candidates Ready (stable) for `min_stable_s` by the activity's clock.
+    stable_since: dict[str, datetime] = {}
+    min_stable_s: float = 0
 
 
 class ConsolidationDecision(BaseModel):

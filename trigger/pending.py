@@ -378,6 +378,7 @@ class PendingPodTrigger:
             node_class=node_class.spec,
             pool_generation=pool.metadata.generation or 0,
             class_generation=node_class.metadata.generation or 0,
+            observed_at=datetime.now(UTC),
         )
 
     def _node_class_of(self, key: PoolKey) -> PoolKey | None:

@@ -6,6 +6,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
 from typing import Any
 
 from kubernetes import client as k8s
@@ -16,6 +17,7 @@ from activities.bootstrap import BootstrapActivities
 from activities.compute import ComputeActivities
 from activities.events import EventActivities
 from activities.gc import GcActivities
+from activities.heartbeat import HeartbeatInterceptor
 from activities.kube import KubeActivities
 from activities.mirror import MirrorActivities
 from activities.planning.activity import PlanningActivities
@@ -53,6 +55,8 @@ def build_worker(
         activities=build_activities(api_client),
         activity_executor=executor,
         max_concurrent_activities=settings.max_concurrent_activities,
+        interceptors=[HeartbeatInterceptor()],
+        sticky_queue_schedule_to_start_timeout=timedelta(seconds=settings.sticky_queue_timeout_s),
     )
 
 

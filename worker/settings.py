@@ -52,6 +52,9 @@ class Settings(BaseSettings):
     # Written on every VM so that garbage collection never touches another cluster's VMs.
     cluster_id: str = "cloudburst"
     max_concurrent_activities: int = 64
+    # A workflow task waits this long on a dead worker's sticky queue before any worker may
+    # take it: part of how long a claim or a pool stalls when a worker is killed.
+    sticky_queue_timeout_s: float = 5.0
 
     # --- operations -----------------------------------------------------------------------
     # /healthz and /readyz for the kubelet's probes; 0 disables.

@@ -35,6 +35,7 @@ with workflow.unsafe.imports_passed_through():
         SecretPurpose,
         StaleSecret,
     )
+    from workflows.timeouts import HEARTBEAT, PLANNING, VM_CALL
 
 _RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=2),
@@ -42,7 +43,6 @@ _RETRY = RetryPolicy(
     maximum_interval=timedelta(seconds=30),
     maximum_attempts=3,
 )
-_HEARTBEAT = timedelta(seconds=30)
 
 
 def _age_s(now: datetime, created: datetime | None) -> float | None:
@@ -67,8 +67,8 @@ class OrphanGcWorkflow:
             "collect_orphans",
             input,
             result_type=GcInventory,
-            start_to_close_timeout=timedelta(minutes=10),
-            heartbeat_timeout=_HEARTBEAT,
+            start_to_close_timeout=VM_CALL,
+            heartbeat_timeout=HEARTBEAT,
             retry_policy=_RETRY,
             summary="list owned VMs and bootstrap Secrets",
         )
@@ -89,7 +89,8 @@ class OrphanGcWorkflow:
                 "claim_workflow_states",
                 ClaimStatesInput(claim_names=claims),
                 result_type=ClaimStates,
-                start_to_close_timeout=timedelta(minutes=2),
+                start_to_close_timeout=PLANNING,
+                heartbeat_timeout=HEARTBEAT,
                 retry_policy=_RETRY,
                 summary=f"which of {len(claims)} claim workflow(s) still run",
             )
@@ -145,7 +146,7 @@ class OrphanGcWorkflow:
                 start_to_close_timeout=timedelta(
                     seconds=120 + input.delete_timeout_s * max(1, len(report.orphan_vms))
                 ),
-                heartbeat_timeout=_HEARTBEAT,
+                heartbeat_timeout=HEARTBEAT,
                 retry_policy=_RETRY,
                 summary=f"delete {len(report.orphan_vms)} VM(s), "
                 f"{len(report.stale_secrets)} Secret(s)",

@@ -39,6 +39,8 @@ with workflow.unsafe.imports_passed_through():
     )
     from api.nodeclaim import ConditionType, NodeClaimPhase, NodeClaimStatus, Offering
     from api.pool import ClaimReport, DisruptionPermit, DisruptionRequest
+    from workflows.alarms import Alarms
+    from workflows.timeouts import HEARTBEAT, KUBE_CALL, VM_CALL
 
 # Errors an activity raises that no retry can fix (see activities/compute.py).
 _NON_RETRYABLE = ["CapacityError", "ProviderFatal", "InvalidConfiguration", "NodeNotFound"]
@@ -69,9 +71,6 @@ _MIRROR_RETRY = RetryPolicy(
     maximum_interval=timedelta(seconds=10),
     maximum_attempts=5,
 )
-# Short enough that a killed worker's activity is retried elsewhere within seconds.
-_HEARTBEAT = timedelta(seconds=10)
-_KUBE_CALL = timedelta(seconds=60)
 
 
 class ClaimFailed(Exception):
@@ -102,6 +101,16 @@ class NodeClaimWorkflow:
         # Bumped by every signal, so one wait can wake on "anything happened".
         self._signals = 0
         self._last_event = "started"
+        # Claims started since deadlines became alarms (workflows/alarms.py) decide on time
+        # only through them and wait on a dirty flag; older ones keep their recorded ways.
+        self._alarmed = workflow.patched("deadline-alarms")
+        self._alarms = Alarms(on_ring=self._wake)
+        # Set by every signal and alarm; cleared at the top of each round, before the round
+        # looks at the state, so news that comes while the round awaits is never missed.
+        self._dirty = True
+        self._observations = 0  # observe_node signals so far (a poll yields to a newer one)
+        self._next_poll_at: datetime | None = None
+        self._launched_on: list[Offering] = []  # offerings create_instance was called for
 
     @workflow.run
     async def run(self, input: NodeClaimInput) -> NodeClaimStatus:
@@ -116,7 +125,7 @@ class NodeClaimWorkflow:
                 else:
                     reason = self._scale_requested_reason()
             # "Empty" was true when last observed; pods bound since then must not be evicted.
-            while reason == "Empty" and workflow.patched("revalidate-empty"):
+            while reason == "Empty" and (self._alarmed or workflow.patched("revalidate-empty")):
                 if await self._still_empty_once_cordoned():
                     break
                 reason = await self._live()
@@ -130,6 +139,9 @@ class NodeClaimWorkflow:
             await self._delete("Cancelled")
             raise
         return self._status
+
+    def _wake(self) -> None:
+        self._dirty = True
 
     # --- what operators and the watcher can ask and say ------------------------------------
 
@@ -158,6 +170,8 @@ class NodeClaimWorkflow:
             )
         self._node = observation
         self._signals += 1
+        self._observations += 1
+        self._dirty = True
 
     @workflow.signal
     def scale_down(self, request: ScaleDownRequest) -> None:
@@ -166,11 +180,13 @@ class NodeClaimWorkflow:
         if self._scale_down is None or (request.force and not self._scale_down.force):
             self._scale_down = request
             self._signals += 1
+            self._dirty = True
 
     @workflow.signal
     def disruption_permitted(self, permit: DisruptionPermit) -> None:
         self._permit = permit
         self._signals += 1
+        self._dirty = True
 
     @workflow.signal
     def mark_drifted(self, reason: str) -> None:
@@ -180,6 +196,7 @@ class NodeClaimWorkflow:
                 ConditionType.DRIFTED, True, "Drifted", reason, workflow.now()
             )
             self._signals += 1
+            self._dirty = True
 
     @workflow.update
     def request_scale_down(self, request: ScaleDownRequest) -> ScaleDownResult:
@@ -189,6 +206,7 @@ class NodeClaimWorkflow:
             )
         self._scale_down = request
         self._signals += 1
+        self._dirty = True
         if request.force or self._input.pool_workflow_id is None:
             return ScaleDownResult(accepted=True, reason=f"scale-down requested: {request.reason}")
         return ScaleDownResult(
@@ -205,14 +223,15 @@ class NodeClaimWorkflow:
     # --- the lifecycle ---------------------------------------------------------------------
 
     async def _provision(self) -> None:
-        now = workflow.now()
-        self._status.created_at = self._status.created_at or now
+        # The run's start, a moment in history, dates the claim (deadlines count from it).
+        born = workflow.info().start_time if self._alarmed else workflow.now()
+        self._status.created_at = self._status.created_at or born
         self._set_phase(NodeClaimPhase.PROVISIONING, "preparing join token and first-boot script")
         await self._publish()
         spec = self._claim.spec
         # Newer claims render the script per offering, so the node registers with its
         # provider/region/instance-type labels; the join token is reused across renders.
-        per_offering = workflow.patched("bootstrap-per-offering")
+        per_offering = self._alarmed or workflow.patched("bootstrap-per-offering")
         if not per_offering:
             await self._prepare_bootstrap(None)
         failures: list[str] = []
@@ -222,6 +241,7 @@ class NodeClaimWorkflow:
             self._tried.append(offering)
             if per_offering:
                 await self._prepare_bootstrap(offering)
+            self._launched_on.append(offering)
             try:
                 instance = await self._create_instance(offering)
             except ActivityError as err:
@@ -268,7 +288,8 @@ class NodeClaimWorkflow:
                     offering=offering,
                 ),
                 result_type=BootstrapRefs,
-                start_to_close_timeout=_KUBE_CALL,
+                start_to_close_timeout=KUBE_CALL,
+                heartbeat_timeout=HEARTBEAT,
                 retry_policy=_RETRY,
                 summary=f"bootstrap token + script Secret{f' for {offering.key}' if offering else ''}",
             )
@@ -295,8 +316,8 @@ class NodeClaimWorkflow:
                 bootstrap=self._bootstrap,
             ),
             result_type=InstanceInfo,
-            start_to_close_timeout=timedelta(minutes=10),
-            heartbeat_timeout=_HEARTBEAT,
+            start_to_close_timeout=VM_CALL,
+            heartbeat_timeout=HEARTBEAT,
             retry_policy=_CREATE_RETRY,
             summary=f"create VM {offering.key}",
         )
@@ -333,6 +354,8 @@ class NodeClaimWorkflow:
         deadline = self._status.created_at + timedelta(
             seconds=self._input.timings.registration_timeout_s
         )
+        if self._alarmed:
+            return await self._join_by_alarms(deadline)
         while not (self._node and self._node.exists and self._node.ready):
             if self._scale_down:
                 return False
@@ -348,6 +371,39 @@ class NodeClaimWorkflow:
             poll = min(remaining, self._input.timings.node_poll_interval_s)
             if not await self._wait_for_signal(poll, "node registration"):
                 await self._poll_node()
+        self._registered()
+        return True
+
+    async def _join_by_alarms(self, deadline: datetime) -> bool:
+        timings = self._input.timings
+        while not (self._node and self._node.exists and self._node.ready):
+            self._dirty = False
+            if self._scale_down:
+                self._alarms.clear()
+                return False
+            if self._node and self._node.exists:
+                self._registered()
+            if self._next_poll_at is None:
+                self._next_poll_at = workflow.now() + timedelta(
+                    seconds=timings.node_poll_interval_s
+                )
+            timed_out = self._alarms.reached("registration timeout", deadline)
+            poll_due = self._alarms.reached("poll the node", self._next_poll_at)
+            self._alarms.settle()
+            if timed_out:
+                self._alarms.clear()
+                raise ClaimFailed(
+                    FailureReason.REGISTRATION_TIMEOUT,
+                    f"node did not become Ready within {timings.registration_timeout_s:g}s",
+                )
+            if poll_due:
+                self._next_poll_at = None
+                await self._poll_node()
+                continue
+            self._update_details()
+            await workflow.wait_condition(lambda: self._dirty)
+        self._alarms.clear()
+        self._next_poll_at = None
         self._registered()
         return True
 
@@ -369,12 +425,13 @@ class NodeClaimWorkflow:
                     labels.K8S_INSTANCE_TYPE: status.instance_type or "",
                 },
             ),
-            start_to_close_timeout=_KUBE_CALL,
+            start_to_close_timeout=KUBE_CALL,
+            heartbeat_timeout=HEARTBEAT,
             retry_policy=_RETRY,
             summary="label node",
         )
         await self._delete_bootstrap()
-        if workflow.patched("record-node-capacity"):
+        if self._alarmed or workflow.patched("record-node-capacity"):
             await self._poll_node()  # the kubelet's capacity, not the catalog's promise
         now = workflow.now()
         status.ready_at = now
@@ -395,6 +452,8 @@ class NodeClaimWorkflow:
         Voluntary ones (empty, drifted, a plain scale-down) of a pool's claim wait for the
         pool's disruption permit, and for do-not-disrupt pods to leave.
         """
+        if self._alarmed:
+            return await self._live_by_alarms()
         timings = self._input.timings
         next_poll = workflow.now() + timedelta(seconds=timings.ready_poll_interval_s)
         while True:
@@ -430,6 +489,89 @@ class NodeClaimWorkflow:
                     await self._check_instance()
                 next_poll = workflow.now() + timedelta(seconds=timings.ready_poll_interval_s)
 
+    async def _live_by_alarms(self) -> str:
+        """`_live` deciding on time only through alarms, waiting on the dirty flag."""
+        timings = self._input.timings
+        while True:
+            self._dirty = False
+            if self._next_poll_at is None:
+                self._next_poll_at = workflow.now() + timedelta(
+                    seconds=timings.ready_poll_interval_s
+                )
+            forced = self._involuntary_by_alarms()
+            if forced:
+                self._alarms.clear()
+                return forced
+            self._update_empty_condition(workflow.now())
+            wanted = self._voluntary_by_alarms()
+            poll_due = self._alarms.reached("poll the node", self._next_poll_at)
+            self._alarms.settle()
+            if wanted and await self._may_disrupt(wanted):
+                self._alarms.clear()
+                return wanted
+            if not wanted and self._asked is not None:
+                await self._ask_pool("withdraw_disruption", self._asked)
+                self._asked = None
+            if workflow.info().is_continue_as_new_suggested():
+                await self._continue_as_new()
+            if poll_due:
+                self._next_poll_at = None
+                await self._poll_node()
+                await self._check_instance()
+                continue
+            self._update_details()
+            await workflow.wait_condition(lambda: self._dirty)
+
+    def _involuntary_by_alarms(self) -> str | None:
+        """Reasons no budget holds back, each deadline reached only by its alarm."""
+        disruption = self._claim.spec.disruption
+        request = self._scale_down
+        if request and (request.force or self._input.pool_workflow_id is None):
+            return request.reason  # a forced request, or a claim no pool budgets
+        node = self._node
+        if self._instance_gone or (node and not node.exists):
+            return "NodeLost"
+        if node and node.not_ready_since:
+            grace = timedelta(seconds=disruption.node_unreachable_grace_period_seconds)
+            if self._alarms.reached("node unreachable", node.not_ready_since + grace):
+                return "NodeLost"
+        if disruption.ttl_seconds_until_expired is not None:
+            assert self._status.created_at is not None
+            expires = self._status.created_at + timedelta(
+                seconds=disruption.ttl_seconds_until_expired
+            )
+            if self._alarms.reached("expiry", expires):
+                now = workflow.now()
+                self._status.set_condition(ConditionType.EXPIRED, True, "Expired", "", now)
+                return "Expired"
+        return None
+
+    def _voluntary_by_alarms(self) -> str | None:
+        if self._permit is not None and self._permit.reason in _POOL_CHOSEN_REASONS:
+            return self._permit.reason  # the pool chose this node (drift, consolidation)
+        if self._scale_down:
+            return self._scale_down.reason
+        # Drifted alone is no reason to go: the pool sends the permit once a replacement runs.
+        node = self._node
+        ttl = self._claim.spec.disruption.ttl_seconds_after_empty
+        if node and node.empty_since and ttl is not None:
+            empty_deadline = node.empty_since + timedelta(seconds=ttl)
+            if self._alarms.reached("empty TTL", empty_deadline):
+                return "Empty"
+        return None
+
+    async def _continue_as_new(self) -> None:
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        workflow.continue_as_new(
+            self._input.model_copy(
+                update={
+                    "resume": self._status,
+                    "resume_node": self._node,
+                    "resume_instance_id": self._instance_id,
+                }
+            )
+        )
+
     async def _still_empty_once_cordoned(self) -> bool:
         """Cordon, then look again: pods the scheduler bound since the watcher last saw the
         node make it busy after all (as Karpenter validates a disruption after tainting).
@@ -440,7 +582,8 @@ class NodeClaimWorkflow:
             "get_node_state",
             ref,
             result_type=NodeState,
-            start_to_close_timeout=_KUBE_CALL,
+            start_to_close_timeout=KUBE_CALL,
+            heartbeat_timeout=HEARTBEAT,
             retry_policy=_RETRY,
             summary="still empty?",
         )
@@ -543,11 +686,26 @@ class NodeClaimWorkflow:
         """Is the VM still there? A VM deleted behind our back means the node is lost."""
         if self._status.provider is None:
             return
+        if self._alarmed:
+            try:
+                await self._look_for_instance()
+            except ActivityError as err:
+                if is_cancelled_exception(err):
+                    raise
+                # An expired credential must not end a node that is fine: the next poll
+                # looks again, and the node watcher still reports a node that goes.
+                workflow.logger.warning("could not look for the VM: %s", _cause(err))
+            return
+        await self._look_for_instance()
+
+    async def _look_for_instance(self) -> None:
+        assert self._status.provider is not None
         found = await workflow.execute_activity(
             "get_instance",
             self._instance_ref(self._status.provider, self._instance_id),
             result_type=InstanceInfo | None,  # type: ignore[arg-type]
-            start_to_close_timeout=_KUBE_CALL,
+            start_to_close_timeout=KUBE_CALL,
+            heartbeat_timeout=HEARTBEAT,
             retry_policy=_RETRY,
             summary="is the VM still there?",
         )
@@ -586,7 +744,7 @@ class NodeClaimWorkflow:
                 ),
                 result_type=DrainResult,
                 start_to_close_timeout=timedelta(seconds=grace + 300),
-                heartbeat_timeout=_HEARTBEAT,
+                heartbeat_timeout=HEARTBEAT,
                 retry_policy=_RETRY,
                 summary="drain (Eviction API)",
             )
@@ -605,6 +763,9 @@ class NodeClaimWorkflow:
         status = self._status
         status.failure_reason = failure.reason.value
         status.failure_message = failure.message
+        if self._alarmed:
+            await self._fail_visibly(failure)
+            return
         # Whatever failed, no node or VM this claim may have started outlives it.
         await self._kube("delete_node", NodeRef(node_name=self._name), "delete Node")
         await self._delete_instances()
@@ -620,6 +781,35 @@ class NodeClaimWorkflow:
         )
         raise ApplicationError(failure.message, type=failure.reason.value, non_retryable=True)
 
+    async def _fail_visibly(self, failure: ClaimFailed) -> None:
+        """Say so first — the NodeClaim (Ready=False, reason, message), an Event, the pool
+        (which forgets the claim and plans its pods again) — then clean up. A cleanup step
+        that fails is logged; the error the claim fails with is always the first cause."""
+        status = self._status
+        status.set_condition(
+            ConditionType.READY, False, failure.reason.value, failure.message, workflow.now()
+        )
+        self._set_phase(NodeClaimPhase.FAILED, f"failed: {failure.message}")
+        await self._publish(
+            reason=failure.message,
+            failure_reason=failure.reason,
+            events=[self._warning(events.FAILED_PROVISIONING, failure.message)],
+        )
+        # Whatever failed, no node or VM this claim may have started outlives it.
+        for step in (
+            lambda: self._kube("delete_node", NodeRef(node_name=self._name), "delete Node"),
+            self._delete_instances,  # retries every error until the VM is gone
+            self._delete_bootstrap,
+        ):
+            try:
+                await step()
+            except ActivityError as err:
+                if is_cancelled_exception(err):
+                    raise
+                workflow.logger.warning("cleanup after failure: %s", _cause(err))
+        await self._publish(reason=failure.message, failure_reason=failure.reason, remove=True)
+        raise ApplicationError(failure.message, type=failure.reason.value, non_retryable=True)
+
     # --- helpers -------------------------------------------------------------------------
 
     async def _publish(
@@ -630,6 +820,7 @@ class NodeClaimWorkflow:
         reason: str = "",
         events: list[KubeEvent] | None = None,
         remove: bool = False,
+        failure_reason: FailureReason | None = None,
     ) -> None:
         """Show the change: to the pool that started the claim, on the NodeClaim resource."""
         pool_id = self._input.pool_workflow_id
@@ -640,6 +831,8 @@ class NodeClaimWorkflow:
                 offering=offering,
                 failed_offering=failed_offering,
                 reason=reason,
+                at=workflow.now(),
+                failure_reason=failure_reason.value if failure_reason else None,
             )
             try:
                 await workflow.get_external_workflow_handle(pool_id).signal("claim_report", report)
@@ -652,7 +845,8 @@ class NodeClaimWorkflow:
             await workflow.execute_activity(
                 "sync_nodeclaim",
                 MirrorInput(claim=claim, events=events or [], remove=remove),
-                start_to_close_timeout=_KUBE_CALL,
+                start_to_close_timeout=KUBE_CALL,
+                heartbeat_timeout=HEARTBEAT,
                 retry_policy=_MIRROR_RETRY,
                 summary="mirror NodeClaim resource",
             )
@@ -688,7 +882,8 @@ class NodeClaimWorkflow:
 
     async def _delete_instances(self) -> None:
         """Delete every VM this claim may have made, found by id or else by the claim label."""
-        providers = {o.provider for o in self._tried}
+        tried = self._launched_on if self._alarmed else self._tried
+        providers = {o.provider for o in tried}
         if self._status.provider:
             providers.add(self._status.provider)
         for provider in sorted(providers):
@@ -696,8 +891,8 @@ class NodeClaimWorkflow:
             await workflow.execute_activity(
                 "delete_instance",
                 self._instance_ref(provider, instance_id),
-                start_to_close_timeout=timedelta(minutes=10),
-                heartbeat_timeout=_HEARTBEAT,
+                start_to_close_timeout=VM_CALL,
+                heartbeat_timeout=HEARTBEAT,
                 retry_policy=_DELETE_RETRY,
                 summary=f"delete VM on {provider}",
             )
@@ -721,24 +916,32 @@ class NodeClaimWorkflow:
         await workflow.execute_activity(
             "delete_bootstrap_secrets",
             self._bootstrap,
-            start_to_close_timeout=_KUBE_CALL,
+            start_to_close_timeout=KUBE_CALL,
+            heartbeat_timeout=HEARTBEAT,
             retry_policy=_RETRY,
             summary="delete token + script Secrets",
         )
         self._bootstrap = None
 
     async def _poll_node(self) -> None:
+        seen = self._observations
         state = await workflow.execute_activity(
             "get_node_state",
             NodeRef(node_name=self._name),
             result_type=NodeState,
-            start_to_close_timeout=_KUBE_CALL,
+            start_to_close_timeout=KUBE_CALL,
+            heartbeat_timeout=HEARTBEAT,
             retry_policy=_RETRY,
             summary="poll node (safety net)",
         )
         now = workflow.now()
         if state.capacity:
             self._status.capacity = state.capacity
+        if self._alarmed:
+            if self._observations != seen:
+                return  # the watcher spoke while we looked: its word is at least as new
+            # Dated by the activity's clock, a value in history, not by ours.
+            now = state.observed_at or now
         previous = self._node
         empty_since = None
         if state.exists and state.empty:
@@ -762,7 +965,8 @@ class NodeClaimWorkflow:
         await workflow.execute_activity(
             activity,
             ref,
-            start_to_close_timeout=_KUBE_CALL,
+            start_to_close_timeout=KUBE_CALL,
+            heartbeat_timeout=HEARTBEAT,
             retry_policy=_RETRY,
             summary=summary,
         )

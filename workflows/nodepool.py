@@ -9,7 +9,7 @@ planned node. Being the only writer is what makes any number of triggers safe.
 from __future__ import annotations
 
 import asyncio
-import contextlib
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
@@ -30,9 +30,9 @@ with workflow.unsafe.imports_passed_through():
         new_claim,
     )
     from api.events import EventBatch, KubeEvent, ObjectRef
-    from api.messages import NodeClaimInput, claim_workflow_id
+    from api.messages import FailureReason, NodeClaimInput, claim_workflow_id
     from api.nodeclaim import Condition, NodeClaimPhase, Offering
-    from api.nodepool import Limits, parse_duration
+    from api.nodepool import Budget, Limits, parse_duration
     from api.nodepool_status import (
         LIMIT_REACHED,
         READY,
@@ -55,7 +55,10 @@ with workflow.unsafe.imports_passed_through():
         PoolStatus,
     )
     from api.quantity import cpu_millis, format_cpu, format_memory, memory_bytes
+    from workflows.alarms import Alarms
+    from workflows.decisions import budgets as budget_rules
     from workflows.nodeclaim import NodeClaimWorkflow
+    from workflows.timeouts import HEARTBEAT, KUBE_CALL, PLANNING
 
 _ACTIVITY_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=1),
@@ -65,12 +68,28 @@ _ACTIVITY_RETRY = RetryPolicy(
 _PLANNING_FAILED = "planning failed"
 # A plan that failed (a bad credential, the recommender down for good) is tried this often.
 _PLANNING_RETRY_S = 15.0
+# Claims that fail on their configuration hold new claims back this long, doubling.
+_CONFIG_BACKOFF_S = 30.0
+_CONFIG_BACKOFF_MAX_S = 600.0
+_CONFIG_BLOCKED = "claims fail on the configuration"
 _LIVE_PHASES = (
     NodeClaimPhase.PENDING,
     NodeClaimPhase.PROVISIONING,
     NodeClaimPhase.JOINING,
     NodeClaimPhase.READY,
 )
+
+
+@dataclass
+class _TimeFacts:
+    """What the round may take as having happened by now, decided by alarms (or, in runs
+    recorded before them, by the clock): the only place the pool's decisions learn time."""
+
+    lapsed_nominations: set[str] = field(default_factory=set)
+    expired_offerings: set[str] = field(default_factory=set)
+    active_budgets: list[Budget] = field(default_factory=list)
+    consolidation_due: bool = False
+    config_retry_due: bool = False
 
 
 @workflow.defn
@@ -81,23 +100,42 @@ class NodePoolWorkflow:
         self._state = input.state
         self._dirty = True
         self._last_plan: Plan | None = None
+        # Runs started since deadlines became alarms (workflows/alarms.py) decide on time
+        # only through them; runs recorded before keep reading the clock, as they did.
+        self._alarmed = workflow.patched("deadline-alarms")
+        self._alarms = Alarms(on_ring=self._wake)
+        self._active_budgets: list[Budget] = list(input.state.specs.pool.disruption.budgets)
+        # Runs before the alarms: the claims whose grace set the wake timer, and those whose
+        # grace that timer reached when it fired (it means them whatever the clock says).
+        self._wake_for: list[str] = []
+        self._timer_reached: list[str] = []
 
     @workflow.run
     async def run(self, input: NodePoolInput) -> None:
         while True:
             self._update_details()
-            # Woken by news, or after the interval for a periodic look (failure cache, floor).
-            with contextlib.suppress(TimeoutError):
-                await workflow.wait_condition(
-                    lambda: self._dirty, timeout=self._next_wake_s(), timeout_summary="reconcile"
-                )
+            if self._alarmed:
+                await workflow.wait_condition(lambda: self._dirty)
+            else:
+                # Woken by news, or after the interval for a periodic look.
+                try:
+                    await workflow.wait_condition(
+                        lambda: self._dirty,
+                        timeout=self._next_wake_s(),
+                        timeout_summary="reconcile",
+                    )
+                except TimeoutError:
+                    self._timer_reached = self._wake_for
             self._dirty = False
             await self._reconcile()
-            if workflow.patched("nodepool-status"):
+            if self._alarmed or workflow.patched("nodepool-status"):
                 await self._publish_status()
             if workflow.info().is_continue_as_new_suggested():
                 await workflow.wait_condition(workflow.all_handlers_finished)
                 workflow.continue_as_new(self._input.model_copy(update={"state": self._state}))
+
+    def _wake(self) -> None:
+        self._dirty = True
 
     # --- what the trigger and the claims say -----------------------------------------------
 
@@ -125,14 +163,17 @@ class NodePoolWorkflow:
     def claim_report(self, report: ClaimReport) -> None:
         state = self._state
         name = report.claim_name
+        # The claim's own time of the report when it sent one: a value in history (runs
+        # before the alarms read the pool's clock here, which a replay may not see the same).
+        at = report.at if self._alarmed and report.at else workflow.now()
         if report.failed_offering:
-            until = workflow.now() + timedelta(seconds=self._input.failed_offering_ttl_s)
+            until = at + timedelta(seconds=self._input.failed_offering_ttl_s)
             state.failed_offerings[report.failed_offering] = until
         claim = state.claims.get(name)
         if claim is None:
             return
         if report.phase == NodeClaimPhase.READY and claim.ready_at is None:
-            claim.ready_at = workflow.now()
+            claim.ready_at = at
         claim.phase = report.phase
         if report.offering:
             claim.offering = report.offering
@@ -143,12 +184,10 @@ class NodePoolWorkflow:
             state.disruption_blocked[name] = report.reason
         elif report.phase == NodeClaimPhase.READY:
             state.disruption_blocked.pop(name, None)
+        if self._alarmed and report.phase == NodeClaimPhase.FAILED:
+            self._claim_failed(report, at)
         if report.phase not in _LIVE_PHASES:
-            # Deleting counts against the budgets until Deleted; its pods need another node.
-            state.permits.pop(name, None)
-            state.disruption_queue.pop(name, None)
-            state.disruption_blocked.pop(name, None)
-            claim.nominated.clear()
+            self._forget_disruption(claim)
         if report.phase.is_final:
             del state.claims[name]
         self._dirty = True
@@ -169,6 +208,7 @@ class NodePoolWorkflow:
     def status(self) -> PoolStatus:
         claims = list(self._state.claims.values())
         cpu_m, memory = _held(claims)
+        budgets = self._state.specs.pool.disruption.budgets
         return PoolStatus(
             name=self._input.name,
             namespace=self._input.namespace,
@@ -186,9 +226,11 @@ class NodePoolWorkflow:
                     reasons=list(budget.reasons) if budget.reasons is not None else None,
                     schedule=budget.schedule,
                     duration=budget.duration,
-                    active=budget.active(workflow.now()),
+                    active=any(budget is active for active in self._active_budgets)
+                    if self._alarmed
+                    else budget.active(workflow.now()),
                 )
-                for budget in self._state.specs.pool.disruption.budgets
+                for budget in budgets
             ],
             disruptions_allowed={
                 reason: self._disruptions_allowed(reason)
@@ -198,19 +240,123 @@ class NodePoolWorkflow:
             ready_nodes=sum(1 for c in claims if c.phase == NodeClaimPhase.READY),
             cpu_m=cpu_m,
             memory_bytes=memory,
+            config_error=self._state.config_error,
+            alarms=self._alarms.armed,
         )
+
+    # --- time --------------------------------------------------------------------------------
+
+    def _time_facts(self) -> _TimeFacts:
+        """This round's view of time. With alarms, every deadline still wanted is asked
+        here each round (so `settle` cancels only what is no longer wanted)."""
+        if not self._alarmed:
+            return self._time_facts_by_clock()
+        state = self._state
+        alarms = self._alarms
+        facts = _TimeFacts()
+        facts.expired_offerings = {
+            key
+            for key, until in state.failed_offerings.items()
+            if alarms.reached(f"retry offering {key}", until)
+        }
+        grace = timedelta(seconds=self._input.nomination_grace_after_ready_s)
+        facts.lapsed_nominations = {
+            claim.name
+            for claim in self._live_claims()
+            if claim.nominated
+            and claim.ready_at
+            and alarms.reached(f"nominations on {claim.name} lapse", claim.ready_at + grace)
+        }
+        facts.active_budgets = self._budgets_by_alarm()
+        if state.specs.pool.disruption.consolidation_policy == "WhenEmptyOrUnderutilized":
+            if state.consolidate_at is None:
+                after = parse_duration(state.specs.pool.disruption.consolidate_after)
+                state.consolidate_at = workflow.now() + timedelta(seconds=after)
+            facts.consolidation_due = alarms.reached("consolidate", state.consolidate_at)
+        else:
+            state.consolidate_at = None
+        if state.config_error and state.config_retry_at:
+            facts.config_retry_due = alarms.reached(
+                "retry after config error", state.config_retry_at
+            )
+        if state.plan_retry_at is not None:
+            alarms.reached("retry planning", state.plan_retry_at)  # a wake-up, nothing more
+        if state.safety_net_at is None:
+            state.safety_net_at = workflow.now() + timedelta(
+                seconds=self._input.reconcile_interval_s
+            )
+        if alarms.reached("periodic look", state.safety_net_at):
+            state.safety_net_at = None  # re-armed from now at the next round
+        alarms.settle()
+        return facts
+
+    def _time_facts_by_clock(self) -> _TimeFacts:
+        """Runs recorded before the alarms: time as they read it, from the clock."""
+        state = self._state
+        now = workflow.now()
+        grace = timedelta(seconds=self._input.nomination_grace_after_ready_s)
+        reached, self._timer_reached = self._timer_reached, []
+        # Budgets and consolidation read the clock later, where these runs read it.
+        return _TimeFacts(
+            expired_offerings={k for k, until in state.failed_offerings.items() if until <= now},
+            lapsed_nominations={
+                claim.name
+                for claim in self._live_claims()
+                if claim.nominated
+                and claim.ready_at
+                and (now >= claim.ready_at + grace or claim.name in reached)
+            },
+        )
+
+    def _budgets_by_alarm(self) -> list[Budget]:
+        """The active budgets: unscheduled ones always; a scheduled one from the start of its
+        latest window reached (by alarm) until that window's end (by alarm)."""
+        state = self._state
+        active: list[Budget] = []
+        wanted: set[str] = set()
+        for index, budget in enumerate(state.specs.pool.disruption.budgets):
+            if budget.schedule is None or budget.duration is None:
+                active.append(budget)
+                continue
+            identity = budget_rules.budget_identity(index, budget)
+            wanted.add(identity)
+            start = state.budget_window_starts.get(identity)
+            if start is None:
+                # Counted from a moment in history: when the trigger read the specs, or else
+                # when this run started.
+                base = state.specs.observed_at or workflow.info().start_time
+                start = budget_rules.latest_window_start(budget, base)
+                state.budget_window_starts[identity] = start
+            following = budget_rules.next_window_start(budget, start)
+            if self._alarms.reached(f"budget {index} window opens", following):
+                start = state.budget_window_starts[identity] = following
+                self._alarms.reached(
+                    f"budget {index} window opens", budget_rules.next_window_start(budget, start)
+                )
+            end = budget_rules.window_end(budget, start)
+            if not self._alarms.reached(f"budget {index} window closes", end):
+                active.append(budget)
+        for identity in [i for i in state.budget_window_starts if i not in wanted]:
+            del state.budget_window_starts[identity]
+        self._active_budgets = active
+        return active
 
     # --- planning --------------------------------------------------------------------------
 
     async def _reconcile(self) -> None:
         state = self._state
-        now = workflow.now()
-        for key in [k for k, until in state.failed_offerings.items() if until <= now]:
+        facts = self._time_facts()
+        for key in facts.expired_offerings:
             del state.failed_offerings[key]
-        self._expire_nominations(now)
+        for claim in self._live_claims():
+            if claim.name in facts.lapsed_nominations:
+                claim.nominated.clear()
+        if facts.config_retry_due:
+            state.config_error = ""
+            state.config_retry_at = None
         await self._grant_permits()
         await self._replace_drifted()
-        await self._consolidate()
+        await self._consolidate(facts.consolidation_due)
         live = self._live_claims()
         nominated = {uid for claim in live for uid in claim.nominated}
         uncovered = [pod for uid, pod in state.pending.items() if uid not in nominated]
@@ -218,6 +364,13 @@ class NodePoolWorkflow:
         missing_floor = max(0, pool.limits.min_nodes - len(live))
         if not uncovered and not missing_floor:
             state.blocked.clear()
+            state.plan_retry_at = None
+            return
+        if state.config_error:
+            # Another claim would fail the same way: the pods wait, and say why.
+            await self._record_events(
+                self._waiting(uncovered, f"{_CONFIG_BLOCKED}: {state.config_error}")
+            )
             return
         try:
             plan = await self._plan(
@@ -226,8 +379,13 @@ class NodePoolWorkflow:
         except ActivityError as err:
             # A configuration error (e.g. the recommender refuses our credentials) must not
             # end the pool: the pods wait, say why, and the next look tries again.
-            await self._record_events(self._planning_failed(uncovered, _cause(err)))
+            if self._alarmed:
+                state.plan_retry_at = workflow.now() + timedelta(seconds=_PLANNING_RETRY_S)
+            await self._record_events(
+                self._waiting(uncovered, f"{_PLANNING_FAILED}: {_cause(err)}")
+            )
             return
+        state.plan_retry_at = None
         self._last_plan = plan
         # Signals handled while planning may have resolved pods or ended claims: only what
         # is still pending is nominated.
@@ -236,7 +394,7 @@ class NodePoolWorkflow:
             if claim_name in state.claims and uid in state.pending:
                 state.claims[claim_name].nominated.append(uid)
                 notices.append(self._nominated(uid, claim_name))
-        if workflow.patched("parallel-claim-starts"):
+        if self._alarmed or workflow.patched("parallel-claim-starts"):
             # All in one workflow task: a burst of nodes starts at once, not one per round trip.
             names = await asyncio.gather(
                 *(self._start_claim(n, for_min_nodes=not n.pod_uids) for n in plan.new_nodes)
@@ -259,15 +417,16 @@ class NodePoolWorkflow:
             await workflow.execute_activity(
                 "record_events",
                 EventBatch(events=notices),
-                start_to_close_timeout=timedelta(seconds=60),
+                start_to_close_timeout=KUBE_CALL,
+                heartbeat_timeout=HEARTBEAT,
                 retry_policy=RetryPolicy(maximum_attempts=5),
                 summary=f"{len(notices)} events",
             )
         except ActivityError as err:  # Events are a courtesy; the pool goes on without them
             workflow.logger.warning("events not recorded: %s", _cause(err))
 
-    def _planning_failed(self, pods: list[PodDemand], cause: str) -> list[KubeEvent]:
-        reason = f"{_PLANNING_FAILED}: {cause}"
+    def _waiting(self, pods: list[PodDemand], reason: str) -> list[KubeEvent]:
+        """Record why these pods wait; a Warning Event on each when the reason is new."""
         notices = []
         for pod in pods:
             if self._state.blocked.get(pod.uid) == reason:
@@ -290,7 +449,8 @@ class NodePoolWorkflow:
             "plan_capacity",
             request,
             result_type=Plan,
-            start_to_close_timeout=timedelta(minutes=2),
+            start_to_close_timeout=PLANNING,
+            heartbeat_timeout=HEARTBEAT,
             retry_policy=_ACTIVITY_RETRY,
             summary=summary,
         )
@@ -410,6 +570,10 @@ class NodePoolWorkflow:
         # Claims report what happens to them by signal; their results are not awaited here
         # (they outlive this run), so a failed claim's error is consumed, not left dangling.
         handle.add_done_callback(_consume_result)
+        if self._alarmed:
+            # A claim that ended without saying so (it failed before it could report) must
+            # not hold its pods and count against the limits for good.
+            handle.add_done_callback(lambda _: self._claim_closed(name))
         state.claims_started += 1
         for uid in node.pod_uids:
             state.blocked.pop(uid, None)
@@ -504,7 +668,7 @@ class NodePoolWorkflow:
 
     # --- consolidation ----------------------------------------------------------------------
 
-    async def _consolidate(self) -> None:
+    async def _consolidate(self, due: bool) -> None:
         """Opt-in: every consolidateAfter, make the one move that saves the most, if any."""
         state = self._state
         disruption = state.specs.pool.disruption
@@ -512,7 +676,9 @@ class NodePoolWorkflow:
             return
         now = workflow.now()
         after = timedelta(seconds=parse_duration(disruption.consolidate_after))
-        if state.last_consolidation and now < state.last_consolidation + after:
+        if not self._alarmed:
+            due = not (state.last_consolidation and now < state.last_consolidation + after)
+        if not due:
             return
         busy = [c for c in state.claims.values() if c.replaces and c.phase != NodeClaimPhase.READY]
         if busy or "Underutilized" in {*state.permits.values(), *state.disruption_queue.values()}:
@@ -523,11 +689,16 @@ class NodePoolWorkflow:
         candidates = [
             c.name
             for c in ready.values()
-            if now - c.started_at >= after and c.replaced_by is None and c.replaces is None
+            if c.replaced_by is None
+            and c.replaces is None
+            # With alarms the activity judges who is old enough, by its clock.
+            and (self._alarmed or now - c.started_at >= after)
         ]
         if not candidates:
             return
         state.last_consolidation = now
+        if self._alarmed:
+            state.consolidate_at = now + after  # the next look; stored, so it keeps its meaning
         try:
             decision = await self._find_consolidation(candidates, ready)
         except ActivityError as err:
@@ -564,32 +735,38 @@ class NodePoolWorkflow:
                 ready={name: c.offering for name, c in ready.items()},
                 min_savings_eur_per_hour=disruption.consolidation_min_savings_eur_per_hour,
                 failed_offerings=sorted(state.failed_offerings),
+                stable_since={
+                    name: ready[name].ready_at or ready[name].started_at for name in candidates
+                }
+                if self._alarmed
+                else {},
+                min_stable_s=parse_duration(disruption.consolidate_after),
             ),
             result_type=ConsolidationDecision,
-            start_to_close_timeout=timedelta(minutes=2),
+            start_to_close_timeout=PLANNING,
+            heartbeat_timeout=HEARTBEAT,
             retry_policy=_ACTIVITY_RETRY,
             summary="look for consolidation",
         )
 
-    def _expire_nominations(self, now: datetime) -> None:
-        grace = timedelta(seconds=self._input.nomination_grace_after_ready_s)
-        for claim in self._live_claims():
-            if claim.nominated and claim.ready_at and now >= claim.ready_at + grace:
-                claim.nominated.clear()
-
     def _next_wake_s(self) -> float:
-        """The periodic look; sooner when consolidation or a nomination expiry is due."""
+        """Runs before the alarms: the periodic look, sooner when consolidation or a
+        nomination expiry is due. Remembers which claims' grace the timer is for."""
         disruption = self._state.specs.pool.disruption
         interval = self._input.reconcile_interval_s
         now = workflow.now()
         grace = timedelta(seconds=self._input.nomination_grace_after_ready_s)
-        for claim in self._live_claims():
-            if claim.nominated and claim.ready_at:
-                interval = min(interval, max(0.5, (claim.ready_at + grace - now).total_seconds()))
+        graces = {
+            claim.name: max(0.5, (claim.ready_at + grace - now).total_seconds())
+            for claim in self._live_claims()
+            if claim.nominated and claim.ready_at
+        }
+        interval = min([interval, *graces.values()])
         if disruption.consolidation_policy == "WhenEmptyOrUnderutilized":
             interval = min(interval, max(1.0, parse_duration(disruption.consolidate_after)))
         if any(why.startswith(_PLANNING_FAILED) for why in self._state.blocked.values()):
             interval = min(interval, _PLANNING_RETRY_S)  # the operator may have fixed it
+        self._wake_for = [name for name, wait in graces.items() if wait == interval]
         return interval
 
     async def _tell_claim(self, claim_name: str, signal: str, arg: object) -> bool:
@@ -623,21 +800,16 @@ class NodePoolWorkflow:
     def _disruptions_allowed(self, reason: str) -> int:
         """How many more nodes may be disrupted for `reason` now: the strictest active budget."""
         state = self._state
-        budgets = state.specs.pool.disruption.budgets
-        now = workflow.now()
-        total = len(state.claims)
+        if self._alarmed:
+            active = self._active_budgets
+        else:
+            now = workflow.now()
+            active = [b for b in state.specs.pool.disruption.budgets if b.active(now)]
         disrupting = len(
             set(state.permits)
             | {c.name for c in state.claims.values() if c.phase == NodeClaimPhase.DELETING}
         )
-        limits = [
-            budget.allowed(total)
-            for budget in budgets
-            if budget.active(now) and (budget.reasons is None or reason in budget.reasons)
-        ]
-        if not limits:
-            return max(0, total - disrupting)
-        return max(0, min(limits) - disrupting)
+        return budget_rules.disruptions_allowed(active, reason, len(state.claims), disrupting)
 
     # --- the NodePool resource's status ---------------------------------------------------
 
@@ -707,7 +879,8 @@ class NodePoolWorkflow:
                 limit_cpu_m=None if limits.cpu is None else cpu_millis(limits.cpu),
                 limit_memory_bytes=None if limits.memory is None else memory_bytes(limits.memory),
             ),
-            start_to_close_timeout=timedelta(seconds=60),
+            start_to_close_timeout=KUBE_CALL,
+            heartbeat_timeout=HEARTBEAT,
             retry_policy=RetryPolicy(maximum_attempts=5),
             summary=f"status: {status.nodes} nodes, {status.ready_nodes} Ready",
         )
@@ -729,6 +902,34 @@ class NodePoolWorkflow:
 
     # --- state helpers ----------------------------------------------------------------------
 
+    def _claim_closed(self, name: str) -> None:
+        claim = self._state.claims.pop(name, None)
+        if claim is not None:
+            workflow.logger.warning("claim %s ended without a final report", name)
+            self._forget_disruption(claim)
+            self._dirty = True
+
+    def _forget_disruption(self, claim: PoolClaim) -> None:
+        """A claim past Ready: it is no longer a disruption candidate, and its pods need
+        another node (Deleting still counts against the budgets until Deleted)."""
+        state = self._state
+        state.permits.pop(claim.name, None)
+        state.disruption_queue.pop(claim.name, None)
+        state.disruption_blocked.pop(claim.name, None)
+        claim.nominated.clear()
+
+    def _claim_failed(self, report: ClaimReport, at: datetime) -> None:
+        """A claim failed. On its configuration (a missing Secret, a NodeClass the cloud
+        refuses), the next claim would fail the same way: hold new claims back, doubling the
+        wait, until the specs change. Other failures (capacity everywhere) just re-plan."""
+        if report.failure_reason != FailureReason.INVALID_CONFIG.value:
+            return
+        state = self._state
+        state.config_failures += 1
+        backoff = min(_CONFIG_BACKOFF_S * 2 ** (state.config_failures - 1), _CONFIG_BACKOFF_MAX_S)
+        state.config_error = report.reason
+        state.config_retry_at = at + timedelta(seconds=backoff)
+
     def _live_claims(self) -> list[PoolClaim]:
         return [c for c in self._state.claims.values() if c.phase in _LIVE_PHASES]
 
@@ -746,6 +947,14 @@ class NodePoolWorkflow:
             current.pool_generation,
             current.class_generation,
         ):
+            if self._alarmed and (specs.pool, specs.node_class) != (
+                current.pool,
+                current.node_class,
+            ):
+                # Whatever the failed claims tripped on may be fixed now: try again at once.
+                self._state.config_error = ""
+                self._state.config_retry_at = None
+                self._state.config_failures = 0
             self._state.specs = specs
 
     def _update_details(self) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
 from kubernetes import client as k8s
@@ -43,7 +44,7 @@ class ConsolidationActivities:
         }
         best = ConsolidationDecision(explanation="no node is underutilized")
         notes: list[str] = []
-        for name in input.candidates:
+        for name in _stable_candidates(input):
             node_pods = pods.get(name, [])
             protected = [p.name for p, annotations in node_pods if _protected(annotations)]
             if protected:
@@ -149,6 +150,20 @@ def _fits_elsewhere(
         else:
             return False
     return True
+
+
+def _stable_candidates(input: ConsolidationInput) -> list[str]:
+    """The candidates Ready for long enough. Judged here, by the activity's clock, so the
+    workflow never compares its own clock with a deadline (see workflows/alarms.py)."""
+    if not input.stable_since:
+        return list(input.candidates)
+    now = datetime.now(UTC)
+    return [
+        name
+        for name in input.candidates
+        if name in input.stable_since
+        and (now - input.stable_since[name]).total_seconds() >= input.min_stable_s
+    ]
 
 
 def _allocatable(node: k8s.V1Node | None) -> Resources:
