@@ -2,8 +2,15 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
+
+from api.limits import (
+    MAX_NAME_LENGTH,
+    SECRET_KEY_PATTERN,
+    NamespaceName,
+    ObjectName,
+)
 
 
 class CamelModel(BaseModel):
@@ -24,18 +31,22 @@ class CamelModel(BaseModel):
 class SecretKeyRef(CamelModel):
     """A key of a Secret; the value is read inside an activity, never passed through Temporal."""
 
-    name: str
-    key: str
-    namespace: str | None = None
+    name: ObjectName
+    key: str = Field(min_length=1, max_length=MAX_NAME_LENGTH, pattern=SECRET_KEY_PATTERN)
+    namespace: NamespaceName | None = None
 
 
 class ObjectMeta(CamelModel):
-    """The part of Kubernetes metadata we read; the rest is kept but ignored."""
+    """The part of Kubernetes metadata we read; the rest is kept but ignored.
+
+    Name and namespace are checked as the API server checks them, so that `cloudburst
+    validate` refuses offline what `kubectl apply` would refuse.
+    """
 
     model_config = ConfigDict(extra="allow")
 
-    name: str
-    namespace: str = "default"
+    name: ObjectName
+    namespace: NamespaceName = "default"
     labels: dict[str, str] = {}
     annotations: dict[str, str] = {}
     uid: str | None = None

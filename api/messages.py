@@ -152,6 +152,9 @@ class DrainInput(BaseModel):
     node_name: str
     # When the drain stops waiting on PDBs and deletes the remaining pods.
     force_after: datetime
+    # The same as a grace period counted by the drain itself from when it began (kept across
+    # retries): no comparison of the workflow's clock with the worker's. Wins when set.
+    grace_s: float | None = None
     poll_interval_s: float = 2
     eviction_retry_s: float = 5
     # do-not-disrupt pods stay until `force_after` (Karpenter's behaviour on expiry); an

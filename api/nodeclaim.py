@@ -4,12 +4,40 @@ from __future__ import annotations
 
 from datetime import datetime
 from enum import StrEnum
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import ConfigDict, Field, field_validator
 
 from api._base import CamelModel, ObjectMeta
-from api.nodepool import Taint
+from api.limits import (
+    DNS_SUBDOMAIN_PATTERN,
+    MAX_CLAIM_NAME_LENGTH,
+    MAX_CPU_CORES,
+    MAX_GRACE_S,
+    MAX_LABELS,
+    MAX_MEMORY_BYTES,
+    MAX_MEMORY_GIB,
+    MAX_OFFERINGS,
+    MAX_PODS_PER_NODE,
+    MAX_POOL_NAME_LENGTH,
+    MAX_PRICE_EUR_PER_HOUR,
+    MAX_TAINTS,
+    MAX_TTL_S,
+    MAX_VCPU,
+    MIN_EXPIRY_S,
+    LabelValue,
+    ObjectName,
+    Quantity,
+    Seconds,
+    Text,
+    cel,
+    validations,
+)
+from api.nodepool import ARCHITECTURES, PROVIDERS, Taint, _valid_labels
+from api.quantity import parse_quantity
+
+# Catalog numbers arrive as ints or floats from many SDKs: lax, but finite and bounded.
+_Amount = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 
 
 class NodeClaimPhase(StrEnum):
@@ -42,14 +70,28 @@ class ConditionType(StrEnum):
 class Offering(CamelModel):
     """One way to make the node: an instance type in a region of a provider, at a price."""
 
-    provider: str
-    region: str
-    instance_type: str
-    zone: str | None = None
-    vcpu: float | None = None
-    memory_gib: float | None = None
-    arch: str = "x86_64"
-    price_eur_per_hour: float | None = None
+    provider: str = Field(json_schema_extra={"enum": list(PROVIDERS)})
+    region: Text
+    instance_type: Text
+    zone: Text | None = None
+    vcpu: Annotated[_Amount, Field(le=MAX_VCPU)] | None = None
+    memory_gib: Annotated[_Amount, Field(le=MAX_MEMORY_GIB)] | None = None
+    arch: str = Field(default="x86_64", json_schema_extra={"enum": list(ARCHITECTURES)})
+    price_eur_per_hour: Annotated[_Amount, Field(le=MAX_PRICE_EUR_PER_HOUR)] | None = None
+
+    @field_validator("provider")
+    @classmethod
+    def _known_provider(cls, value: str) -> str:
+        if value not in PROVIDERS:
+            raise ValueError(f"unknown provider {value!r}; use one of {list(PROVIDERS)}")
+        return value
+
+    @field_validator("arch")
+    @classmethod
+    def _known_arch(cls, value: str) -> str:
+        if value not in ARCHITECTURES:
+            raise ValueError(f"unknown architecture {value!r}; use one of {list(ARCHITECTURES)}")
+        return value
 
     @property
     def key(self) -> str:
@@ -57,9 +99,38 @@ class Offering(CamelModel):
 
 
 class ResourceRequests(CamelModel):
-    cpu: str | None = None
-    memory: str | None = None
-    pods: int | None = None
+    model_config = ConfigDict(
+        json_schema_extra=validations(
+            cel(
+                f"!has(self.cpu) || quantity(self.cpu).compareTo(quantity('{MAX_CPU_CORES}')) <= 0",
+                f"cpu must be at most {MAX_CPU_CORES} cores",
+                ".cpu",
+            ),
+            cel(
+                "!has(self.memory) || quantity(self.memory).compareTo(quantity('1Ei')) <= 0",
+                "memory must be at most 1Ei",
+                ".memory",
+            ),
+        )
+    )
+
+    cpu: Quantity | None = None
+    memory: Quantity | None = None
+    pods: int | None = Field(default=None, strict=True, ge=0, le=MAX_PODS_PER_NODE)
+
+    @field_validator("cpu")
+    @classmethod
+    def _cpu(cls, value: str | None) -> str | None:
+        if value is not None and parse_quantity(value) > MAX_CPU_CORES:
+            raise ValueError(f"cpu {value!r} is more than {MAX_CPU_CORES} cores")
+        return value
+
+    @field_validator("memory")
+    @classmethod
+    def _memory(cls, value: str | None) -> str | None:
+        if value is not None and parse_quantity(value) > MAX_MEMORY_BYTES:
+            raise ValueError(f"memory {value!r} is more than 1Ei")
+        return value
 
 
 class ClaimResources(CamelModel):
@@ -67,21 +138,29 @@ class ClaimResources(CamelModel):
 
 
 class ClaimDisruption(CamelModel):
-    ttl_seconds_after_empty: int | None = 30
-    ttl_seconds_until_expired: int | None = None
-    termination_grace_period_seconds: int = 300
-    node_unreachable_grace_period_seconds: int = 120
+    """The pool's disruption settings a claim was made with: the pool's bounds (api/limits.py)."""
+
+    ttl_seconds_after_empty: Annotated[Seconds, Field(le=MAX_TTL_S)] | None = 30
+    ttl_seconds_until_expired: Annotated[Seconds, Field(ge=MIN_EXPIRY_S, le=MAX_TTL_S)] | None = (
+        None
+    )
+    termination_grace_period_seconds: Annotated[Seconds, Field(le=MAX_GRACE_S)] = 300
+    node_unreachable_grace_period_seconds: Annotated[Seconds, Field(le=MAX_GRACE_S)] = 120
 
 
 class NodeClaimSpec(CamelModel):
-    node_pool: str
-    node_class: str
+    node_pool: str = Field(
+        min_length=1, max_length=MAX_POOL_NAME_LENGTH, pattern=DNS_SUBDOMAIN_PATTERN
+    )
+    node_class: ObjectName
     resources: ClaimResources = ClaimResources()
     # Ranked: the claim tries them in order when creation fails for capacity or outage.
-    offerings: list[Offering] = Field(min_length=1)
-    labels: dict[str, str] = {}
-    taints: list[Taint] = []
+    offerings: list[Offering] = Field(min_length=1, max_length=MAX_OFFERINGS)
+    labels: dict[str, LabelValue] = Field(default={}, max_length=MAX_LABELS)
+    taints: list[Taint] = Field(default=[], max_length=MAX_TAINTS)
     disruption: ClaimDisruption = ClaimDisruption()
+
+    _labels = field_validator("labels")(_valid_labels)
 
 
 class Condition(CamelModel):
@@ -138,8 +217,28 @@ class NodeClaimStatus(CamelModel):
 
 
 class NodeClaim(CamelModel):
+    model_config = ConfigDict(
+        json_schema_extra=validations(
+            cel(
+                f"!has(self.metadata.name) || size(self.metadata.name) <= {MAX_CLAIM_NAME_LENGTH}",
+                f"a NodeClaim's name is a node name and a label value: at most "
+                f"{MAX_CLAIM_NAME_LENGTH} characters",
+            ),
+        )
+    )
+
     api_version: Literal["cloudburst.io/v1alpha1"] = "cloudburst.io/v1alpha1"
     kind: Literal["NodeClaim"] = "NodeClaim"
     metadata: ObjectMeta
     spec: NodeClaimSpec
     status: NodeClaimStatus = NodeClaimStatus()
+
+    @field_validator("metadata")
+    @classmethod
+    def _short_name(cls, value: ObjectMeta) -> ObjectMeta:
+        if len(value.name) > MAX_CLAIM_NAME_LENGTH:
+            raise ValueError(
+                f"name: a NodeClaim's name is a node name and a label value: at most "
+                f"{MAX_CLAIM_NAME_LENGTH} characters"
+            )
+        return value

@@ -4,9 +4,24 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
 from api._base import CamelModel, ObjectMeta, SecretKeyRef
+from api.limits import (
+    KUBERNETES_VERSION_PATTERN,
+    MAX_REGISTRATION_TIMEOUT_S,
+    MAX_SHORT_LIST,
+    MIN_REGISTRATION_TIMEOUT_S,
+    ProviderId,
+    Text,
+    Url,
+    cel,
+    validations,
+)
+from api.nodepool import PROVIDERS
+
+# AWS alone has more than 30 regions.
+MAX_REGIONS = 64
 
 
 class ProviderBlock(CamelModel):
@@ -16,8 +31,8 @@ class ProviderBlock(CamelModel):
     in tests); the credential is always a Secret reference, read inside the activity.
     """
 
-    endpoint: str | None = None
-    image: str | None = None
+    endpoint: Url | None = None
+    image: Url | None = None
 
     def credential_ref(self) -> SecretKeyRef | None:
         """The Secret holding this provider's credential, whatever the block calls it."""
@@ -45,12 +60,14 @@ class HetznerClass(ProviderBlock):
     to https://api.hetzner.cloud/v1.
     """
 
-    location: str
+    location: Text
     api_token_secret_ref: SecretKeyRef
-    image: str | None = "ubuntu-24.04"
-    network_id: int | None = Field(default=None, alias="networkID")
-    firewall_ids: list[int] = Field(default_factory=list, alias="firewallIDs")
-    ssh_keys: list[str] = []
+    image: Url | None = "ubuntu-24.04"
+    network_id: ProviderId | None = Field(default=None, alias="networkID")
+    firewall_ids: list[ProviderId] = Field(
+        default_factory=list, alias="firewallIDs", max_length=MAX_SHORT_LIST
+    )
+    ssh_keys: list[Text] = Field(default=[], max_length=MAX_SHORT_LIST)
 
 
 class ScalewayClass(ProviderBlock):
@@ -68,14 +85,14 @@ class ScalewayClass(ProviderBlock):
     https://api.scaleway.com.
     """
 
-    zone: str
+    zone: Text
     # The seed spells it `projectID`, which the camelCase generator would not produce.
-    project_id: str = Field(alias="projectID")
+    project_id: Text = Field(alias="projectID")
     api_key_secret_ref: SecretKeyRef
     access_key_secret_ref: SecretKeyRef | None = None
-    image: str | None = "ubuntu_jammy"
-    security_group: str | None = None
-    placement_group: str | None = None
+    image: Url | None = "ubuntu_jammy"
+    security_group: Text | None = None
+    placement_group: Text | None = None
 
 
 class AwsClass(ProviderBlock):
@@ -90,24 +107,24 @@ class AwsClass(ProviderBlock):
     subnet of the zone is used; nodes need outbound internet (public IP or NAT).
     """
 
-    region: str
+    region: Text
     # Other regions offerings may launch in; `list_owned` (garbage collection) scans them too.
-    regions: list[str] = []
-    image: str | None = (
+    regions: list[Text] = Field(default=[], max_length=MAX_REGIONS)
+    image: Url | None = (
         "resolve:ssm:/aws/service/canonical/ubuntu/server/24.04/stable/current/amd64/hvm/"
         "ebs-gp3/ami-id"
     )
-    image_arm64: str | None = (
+    image_arm64: Url | None = (
         "resolve:ssm:/aws/service/canonical/ubuntu/server/24.04/stable/current/arm64/hvm/"
         "ebs-gp3/ami-id"
     )
-    subnet_id: str | None = None
-    security_group_ids: list[str] = []
+    subnet_id: Text | None = None
+    security_group_ids: list[Text] = Field(default=[], max_length=MAX_SHORT_LIST)
     associate_public_ip: bool | None = None
     # Instance profile name or ARN (e.g. for ECR pulls); none by default.
-    instance_profile: str | None = None
-    root_volume_gib: int = Field(default=30, ge=8, le=16384)
-    root_device_name: str = "/dev/sda1"
+    instance_profile: Url | None = None
+    root_volume_gib: int = Field(default=30, strict=True, ge=8, le=16384)
+    root_device_name: Text = "/dev/sda1"
     credentials_secret_ref: SecretKeyRef | None = None
 
 
@@ -122,19 +139,19 @@ class GcpClass(ProviderBlock):
     Labels are stored as `cloudburst-io_<name>` (GCE forbids `.` and `/` in label keys).
     """
 
-    project: str
-    zone: str
-    zones: dict[str, str] = {}
-    image: str | None = "projects/ubuntu-os-cloud/global/images/family/ubuntu-2404-lts-amd64"
-    image_arm64: str | None = "projects/ubuntu-os-cloud/global/images/family/ubuntu-2404-lts-arm64"
-    network: str | None = None
-    subnetwork: str | None = None
+    project: Text
+    zone: Text
+    zones: dict[str, Text] = Field(default={}, max_length=MAX_REGIONS)
+    image: Url | None = "projects/ubuntu-os-cloud/global/images/family/ubuntu-2404-lts-amd64"
+    image_arm64: Url | None = "projects/ubuntu-os-cloud/global/images/family/ubuntu-2404-lts-arm64"
+    network: Url | None = None
+    subnetwork: Url | None = None
     # An ephemeral public IP, for outbound internet without Cloud NAT.
     external_ip: bool = True
     # Service account the VM runs as (email); none by default.
-    service_account: str | None = None
-    disk_size_gb: int = Field(default=30, ge=10, le=65536)
-    disk_type: str = "pd-balanced"
+    service_account: Text | None = None
+    disk_size_gb: int = Field(default=30, strict=True, ge=10, le=65536)
+    disk_type: Text = "pd-balanced"
     credentials_secret_ref: SecretKeyRef | None = None
 
 
@@ -151,15 +168,16 @@ class AzureClass(ProviderBlock):
     an image resource id; the arm64 one is used for Ampere/Cobalt sizes (`D2ps_v5`, ...).
     """
 
-    subscription_id: str
-    resource_group: str
-    location: str
-    subnet_id: str | None = None
-    network_security_group_id: str | None = None
-    image: str | None = "Canonical:ubuntu-24_04-lts:server:latest"
-    image_arm64: str | None = "Canonical:ubuntu-24_04-lts:server-arm64:latest"
-    os_disk_size_gb: int = Field(default=30, ge=30, le=4095)
-    os_disk_type: str = "StandardSSD_LRS"
+    subscription_id: Text
+    resource_group: Text
+    location: Text
+    # Azure resource ids are paths, longer than a name.
+    subnet_id: Url | None = None
+    network_security_group_id: Url | None = None
+    image: Url | None = "Canonical:ubuntu-24_04-lts:server:latest"
+    image_arm64: Url | None = "Canonical:ubuntu-24_04-lts:server-arm64:latest"
+    os_disk_size_gb: int = Field(default=30, strict=True, ge=30, le=4095)
+    os_disk_type: Text = "StandardSSD_LRS"
     credentials_secret_ref: SecretKeyRef | None = None
 
 
@@ -173,11 +191,11 @@ class DigitalOceanClass(ProviderBlock):
     keys up behind the endpoint's back).
     """
 
-    region: str = "fra1"
+    region: Text = "fra1"
     api_token_secret_ref: SecretKeyRef
-    image: str | None = "ubuntu-24-04-x64"
-    vpc_uuid: str | None = Field(default=None, alias="vpcUUID")
-    ssh_key_ids: list[int] = Field(default=[], alias="sshKeyIDs")
+    image: Url | None = "ubuntu-24-04-x64"
+    vpc_uuid: Text | None = Field(default=None, alias="vpcUUID")
+    ssh_key_ids: list[ProviderId] = Field(default=[], alias="sshKeyIDs", max_length=MAX_SHORT_LIST)
     monitoring: bool = False
 
 
@@ -192,30 +210,32 @@ class OvhClass(ProviderBlock):
     name looked up per region; `sshKeyID` and `networkID` (a private network) are optional.
     """
 
-    project_id: str = Field(alias="projectID")
-    region: str = "GRA11"
+    project_id: Text = Field(alias="projectID")
+    region: Text = "GRA11"
     credentials_secret_ref: SecretKeyRef
-    image: str | None = "Ubuntu 24.04"
+    image: Url | None = "Ubuntu 24.04"
     api_endpoint: Literal["ovh-eu", "ovh-ca", "ovh-us"] = "ovh-eu"
-    ssh_key_id: str | None = Field(default=None, alias="sshKeyID")
-    network_id: str | None = Field(default=None, alias="networkID")
+    ssh_key_id: Text | None = Field(default=None, alias="sshKeyID")
+    network_id: Text | None = Field(default=None, alias="networkID")
 
 
 class FakeClass(ProviderBlock):
     """The simulated cloud of `sim/` (the embedded demo and the tests)."""
 
-    endpoint: str | None = "http://127.0.0.1:8788"
-    region: str = "sim-1"
+    endpoint: Url | None = "http://127.0.0.1:8788"
+    region: Text = "sim-1"
     api_token_secret_ref: SecretKeyRef | None = None
-    image: str | None = "ubuntu-24.04"
+    image: Url | None = "ubuntu-24.04"
 
 
 class JoinSettings(CamelModel):
-    host_api_server: str
-    kind_cluster_name: str = "cloudburst"
-    token_ttl_minutes: int = Field(default=60, ge=1, le=24 * 60)
+    host_api_server: Url = Field(min_length=1)
+    kind_cluster_name: Text = "cloudburst"
+    token_ttl_minutes: int = Field(default=60, strict=True, ge=1, le=24 * 60)
     # How long a new VM may take to become a Ready node before the claim gives up on it.
-    registration_timeout_seconds: int = Field(default=900, ge=10)
+    registration_timeout_seconds: int = Field(
+        default=900, strict=True, ge=MIN_REGISTRATION_TIMEOUT_S, le=MAX_REGISTRATION_TIMEOUT_S
+    )
 
 
 class TailscaleSettings(CamelModel):
@@ -223,10 +243,21 @@ class TailscaleSettings(CamelModel):
 
 
 class BootstrapSettings(CamelModel):
-    kubernetes_version: str = "1.34.3"
+    kubernetes_version: str = Field(
+        default="1.34.3", max_length=16, pattern=KUBERNETES_VERSION_PATTERN
+    )
 
 
 class NodeClassSpec(CamelModel):
+    model_config = ConfigDict(
+        json_schema_extra=validations(
+            cel(
+                " || ".join(f"has(self.{name})" for name in PROVIDERS),
+                "configure at least one provider block (e.g. hetzner, scaleway, fake)",
+            )
+        )
+    )
+
     aws: AwsClass | None = None
     gcp: GcpClass | None = None
     azure: AzureClass | None = None
@@ -246,8 +277,7 @@ class NodeClassSpec(CamelModel):
         return self
 
     def configured_providers(self) -> list[str]:
-        names = ("aws", "gcp", "azure", "hetzner", "scaleway", "digitalocean", "ovh", "fake")
-        return [name for name in names if getattr(self, name) is not None]
+        return [name for name in PROVIDERS if getattr(self, name) is not None]
 
     def provider_block(self, provider: str) -> ProviderBlock:
         block = getattr(self, provider, None)

@@ -4,13 +4,46 @@ from __future__ import annotations
 
 import math
 import re
-from datetime import datetime, timedelta
-from typing import Literal
+from datetime import UTC, datetime, timedelta
+from typing import Annotated, Literal
 
-from croniter import croniter
-from pydantic import Field, field_validator, model_validator
+from croniter import CroniterError, croniter
+from pydantic import ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic.json_schema import JsonDict
 
 from api._base import CamelModel, ObjectMeta
+from api.limits import (
+    BUDGET_NODES_PATTERN,
+    CRON_PATTERN,
+    LABEL_KEY_PATTERN,
+    MAX_BUDGET_WINDOW_S,
+    MAX_BUDGETS,
+    MAX_CPU_CORES,
+    MAX_CRON_LENGTH,
+    MAX_DURATION_LENGTH,
+    MAX_GRACE_S,
+    MAX_LABEL_PREFIX_LENGTH,
+    MAX_LABELS,
+    MAX_MEMORY_BYTES,
+    MAX_POOL_NAME_LENGTH,
+    MAX_SHORT_LIST,
+    MAX_TAINTS,
+    MAX_TTL_S,
+    MAX_WEIGHT,
+    MIN_BUDGET_WINDOW_S,
+    MIN_EXPIRY_S,
+    Count,
+    Duration,
+    LabelKey,
+    LabelValue,
+    ObjectName,
+    Price,
+    Quantity,
+    Seconds,
+    Text,
+    cel,
+    validations,
+)
 from api.quantity import parse_quantity
 
 API_VERSION = "cloudburst.io/v1alpha1"
@@ -18,18 +51,42 @@ PROVIDERS = ("aws", "gcp", "azure", "hetzner", "scaleway", "digitalocean", "ovh"
 ARCHITECTURES = ("x86_64", "amd64", "arm64", "aarch64")
 
 
+def _items_enum(values: tuple[str, ...]) -> JsonDict:
+    # The model keeps its friendlier error ("unknown provider ['ibm']"); the CRD gets the enum.
+    return {"items": {"type": "string", "enum": list(values)}}
+
+
 class Taint(CamelModel):
-    key: str
-    value: str | None = None
+    key: LabelKey
+    value: LabelValue | None = None
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
+
+    @field_validator("key")
+    @classmethod
+    def _key_prefix(cls, value: str) -> str:
+        return label_key(value)
+
+
+def label_key(key: str) -> str:
+    """A qualified name (`[prefix/]name`), as Kubernetes checks label and taint keys."""
+    if not re.fullmatch(LABEL_KEY_PATTERN, key):
+        raise ValueError(f"{key[:80]!r} is not a label key ('[prefix/]name', name ≤ 63)")
+    prefix, _, _ = key.rpartition("/")
+    if len(prefix) > MAX_LABEL_PREFIX_LENGTH:
+        raise ValueError(f"the prefix of {key[:80]!r} is longer than {MAX_LABEL_PREFIX_LENGTH}")
+    return key
 
 
 class Requirements(CamelModel):
     # "ANY", "EU", or explicit region slugs such as ["fsn1", "fr-par"].
-    region_constraint: str | list[str] = "ANY"
-    arch: list[str] = ["x86_64"]
-    max_price_eur_per_hour: float | None = Field(default=None, gt=0)
-    allowed_providers: list[str] = []
+    region_constraint: Text | Annotated[list[Text], Field(max_length=MAX_SHORT_LIST)] = "ANY"
+    arch: list[str] = Field(
+        default=["x86_64"], max_length=MAX_SHORT_LIST, json_schema_extra=_items_enum(ARCHITECTURES)
+    )
+    max_price_eur_per_hour: Annotated[Price, Field(gt=0)] | None = None
+    allowed_providers: list[str] = Field(
+        default=[], max_length=MAX_SHORT_LIST, json_schema_extra=_items_enum(PROVIDERS)
+    )
 
     @field_validator("arch")
     @classmethod
@@ -49,73 +106,145 @@ class Requirements(CamelModel):
 
 
 class Limits(CamelModel):
-    max_nodes: int | None = Field(default=None, ge=0)
-    min_nodes: int = Field(default=0, ge=0)
-    cpu: str | None = None
-    memory: str | None = None
+    """How big the pool may grow. Quantities are Kubernetes' (`cpu: "64"`, `memory: 256Gi`)."""
 
-    @field_validator("cpu", "memory")
+    model_config = ConfigDict(
+        json_schema_extra=validations(
+            cel(
+                "!has(self.maxNodes) || !has(self.minNodes) || self.minNodes <= self.maxNodes",
+                "minNodes must not exceed maxNodes",
+                ".minNodes",
+            ),
+            cel(
+                f"!has(self.cpu) || quantity(self.cpu).compareTo(quantity('{MAX_CPU_CORES}')) <= 0",
+                f"cpu must be at most {MAX_CPU_CORES} cores",
+                ".cpu",
+            ),
+            cel(
+                "!has(self.memory) || quantity(self.memory).compareTo(quantity('1Ei')) <= 0",
+                "memory must be at most 1Ei",
+                ".memory",
+            ),
+        )
+    )
+
+    max_nodes: Count | None = None
+    min_nodes: Count = 0
+    cpu: Quantity | None = None
+    memory: Quantity | None = None
+
+    @field_validator("cpu")
     @classmethod
-    def _quantity(cls, value: str | None) -> str | None:
-        if value is not None:
-            parse_quantity(value)
+    def _cpu(cls, value: str | None) -> str | None:
+        if value is not None and parse_quantity(value) > MAX_CPU_CORES:
+            raise ValueError(f"cpu {value!r} is more than {MAX_CPU_CORES} cores")
         return value
 
-    @model_validator(mode="after")
-    def _min_below_max(self) -> Limits:
-        if self.max_nodes is not None and self.min_nodes > self.max_nodes:
-            raise ValueError(f"minNodes ({self.min_nodes}) exceeds maxNodes ({self.max_nodes})")
-        return self
+    @field_validator("memory")
+    @classmethod
+    def _memory(cls, value: str | None) -> str | None:
+        if value is not None and parse_quantity(value) > MAX_MEMORY_BYTES:
+            raise ValueError(f"memory {value!r} is more than 1Ei")
+        return value
+
+    @field_validator("min_nodes")
+    @classmethod
+    def _min_below_max(cls, value: int, info: ValidationInfo) -> int:
+        # A field validator (maxNodes is declared first), so the error names minNodes.
+        max_nodes = info.data.get("max_nodes")
+        if max_nodes is not None and value > max_nodes:
+            raise ValueError(f"minNodes ({value}) exceeds maxNodes ({max_nodes})")
+        return value
+
+
+def _valid_labels(labels: dict[str, str]) -> dict[str, str]:
+    for key in labels:
+        label_key(key)
+    return labels
 
 
 class NodeTemplate(CamelModel):
-    labels: dict[str, str] = {}
-    taints: list[Taint] = []
+    # Label keys are checked by the model only: a structural CRD schema cannot constrain the
+    # keys of a map (no patternProperties), so the API server checks the values alone.
+    labels: dict[str, LabelValue] = Field(default={}, max_length=MAX_LABELS)
+    taints: list[Taint] = Field(default=[], max_length=MAX_TAINTS)
+
+    _labels = field_validator("labels")(_valid_labels)
 
 
 DisruptionReason = Literal["Empty", "Drifted", "Underutilized"]
-_DURATION = re.compile(r"^(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
+_DURATION = re.compile(r"^(?:([0-9]{1,9})h)?(?:([0-9]{1,9})m)?(?:([0-9]{1,9})s)?$")
 
 
 def parse_duration(text: str) -> int:
-    """Karpenter-style durations ("10m", "1h30m", "45s") in seconds."""
-    match = _DURATION.match(text.strip())
-    if not text.strip() or not match or not any(match.groups()):
-        raise ValueError(f"{text!r} is not a duration like '30s', '10m' or '1h30m'")
+    """Karpenter-style durations ("10m", "1h30m", "45s") in seconds, at most MAX_TTL_S.
+
+    Refuses absurd values (9 digits a unit at most, 10 years in all) before anyone adds
+    them to a datetime.
+    """
+    stripped = text.strip() if isinstance(text, str) else ""
+    match = _DURATION.match(stripped) if len(stripped) <= MAX_DURATION_LENGTH else None
+    if not stripped or not match or not any(match.groups()):
+        raise ValueError(f"{str(text)[:40]!r} is not a duration like '30s', '10m' or '1h30m'")
     hours, minutes, seconds = (int(g) if g else 0 for g in match.groups())
-    return hours * 3600 + minutes * 60 + seconds
+    total = hours * 3600 + minutes * 60 + seconds
+    if total > MAX_TTL_S:
+        raise ValueError(f"{text!r} is longer than {MAX_TTL_S // 3600}h (10 years)")
+    return total
+
+
+def _cron_has_hits(schedule: str) -> str:
+    """A cron expression croniter reads and that fires at all (not "0 0 31 2 *")."""
+    if not re.fullmatch(CRON_PATTERN, schedule) or not croniter.is_valid(schedule):
+        raise ValueError(f"{schedule!r} is not a cron schedule (5 fields, or @daily ...)")
+    reference = datetime(2025, 1, 1, tzinfo=UTC)
+    try:
+        croniter(schedule, reference).get_next(datetime)
+        croniter(schedule, reference).get_prev(datetime)
+    except (CroniterError, ValueError, OverflowError) as err:
+        raise ValueError(f"{schedule!r} never fires: {err}") from None
+    return schedule
 
 
 class Budget(CamelModel):
     """At most `nodes` of the pool's nodes disrupted at once (Karpenter's budgets)."""
 
-    nodes: str = "10%"  # a count ("1") or a percentage of the pool's nodes ("10%")
-    # Cron (UTC) when the budget starts being active, and for how long; both or neither.
-    schedule: str | None = None
-    duration: str | None = None
-    # Only these voluntary reasons are limited by this budget; None = all of them.
-    reasons: list[DisruptionReason] | None = None
+    model_config = ConfigDict(
+        json_schema_extra=validations(
+            cel(
+                "has(self.schedule) == has(self.duration)",
+                "schedule and duration go together: set both or neither",
+            ),
+            cel(
+                "!has(self.duration) || (duration(self.duration) >= "
+                f"duration('{MIN_BUDGET_WINDOW_S}s') && duration(self.duration) <= "
+                f"duration('{MAX_BUDGET_WINDOW_S // 3600}h'))",
+                "duration must be between 1m and 8760h (a year)",
+                ".duration",
+            ),
+        )
+    )
 
-    @field_validator("nodes")
-    @classmethod
-    def _count_or_percent(cls, value: str) -> str:
-        number = value[:-1] if value.endswith("%") else value
-        if not number.isdigit() or (value.endswith("%") and int(number) > 100):
-            raise ValueError(f"{value!r} must be a node count ('2') or a percentage ('20%')")
-        return value
+    # A count ("1", at most MAX_NODES) or a percentage of the pool's nodes ("10%").
+    nodes: str = Field(default="10%", max_length=6, pattern=BUDGET_NODES_PATTERN)
+    # Cron (UTC) when the budget starts being active, and for how long; both or neither.
+    schedule: str | None = Field(default=None, max_length=MAX_CRON_LENGTH, pattern=CRON_PATTERN)
+    duration: Duration | None = None
+    # Only these voluntary reasons are limited by this budget; None = all of them.
+    reasons: list[DisruptionReason] | None = Field(default=None, max_length=3)
 
     @field_validator("schedule")
     @classmethod
     def _cron(cls, value: str | None) -> str | None:
-        if value is not None and not croniter.is_valid(value):
-            raise ValueError(f"{value!r} is not a cron schedule")
-        return value
+        return None if value is None else _cron_has_hits(value)
 
     @field_validator("duration")
     @classmethod
     def _duration(cls, value: str | None) -> str | None:
         if value is not None:
-            parse_duration(value)
+            seconds = parse_duration(value)
+            if not MIN_BUDGET_WINDOW_S <= seconds <= MAX_BUDGET_WINDOW_S:
+                raise ValueError(f"{value!r} is not between 1m and 8760h (a year)")
         return value
 
     @model_validator(mode="after")
@@ -139,17 +268,33 @@ class Budget(CamelModel):
 
 
 class Disruption(CamelModel):
-    ttl_seconds_after_empty: int | None = Field(default=30, ge=0)
-    ttl_seconds_until_expired: int | None = Field(default=None, ge=0)
+    """When a pool's nodes leave. Bounds: api/limits.py and docs/resources.md."""
+
+    model_config = ConfigDict(
+        json_schema_extra=validations(
+            cel(
+                "!has(self.consolidateAfter) || duration(self.consolidateAfter) <= "
+                f"duration('{MAX_TTL_S // 3600}h')",
+                "consolidateAfter must be at most 87600h (10 years)",
+                ".consolidateAfter",
+            ),
+        )
+    )
+
+    ttl_seconds_after_empty: Annotated[Seconds, Field(le=MAX_TTL_S)] | None = 30
+    # At least MIN_EXPIRY_S: a node that expires before it could be used is replaced forever.
+    ttl_seconds_until_expired: Annotated[Seconds, Field(ge=MIN_EXPIRY_S, le=MAX_TTL_S)] | None = (
+        None
+    )
     # How long a drain waits on PDBs and do-not-disrupt pods before deleting them anyway.
-    termination_grace_period_seconds: int = Field(default=300, ge=0)
+    termination_grace_period_seconds: Annotated[Seconds, Field(le=MAX_GRACE_S)] = 300
     # A node NotReady/Unknown this long is lost: deleted without a drain, its pods re-planned.
-    node_unreachable_grace_period_seconds: int = Field(default=120, ge=0)
-    budgets: list[Budget] = [Budget()]
+    node_unreachable_grace_period_seconds: Annotated[Seconds, Field(le=MAX_GRACE_S)] = 120
+    budgets: list[Budget] = Field(default=[Budget()], max_length=MAX_BUDGETS)
     consolidation_policy: Literal["WhenEmpty", "WhenEmptyOrUnderutilized"] = "WhenEmpty"
-    consolidate_after: str = "30s"
+    consolidate_after: Duration = "30s"
     # Consolidation moves only when it saves at least this much per hour.
-    consolidation_min_savings_eur_per_hour: float = Field(default=0.005, ge=0)
+    consolidation_min_savings_eur_per_hour: Annotated[Price, Field(ge=0)] = 0.005
 
     @field_validator("consolidate_after")
     @classmethod
@@ -163,14 +308,35 @@ class NodePoolSpec(CamelModel):
     limits: Limits = Limits()
     template: NodeTemplate = NodeTemplate()
     disruption: Disruption = Disruption()
-    weight: int = Field(default=0, ge=0, le=100)
+    # Karpenter's range; 0 (unset) is the lowest.
+    weight: int = Field(default=0, strict=True, ge=0, le=MAX_WEIGHT)
     # The NodeClass this pool's nodes are built from; defaults to the only one in the namespace.
-    node_class_ref: str | None = None
+    node_class_ref: ObjectName | None = None
 
 
 class NodePool(CamelModel):
+    model_config = ConfigDict(
+        json_schema_extra=validations(
+            cel(
+                f"!has(self.metadata.name) || size(self.metadata.name) <= {MAX_POOL_NAME_LENGTH}",
+                f"a NodePool's name is at most {MAX_POOL_NAME_LENGTH} characters (its claims "
+                "are named <pool>-<5 characters>, a label value of at most 63)",
+            ),
+        )
+    )
+
     api_version: Literal["cloudburst.io/v1alpha1"] = "cloudburst.io/v1alpha1"
     kind: Literal["NodePool"] = "NodePool"
     metadata: ObjectMeta
     spec: NodePoolSpec = NodePoolSpec()
     status: dict[str, object] | None = None
+
+    @field_validator("metadata")
+    @classmethod
+    def _short_name(cls, value: ObjectMeta) -> ObjectMeta:
+        if len(value.name) > MAX_POOL_NAME_LENGTH:
+            raise ValueError(
+                f"name: a NodePool's name is at most {MAX_POOL_NAME_LENGTH} characters (its "
+                "claims are named <pool>-<5 characters>, a label value of at most 63)"
+            )
+        return value

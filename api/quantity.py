@@ -1,9 +1,19 @@
-"""Kubernetes resource quantities ("1500m", "2Gi", "0.5") as integers we can add up."""
+"""Kubernetes resource quantities ("1500m", "2Gi", "0.5") as integers we can add up.
+
+The grammar is Kubernetes' own (k8s.io/apimachinery `resource.Quantity`): a signed decimal
+number, then a binary suffix (Ki..Ei), a decimal one (n, u, m, k..E) or an exponent. The
+exponent is at most 3 digits, so "1e999999999999" is refused before any Decimal arithmetic
+(where it would raise `decimal.Overflow`, which pydantic does not turn into a validation
+error). Whatever the input, the only error raised is ValueError.
+"""
 
 from __future__ import annotations
 
+import math
 import re
-from decimal import Decimal, InvalidOperation
+from decimal import MAX_EMAX, MIN_EMIN, Context, Decimal, DecimalException, localcontext
+
+from api.limits import MAX_QUANTITY_LENGTH
 
 _SUFFIXES: dict[str, Decimal] = {
     "": Decimal(1),
@@ -23,30 +33,53 @@ _SUFFIXES: dict[str, Decimal] = {
     "Pi": Decimal(2**50),
     "Ei": Decimal(2**60),
 }
-_QUANTITY = re.compile(r"^([+-]?[0-9.]+(?:[eE][+-]?[0-9]+)?)([a-zA-Z]*)$")
+_QUANTITY = re.compile(
+    r"^(?P<number>[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))"
+    r"(?:(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE])|[eE](?P<exponent>[+-]?[0-9]{1,3}))?$",
+    re.ASCII,
+)
+# Room for every digit of a MAX_QUANTITY_LENGTH mantissa times 2**60 (exact), and exponents
+# far beyond any int that fits in memory (so a huge int never overflows).
+_EXACT = Context(prec=2 * MAX_QUANTITY_LENGTH + 20, Emax=MAX_EMAX, Emin=MIN_EMIN)
 
 
 def parse_quantity(value: str | int | float) -> Decimal:
     """The quantity as a plain number: "1500m" -> 1.5, "2Gi" -> 2147483648."""
-    if isinstance(value, int | float):
+    if isinstance(value, int):
+        return Decimal(value)
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError(f"{value!r} is not a Kubernetes quantity (not a finite number)")
         return Decimal(str(value))
-    match = _QUANTITY.match(value.strip())
-    if not match or match.group(2) not in _SUFFIXES:
-        raise ValueError(f"{value!r} is not a Kubernetes quantity (e.g. '500m', '2', '4Gi')")
+    if not isinstance(value, str):
+        raise ValueError(f"a quantity is a string or a number, not {type(value).__name__}")
+    text = value.strip()
+    match = _QUANTITY.match(text) if len(text) <= MAX_QUANTITY_LENGTH else None
+    if match is None:
+        shown = value if len(value) <= 40 else f"{value[:40]}..."
+        raise ValueError(f"{shown!r} is not a Kubernetes quantity (e.g. '500m', '2', '4Gi')")
     try:
-        number = Decimal(match.group(1))
-    except InvalidOperation as exc:
+        with localcontext(_EXACT):
+            number = Decimal(match["number"])
+            if match["exponent"] is not None:
+                return number.scaleb(int(match["exponent"]))
+            return number * _SUFFIXES[match["suffix"] or ""]
+    except DecimalException as exc:  # unreachable with the grammar above; never escapes
         raise ValueError(f"{value!r} is not a Kubernetes quantity") from exc
-    return number * _SUFFIXES[match.group(2)]
 
 
 def cpu_millis(value: str | int | float) -> int:
     """CPU in millicores, rounded up as the scheduler does."""
-    return int((parse_quantity(value) * 1000).to_integral_value(rounding="ROUND_CEILING"))
+    return _ceiling(parse_quantity(value) * 1000)
 
 
 def memory_bytes(value: str | int | float) -> int:
-    return int(parse_quantity(value).to_integral_value(rounding="ROUND_CEILING"))
+    return _ceiling(parse_quantity(value))
+
+
+def _ceiling(number: Decimal) -> int:
+    with localcontext(_EXACT):
+        return int(number.to_integral_value(rounding="ROUND_CEILING"))
 
 
 def format_cpu(millis: int) -> str:

@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from activities.planning.catalog import CATALOG_ENV, SHIPPED_PATH, Catalog
 from activities.planning.plan import kube_reserved, usable_capacity
@@ -16,8 +17,9 @@ from activities.planning.refresh import TOKEN_ENV, RefreshError, refresh_provide
 from api.nodepool import PROVIDERS, Requirements
 
 catalog_app = typer.Typer(help="The built-in instance-type catalog and its prices.")
-console = Console()
-err_console = Console(stderr=True)
+# Markup off: offerings and errors are data, never rich markup.
+console = Console(markup=False)
+err_console = Console(stderr=True, markup=False)
 
 CatalogPath = Annotated[
     Path | None,
@@ -52,7 +54,7 @@ def show(
             allowed_providers=[p.strip() for p in providers.split(",")] if providers else [],
         )
     except ValueError as err:
-        err_console.print(f"[red]✗[/red] {err}")
+        err_console.print(Text.assemble(("✗", "red"), f" {err}"))
         raise typer.Exit(2) from None
     # Sizes as the seed's CloudBroker reads them: the node's vCPUs and memory, not what is
     # left after kube-reserved (the USABLE columns show that).
@@ -112,7 +114,7 @@ def refresh(
     try:
         updated = refresh_provider(current, provider, endpoint=endpoint, token=token)
     except RefreshError as err:
-        err_console.print(f"[red]✗[/red] {err}")
+        err_console.print(Text.assemble(("✗", "red"), f" {err}"))
         raise typer.Exit(1) from None
     target = output or source
     updated.save(target)

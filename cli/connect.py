@@ -8,6 +8,7 @@ from typing import Any, TypeVar
 
 import typer
 from rich.console import Console
+from rich.text import Text
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -15,14 +16,14 @@ from worker.client import TemporalConfigError, connect_temporal
 from worker.settings import Settings
 
 T = TypeVar("T")
-err_console = Console(stderr=True)
+err_console = Console(stderr=True, markup=False)  # messages carry user text
 
 # Status codes that mean "the server is not there (any more)", not "the request was wrong".
 _UNREACHABLE = (RPCStatusCode.UNAVAILABLE, RPCStatusCode.DEADLINE_EXCEEDED)
 
 
 def fail(message: str) -> typer.Exit:
-    err_console.print(f"[red]error:[/red] {message}", highlight=False)
+    err_console.print(Text.assemble(("error:", "red"), f" {message}"), highlight=False)
     return typer.Exit(code=1)
 
 

@@ -4,7 +4,10 @@ The models are the one definition of the resources: the CRDs' OpenAPI schemas ar
 from `model_json_schema(by_alias=True)` and turned into the *structural* schema Kubernetes
 requires: `$ref`s inlined, `X | None` as `nullable`, `const` as `enum`, JSON-Schema-only
 keywords dropped, and `x-kubernetes-preserve-unknown-fields` where a field takes more than
-one shape. Defaults stay in the models (the API server does not fill them in); each
+one shape. The bounds (minimum/maximum, maxLength/pattern, enum, maxItems/maxProperties) come
+from the models' pydantic constraints (api/limits.py), and the cross-field rules from each
+model's `x-kubernetes-validations` (CEL), so the API server refuses what the models refuse.
+Defaults stay in the models (the API server does not fill them in); each
 description says what the default is. `tests/deploy` fails when `deploy/base/crds` is stale.
 """
 
@@ -44,6 +47,8 @@ _KEPT = (
     "multipleOf",
     "minProperties",
     "maxProperties",
+    # CEL rules a model declares beside its validators (api/limits.py `cel`).
+    "x-kubernetes-validations",
 )
 
 

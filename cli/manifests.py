@@ -1,28 +1,53 @@
-"""Loading NodePool/NodeClass/NodeClaim manifests with errors a user can act on."""
+"""Loading NodePool/NodeClass/NodeClaim manifests with errors a user can act on.
+
+Whatever a file holds (bytes that are not UTF-8, a YAML bomb, a 5,000-digit number, a `kind`
+that is a list), loading returns problems, never raises: each names the file, the document's
+index and the field.
+"""
 
 from __future__ import annotations
 
+import math
+import re
+import reprlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 from pydantic import BaseModel, ValidationError
+from yaml.constructor import ConstructorError
+from yaml.nodes import MappingNode, Node, ScalarNode
 
 from api import NodeClaim, NodeClass, NodePool
+from api.limits import PATTERN_MEANINGS
 
 KINDS: dict[str, type[BaseModel]] = {
     "NodePool": NodePool,
     "NodeClass": NodeClass,
     "NodeClaim": NodeClaim,
 }
+GROUP = "cloudburst.io"
 GROUP_VERSION = "cloudburst.io/v1alpha1"
+# The API server refuses requests over 3 MiB; a manifest is far smaller.
+MAX_FILE_BYTES = 3 * 2**20
+# Nesting and size after aliases are expanded: a few anchors must not make a billion nodes
+# ("billion laughs"), nor deep nesting exhaust the interpreter's stack.
+MAX_DEPTH = 64
+MAX_EXPANDED_NODES = 100_000
+# Integers past int64 are refused by the API server; past this many digits Python cannot even
+# print them (`sys.get_int_max_str_digits`), so they are kept as a placeholder.
+MAX_INT_DIGITS = 40
+# Where a problem is about the whole document or file rather than a field.
+DOCUMENT = "(document)"
+FILE = "(file)"
+_API_VERSION = re.compile(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?v[0-9]+((alpha|beta)[0-9]+)?$")
 
 
 @dataclass
 class Problem:
     source: str  # "file.yaml#2 (NodePool dr-nodepool)"
-    path: str  # "spec.limits.maxNodes"
+    path: str  # "spec.limits.maxNodes", or DOCUMENT / FILE
     message: str
 
     def __str__(self) -> str:
@@ -39,60 +64,50 @@ class Loaded:
 
 def load_manifests(path: Path) -> Loaded:
     """Every cloudburst.io document of a YAML file, validated; other kinds are skipped."""
+    documents, problem = _read_documents(path)
+    if problem is not None:
+        return Loaded([], [Problem(str(path), FILE, problem)], 0)
+    present = [(index, d) for index, d in enumerate(documents, start=1) if d is not None]
+    if not present:
+        return Loaded([], [Problem(str(path), FILE, "no documents (the file is empty)")], 0)
     resources: list[BaseModel] = []
     problems: list[Problem] = []
     skipped = 0
-    try:
-        documents = list(yaml.safe_load_all(path.read_text()))
-    except OSError as err:
-        return Loaded([], [Problem(str(path), "", f"cannot read: {err.strerror}")], 0)
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
-        problem = getattr(err, "problem", None) or str(err)
-        return Loaded([], [Problem(str(path), "", f"invalid YAML: {where}{problem}")], 0)
-    for index, document in enumerate(documents, start=1):
-        if document is None:
-            continue
+    for index, document in present:
         source = f"{path}#{index}"
-        if not isinstance(document, dict):
-            problems.append(Problem(source, "", "document is not a mapping"))
+        model, found = _our_model(source, document)
+        problems.extend(found)
+        if model is None:
+            skipped += not found
             continue
-        kind = document.get("kind")
-        api_version = document.get("apiVersion")
-        if kind not in KINDS or api_version != GROUP_VERSION:
-            if isinstance(api_version, str) and api_version.startswith("cloudburst.io/"):
-                problems.append(
-                    Problem(
-                        source,
-                        "apiVersion/kind",
-                        f"unknown {api_version} kind {kind!r}; expected "
-                        f"{GROUP_VERSION} {', '.join(KINDS)}",
-                    )
-                )
-            else:
-                skipped += 1
-            continue
-        name = _name_of(document)
-        source = f"{source} ({kind} {name})"
+        assert isinstance(document, dict)
+        source = f"{source} ({document['kind']} {_name_of(document)})"
         try:
-            resources.append(KINDS[kind].model_validate(document))
+            resources.append(model.model_validate(document))
         except ValidationError as err:
             problems.extend(validation_problems(source, err))
+        except RecursionError:
+            problems.append(Problem(source, DOCUMENT, f"nested deeper than {MAX_DEPTH} levels"))
     return Loaded(resources, problems, skipped)
 
 
 def validation_problems(source: str, err: ValidationError) -> list[Problem]:
     problems: list[Problem] = []
     for error in err.errors():
-        path = ".".join(str(part) for part in error["loc"] if not _is_union_tag(part))
-        message = error["msg"]
+        parts = [_shown_key(part) for part in error["loc"] if not _is_union_tag(part)]
+        path = ".".join(parts) or DOCUMENT
+        message = error["msg"].removeprefix("Value error, ")
         if error["type"] == "extra_forbidden":
             message = "unknown field (check the spelling; fields are camelCase)"
         elif error["type"] == "missing":
             message = "required field is missing"
-        elif "input" in error and error["type"] not in ("model_type", "dict_type"):
-            message = f"{message} (got {error['input']!r})"
+        elif error["type"] == "string_pattern_mismatch":
+            pattern = (error.get("ctx") or {}).get("pattern", "")
+            meaning = PATTERN_MEANINGS.get(pattern)
+            message = f"must be {meaning}" if meaning else message
+        # A validator's own message already says what it got.
+        if "input" in error and error["type"] not in _INPUT_NOT_SHOWN:
+            message = f"{message} (got {shown(error['input'])})"
         if problems and problems[-1].path == path and problems[-1].source == source:
             # One value failing every member of a union: one line, all the options.
             problems[-1].message += f"; or {message}"
@@ -101,13 +116,202 @@ def validation_problems(source: str, err: ValidationError) -> list[Problem]:
     return problems
 
 
+_INPUT_NOT_SHOWN = ("model_type", "dict_type", "missing", "value_error", "extra_forbidden")
+
+
+def shown(value: Any) -> str:
+    """A short, printable picture of a user's value: never a megabyte, never a traceback."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 128:
+        return f"an integer of about {_digits(value)} digits"
+    try:
+        return _SHORT.repr(value)
+    except Exception:  # a value whose repr fails is still a value the user wrote
+        return f"a {type(value).__name__}"
+
+
+# --- reading -------------------------------------------------------------------------------
+
+
+def _read_documents(path: Path) -> tuple[list[Any], str | None]:
+    """The file's YAML documents, or why there are none."""
+    try:
+        with path.open("rb") as file:
+            raw = file.read(MAX_FILE_BYTES + 1)
+    except OSError as err:
+        return [], f"cannot read: {err.strerror or err}"
+    if len(raw) > MAX_FILE_BYTES:
+        return [], f"larger than {MAX_FILE_BYTES // 2**20} MiB; a manifest is far smaller"
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        line = raw[: err.start].count(b"\n") + 1
+        return [], f"not UTF-8 text: byte 0x{raw[err.start]:02x} on line {line}"
+    try:
+        documents = list(yaml.load_all(text, Loader=_BoundedLoader))
+        _check_expanded_size(documents)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        problem = getattr(err, "problem", None) or str(err)
+        return [], f"invalid YAML: {where}{problem}"
+    except _TooLarge as err:
+        return [], str(err)
+    except RecursionError:
+        return [], f"invalid YAML: nested deeper than {MAX_DEPTH} levels"
+    return documents, None
+
+
+class _TooLarge(Exception):
+    pass
+
+
+class _OversizedInt:
+    """An integer with too many digits to be anything but a mistake; models refuse it."""
+
+    def __init__(self, digits: int) -> None:
+        self.digits = digits
+
+    def __repr__(self) -> str:
+        return f"<an integer of {self.digits} digits>"
+
+
+class _BoundedLoader(yaml.SafeLoader):
+    """PyYAML's safe loader with a nesting limit, refusing duplicate keys (as kubectl does)
+    and keeping integers past MAX_INT_DIGITS digits as a placeholder."""
+
+    _depth = 0
+
+    def compose_node(self, parent: Node | None, index: int) -> Node | None:
+        self._depth += 1
+        try:
+            if self._depth > MAX_DEPTH:
+                mark = self.peek_event().start_mark
+                raise ConstructorError(None, None, f"nested deeper than {MAX_DEPTH} levels", mark)
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+    def construct_mapping(self, node: MappingNode, deep: bool = False) -> dict[Any, Any]:
+        if isinstance(node, MappingNode):
+            seen: set[object] = set()
+            for key_node, _ in node.value:
+                if isinstance(key_node, ScalarNode) and key_node.tag != "tag:yaml.org,2002:merge":
+                    if key_node.value in seen:
+                        raise ConstructorError(
+                            None, None, f"duplicate key {key_node.value!r}", key_node.start_mark
+                        )
+                    seen.add(key_node.value)
+        return super().construct_mapping(node, deep)
+
+    def construct_yaml_int(self, node: Node) -> Any:
+        digits = sum(ch.isdigit() for ch in str(node.value))
+        if digits > MAX_INT_DIGITS:
+            return _OversizedInt(digits)
+        return super().construct_yaml_int(node)  # type: ignore[arg-type]
+
+
+_BoundedLoader.add_constructor("tag:yaml.org,2002:int", _BoundedLoader.construct_yaml_int)
+
+
+def _check_expanded_size(documents: list[Any]) -> None:
+    """Count nodes as if every alias were copied out; refuse a bomb or a cycle."""
+    sizes: dict[int, int] = {}
+    total = 0
+    for document in documents:
+        total += _expanded(document, sizes, set())
+        if total > MAX_EXPANDED_NODES:
+            raise _TooLarge(
+                f"expands to more than {MAX_EXPANDED_NODES} values (aliases copied out): "
+                "a YAML bomb, or far too large for a manifest"
+            )
+
+
+def _expanded(value: Any, sizes: dict[int, int], open_: set[int]) -> int:
+    if not isinstance(value, dict | list):
+        return 1
+    key = id(value)
+    if key in sizes:
+        return sizes[key]
+    if key in open_:
+        raise _TooLarge("an alias refers to the node that contains it (a cycle)")
+    open_.add(key)
+    children = value.values() if isinstance(value, dict) else value
+    size = 1
+    for child in children:
+        size += _expanded(child, sizes, open_)
+        if size > MAX_EXPANDED_NODES:
+            break
+    open_.discard(key)
+    sizes[key] = size
+    return size
+
+
+# --- which model ---------------------------------------------------------------------------
+
+
+def _our_model(source: str, document: Any) -> tuple[type[BaseModel] | None, list[Problem]]:
+    """The model of a cloudburst.io document; problems if it is broken; neither if not ours."""
+    if not isinstance(document, dict):
+        what = "a list" if isinstance(document, list) else f"a {type(document).__name__}"
+        return None, [Problem(source, DOCUMENT, f"document is {what}, not a mapping")]
+    problems = []
+    api_version, kind = document.get("apiVersion"), document.get("kind")
+    if not isinstance(api_version, str) or not _API_VERSION.match(api_version):
+        got = "missing" if "apiVersion" not in document else f"got {shown(api_version)}"
+        expected = f"a group/version string such as {GROUP_VERSION!r}"
+        problems.append(Problem(source, "apiVersion", f"must be {expected} ({got})"))
+    if not isinstance(kind, str) or not kind:
+        got = "missing" if "kind" not in document else f"got {shown(kind)}"
+        problems.append(Problem(source, "kind", f"must be a kind such as 'NodePool' ({got})"))
+    if problems or not isinstance(api_version, str):
+        return None, problems
+    if api_version.split("/")[0] != GROUP:
+        return None, []  # another group's object (a Deployment, Karpenter's NodePool, ...)
+    if api_version != GROUP_VERSION or kind not in KINDS:
+        message = (
+            f"unknown {shown(api_version)} kind {shown(kind)}; expected "
+            f"{GROUP_VERSION} {', '.join(KINDS)}"
+        )
+        return None, [Problem(source, "apiVersion/kind", message)]
+    return KINDS[kind], []
+
+
 def _is_union_tag(part: Any) -> bool:
-    # pydantic names union members in the location ("str", "list[str]"); users never see those.
-    return isinstance(part, str) and (part in ("str", "int", "float") or "[" in part)
+    # pydantic names union members in the location ("str", "list[constrained-str]"); users
+    # never see those.
+    return isinstance(part, str) and bool(_UNION_TAG.match(part))
+
+
+_UNION_TAG = re.compile(
+    r"^(str|int|float|bool|constrained-\w+|"
+    r"(list|dict|tuple|set|frozenset|nullable|function-\w+)\[.*\])$"
+)
+
+
+def _shown_key(part: Any) -> str:
+    return _printable(str(part))
 
 
 def _name_of(document: dict[str, Any]) -> str:
     metadata = document.get("metadata")
     if isinstance(metadata, dict) and isinstance(metadata.get("name"), str):
-        return str(metadata["name"])
+        return _printable(metadata["name"])
     return "<no name>"
+
+
+def _printable(text: str, limit: int = 80) -> str:
+    """User text as one short line: control characters escaped (no terminal escapes, no line
+    breaks), long text cut."""
+    short = text if len(text) <= limit else f"{text[:limit]}..."
+    return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in short)
+
+
+def _digits(value: int) -> int:
+    return math.floor(value.bit_length() * math.log10(2)) + 1
+
+
+_SHORT = reprlib.Repr()
+_SHORT.maxstring = 80
+_SHORT.maxother = 80
+_SHORT.maxlevel = 3
+_SHORT.maxlist = _SHORT.maxdict = 6

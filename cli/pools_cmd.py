@@ -7,6 +7,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -16,8 +17,9 @@ from worker.settings import Settings
 from workflows.nodepool import NodePoolWorkflow
 
 pools_app = typer.Typer(help="Inspect NodePools: nodes, pending demand, disruption budgets.")
-console = Console()
-err_console = Console(stderr=True)
+# Markup off: pool names, reasons and schedules are user text, never rich markup.
+console = Console(markup=False)
+err_console = Console(stderr=True, markup=False)
 
 
 @pools_app.command("list")
@@ -71,14 +73,17 @@ def pools_describe(
         except RPCError as err:
             if err.status == RPCStatusCode.NOT_FOUND:
                 err_console.print(
-                    f"[red]error:[/red] no workflow for NodePool {namespace}/{name} "
-                    "(it starts with the first pending pod, or at once with minNodes)"
+                    Text.assemble(
+                        ("error:", "red"),
+                        f" no workflow for NodePool {namespace}/{name} "
+                        "(it starts with the first pending pod, or at once with minNodes)",
+                    )
                 )
                 raise typer.Exit(1) from None
             raise
 
     status = run_or_exit(main(), _settings(temporal_address))
-    console.print(f"[bold]NodePool {namespace}/{name}[/bold]")
+    console.print(f"NodePool {namespace}/{name}", style="bold")
     console.print(
         f"  Nodes {status.nodes} ({status.ready_nodes} Ready) · pending pods "
         f"{status.pending_pods} · cpu {status.cpu_m / 1000:g} · memory "

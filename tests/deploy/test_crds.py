@@ -27,7 +27,7 @@ ALLOWED = {
     "exclusiveMaximum", "minLength", "maxLength", "pattern", "minItems", "maxItems",
     "uniqueItems", "multipleOf", "minProperties", "maxProperties", "required", "items",
     "properties", "additionalProperties", "nullable", "x-kubernetes-preserve-unknown-fields",
-    "x-kubernetes-int-or-string",
+    "x-kubernetes-int-or-string", "x-kubernetes-validations",
 }  # fmt: skip
 
 

@@ -1,0 +1,176 @@
+"""The bounds of every number, duration and name in NodePool, NodeClass and NodeClaim.
+
+One place, so the models, the generated CRDs (`cloudburst crds`) and docs/resources.md say
+the same. A bound is here because a value beyond it cannot be meant and would break
+something downstream: datetime arithmetic in a workflow (`date value out of range`), a C int
+in the SDK (`Python int too large to convert to C int`), a label the API server refuses, or
+a node that expires at once, forever. The regular expressions keep to the subset that
+Python's `re`, pydantic's Rust `regex` and the API server's RE2 read alike: no look-around,
+no backreferences.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import Field
+from pydantic.json_schema import JsonDict, JsonValue
+
+MINUTE = 60
+HOUR = 60 * MINUTE
+DAY = 24 * HOUR
+YEAR = 365 * DAY
+
+# --- durations (seconds) -------------------------------------------------------------------
+
+# The longest TTL of any kind (after empty, until expired, consolidateAfter): 10 years.
+MAX_TTL_S = 10 * YEAR
+# A node must live this long before it may expire. Shorter, and a node that takes a few
+# minutes to boot and join expires before or right after it is Ready: replaced, expired,
+# replaced, forever. Karpenter has no floor (expireAfter: 720h by default); ours is the
+# shortest expiry that leaves a slow cloud time to boot a node and run a pod on it.
+MIN_EXPIRY_S = 10 * MINUTE
+# Drains and unreachable-node waits: at most a year (a timer, not a date, but a year is
+# already longer than anyone means).
+MAX_GRACE_S = YEAR
+# A budget's window after each schedule hit: cron fires at most once a minute (Karpenter
+# accepts only minutes and hours), and a window longer than a year never closes.
+MIN_BUDGET_WINDOW_S = MINUTE
+MAX_BUDGET_WINDOW_S = YEAR
+# How long a new VM may take to become a Ready node.
+MIN_REGISTRATION_TIMEOUT_S = 10
+MAX_REGISTRATION_TIMEOUT_S = DAY
+# "1h30m", "45s": at most 9 digits a unit, so no string reaches int() with thousands of digits.
+DURATION_PATTERN = (
+    r"^([0-9]{1,9}h([0-9]{1,9}m)?([0-9]{1,9}s)?|[0-9]{1,9}m([0-9]{1,9}s)?|[0-9]{1,9}s)$"
+)
+MAX_DURATION_LENGTH = 32
+
+# --- counts --------------------------------------------------------------------------------
+
+MAX_NODES = 10_000  # minNodes, maxNodes and a budget's node count
+MAX_WEIGHT = 100  # Karpenter's weights are 1..100; unset (0 here) is the lowest
+MAX_PODS_PER_NODE = 10_000
+MAX_BUDGETS = 50  # Karpenter's maxItems
+MAX_TAINTS = 64
+MAX_LABELS = 64
+MAX_SHORT_LIST = 16  # arch, allowedProviders, regions, ids
+MAX_OFFERINGS = 100
+# "3" (≤ MAX_NODES) or "20%" (≤ 100%): Karpenter's pattern with the count bounded.
+BUDGET_NODES_PATTERN = r"^(100%|[0-9]{1,2}%|10000|[0-9]{1,4})$"
+
+# --- quantities ----------------------------------------------------------------------------
+
+MAX_CPU_CORES = 1_000_000
+MAX_MEMORY_BYTES = 2**60  # 1Ei
+# Kubernetes' quantity grammar (k8s.io/apimachinery resource.Quantity), non-negative, with
+# the exponent at most 3 digits: "1e999999999999" is refused before any Decimal arithmetic.
+QUANTITY_PATTERN = (
+    r"^\+?([0-9]+(\.[0-9]*)?|\.[0-9]+)(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]|[eE][+-]?[0-9]{1,3})?$"
+)
+MAX_QUANTITY_LENGTH = 64
+
+# --- money ---------------------------------------------------------------------------------
+
+# The dearest VMs cost about €100/h; ten thousand is a typo's bound, not a price policy.
+MAX_PRICE_EUR_PER_HOUR = 10_000.0
+MAX_VCPU = float(MAX_CPU_CORES)
+MAX_MEMORY_GIB = float(2**30)  # 1Ei
+
+# --- names and text ------------------------------------------------------------------------
+
+MAX_TEXT_LENGTH = 253  # ids, regions, zones, names of things at a provider
+MAX_URL_LENGTH = 2048  # endpoints, image references
+# RFC 1123 subdomain (object names) and label (namespaces), as the API server checks them.
+DNS_SUBDOMAIN_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+DNS_LABEL_PATTERN = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
+MAX_NAME_LENGTH = 253
+MAX_NAMESPACE_LENGTH = 63
+# A claim is named `<pool>-<5 characters>` and that name is a node name and a label value
+# (63 characters at most), so a pool's name leaves room for the suffix.
+MAX_POOL_NAME_LENGTH = 57
+MAX_CLAIM_NAME_LENGTH = 63
+# Label values and the name part of label keys and taint keys (a qualified name).
+LABEL_VALUE_PATTERN = r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$"
+MAX_LABEL_VALUE_LENGTH = 63
+LABEL_KEY_PATTERN = (
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+    r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
+)
+MAX_LABEL_PREFIX_LENGTH = 253
+MAX_LABEL_KEY_LENGTH = MAX_LABEL_PREFIX_LENGTH + 1 + 63
+# A Secret's data key.
+SECRET_KEY_PATTERN = r"^[-._a-zA-Z0-9]+$"
+# MAJOR.MINOR.PATCH, with the "v" the bootstrap activity also accepts.
+KUBERNETES_VERSION_PATTERN = r"^v?[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}$"
+# Five cron fields (printable ASCII) or a macro, as Kubernetes CronJobs; croniter judges the
+# fields themselves.
+CRON_PATTERN = (
+    r"^(@(annually|yearly|monthly|weekly|daily|midnight|hourly)"
+    r"|[!-~]+ [!-~]+ [!-~]+ [!-~]+ [!-~]+)$"
+)
+MAX_CRON_LENGTH = 100
+MAX_INT64 = 2**63 - 1  # provider ids (Hetzner networks, firewalls, DigitalOcean keys)
+
+# What each pattern means, for error messages a user can act on (pydantic says "String should
+# match pattern '^...$'").
+PATTERN_MEANINGS: dict[str, str] = {
+    DURATION_PATTERN: "a duration like '30s', '10m' or '1h30m'",
+    BUDGET_NODES_PATTERN: f"a node count ('2', at most {MAX_NODES}) or a percentage ('20%')",
+    QUANTITY_PATTERN: "a Kubernetes quantity like '500m', '2' or '4Gi'",
+    DNS_SUBDOMAIN_PATTERN: "a lowercase DNS name (a-z, 0-9, '-', '.')",
+    DNS_LABEL_PATTERN: "a lowercase DNS label (a-z, 0-9, '-'; at most 63)",
+    LABEL_VALUE_PATTERN: "a label value (letters, digits, '-', '_', '.'; at most 63)",
+    LABEL_KEY_PATTERN: "a label key ('[prefix/]name', the name at most 63)",
+    SECRET_KEY_PATTERN: "a Secret key (letters, digits, '-', '_', '.')",
+    KUBERNETES_VERSION_PATTERN: "a Kubernetes version MAJOR.MINOR.PATCH such as '1.34.3'",
+    CRON_PATTERN: "a cron schedule: 5 fields ('0 2 * * *') or a macro ('@daily')",
+}
+
+# --- reusable field types ------------------------------------------------------------------
+
+# Numbers are strict: a manifest's "5" or 5.0 or true is refused where a count is meant, as
+# the API server refuses it against the CRD's `type: integer`.
+Seconds = Annotated[int, Field(strict=True, ge=0)]
+Count = Annotated[int, Field(strict=True, ge=0, le=MAX_NODES)]
+Text = Annotated[str, Field(max_length=MAX_TEXT_LENGTH)]
+Url = Annotated[str, Field(max_length=MAX_URL_LENGTH)]
+ObjectName = Annotated[
+    str, Field(min_length=1, max_length=MAX_NAME_LENGTH, pattern=DNS_SUBDOMAIN_PATTERN)
+]
+NamespaceName = Annotated[
+    str, Field(min_length=1, max_length=MAX_NAMESPACE_LENGTH, pattern=DNS_LABEL_PATTERN)
+]
+LabelValue = Annotated[str, Field(max_length=MAX_LABEL_VALUE_LENGTH, pattern=LABEL_VALUE_PATTERN)]
+LabelKey = Annotated[
+    str, Field(min_length=1, max_length=MAX_LABEL_KEY_LENGTH, pattern=LABEL_KEY_PATTERN)
+]
+Quantity = Annotated[
+    str, Field(min_length=1, max_length=MAX_QUANTITY_LENGTH, pattern=QUANTITY_PATTERN)
+]
+Duration = Annotated[
+    str, Field(min_length=2, max_length=MAX_DURATION_LENGTH, pattern=DURATION_PATTERN)
+]
+ProviderId = Annotated[int, Field(strict=True, ge=1, le=MAX_INT64)]
+Price = Annotated[float, Field(strict=True, allow_inf_nan=False, le=MAX_PRICE_EUR_PER_HOUR)]
+
+
+# --- the API server's copy of the cross-field rules ------------------------------------------
+
+
+def cel(rule: str, message: str, field_path: str | None = None) -> JsonDict:
+    """One `x-kubernetes-validations` rule: the API server's copy of a model validator.
+
+    `cloudburst crds` carries them into the CRDs; tests/unit/test_bounds.py evaluates each one
+    with a CEL interpreter against documents the model accepts and refuses.
+    """
+    rule_dict: JsonDict = {"rule": rule, "message": message}
+    if field_path:
+        rule_dict["fieldPath"] = field_path
+    return rule_dict
+
+
+def validations(*rules: JsonDict) -> JsonDict:
+    """A model's `json_schema_extra`: its CEL rules."""
+    listed: list[JsonValue] = [*rules]
+    return {"x-kubernetes-validations": listed}
