@@ -336,14 +336,20 @@ class KubeActivities:
         # The heartbeat thread reads the progress while this thread updates it.
         lock = threading.Lock()
         prior = activity.info().heartbeat_details
+        began = time.time()
         if prior and isinstance(prior[0], dict):
             evicted.update(prior[0].get("evicted", []))
             forced.update(prior[0].get("forced", []))
+            began = float(prior[0].get("began", began))
         left_alone = 0
         remaining = 0
         # Pods the PDB refused, by key: monotonic time of the next attempt.
         retry_at: dict[str, float] = {}
-        force_after = _aware(input.force_after)
+        force_after = (
+            datetime.fromtimestamp(began + input.grace_s, UTC)
+            if input.grace_s is not None
+            else _aware(input.force_after)
+        )
 
         def progress() -> dict[str, Any]:
             with lock:
@@ -351,6 +357,7 @@ class KubeActivities:
                     "evicted": sorted(evicted),
                     "forced": sorted(forced),
                     "remaining": remaining,
+                    "began": began,
                 }
 
         def result() -> DrainResult:

@@ -16,7 +16,7 @@ from kubernetes import client as k8s
 from kubernetes import watch as k8s_watch
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.testing import WorkflowEnvironment
+from temporalio.testing import TimeSkippingConfig, WorkflowEnvironment
 
 from api import search_attributes
 from cli.devstack import seed_sample_resources
@@ -34,6 +34,27 @@ async def temporal_env() -> AsyncIterator[WorkflowEnvironment]:
         search_attributes=list(search_attributes.ALL),
         data_converter=pydantic_data_converter,
         dev_server_log_level="error",
+    )
+    try:
+        yield env
+    finally:
+        await env.shutdown()
+
+
+@pytest_asyncio.fixture(scope="session", loop_scope="session")
+async def skipping_env() -> AsyncIterator[WorkflowEnvironment]:
+    """Its own server: virtual clocks are a server feature no other test should see."""
+    env = await WorkflowEnvironment.start_time_skipping_v2(
+        # Real time until the test fast-forwards: provisioning waits on a real kubelet.
+        ts_config=TimeSkippingConfig(enabled=False),
+        dev_server_existing_path=str(TEMPORAL_CLI),
+        search_attributes=list(search_attributes.ALL),
+        data_converter=pydantic_data_converter,
+        dev_server_log_level="error",
+        dev_server_extra_args=[
+            "--dynamic-config-value",
+            "frontend.WorkflowTimeSkippingEnabled=true",
+        ],
     )
     try:
         yield env

@@ -738,6 +738,7 @@ class NodeClaimWorkflow:
                 DrainInput(
                     node_name=self._name,
                     force_after=now + timedelta(seconds=grace),
+                    grace_s=grace,
                     poll_interval_s=self._input.timings.drain_poll_interval_s,
                     eviction_retry_s=self._input.timings.eviction_retry_s,
                     hold_do_not_disrupt=not (self._scale_down and self._scale_down.force),

@@ -8,18 +8,14 @@ Time-skipping V2 gives each workflow its own virtual clock: the claim provisions
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
 
-import pytest_asyncio
 from kubernetes import client as k8s
-from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.testing import TimeSkippingConfig, WorkflowEnvironment
+from temporalio.testing import WorkflowEnvironment
 
-from api import NodeClaimPhase, search_attributes
+from api import NodeClaimPhase
 from sim.cluster import SimulatedCluster
-from tests.conftest import TEMPORAL_CLI
 from tests.e2e.harness import (
     FAST,
     in_process_worker,
@@ -31,27 +27,6 @@ from tests.e2e.harness import (
 )
 
 SIX_HOURS = 6 * 3600
-
-
-@pytest_asyncio.fixture(loop_scope="session")
-async def skipping_env() -> AsyncIterator[WorkflowEnvironment]:
-    """Its own server: virtual clocks are a server feature no other test should see."""
-    env = await WorkflowEnvironment.start_time_skipping_v2(
-        # Real time until the test fast-forwards: provisioning waits on a real kubelet.
-        ts_config=TimeSkippingConfig(enabled=False),
-        dev_server_existing_path=str(TEMPORAL_CLI),
-        search_attributes=list(search_attributes.ALL),
-        data_converter=pydantic_data_converter,
-        dev_server_log_level="error",
-        dev_server_extra_args=[
-            "--dynamic-config-value",
-            "frontend.WorkflowTimeSkippingEnabled=true",
-        ],
-    )
-    try:
-        yield env
-    finally:
-        await env.shutdown()
 
 
 async def test_a_six_hour_ttl_expires_on_the_claims_clock(
