@@ -43,7 +43,9 @@ class MirrorActivities:
         current = self._read(namespace, name)
         if input.remove:
             if current is not None:
-                self._release(namespace, name, current)
+                self._release(namespace, name, current, delete=not input.keep)
+            if input.keep:
+                self._forget_older_failures(namespace, claim.spec.node_pool, name)
         else:
             if current is None:
                 current = self._create(input)
@@ -140,7 +142,7 @@ class MirrorActivities:
             "blockOwnerDeletion": True,
         }
 
-    def _release(self, namespace: str, name: str, current: dict[str, Any]) -> None:
+    def _release(self, namespace: str, name: str, current: dict[str, Any], *, delete: bool) -> None:
         finalizers = [
             f
             for f in current.get("metadata", {}).get("finalizers", [])
@@ -150,7 +152,27 @@ class MirrorActivities:
             self._custom.patch_namespaced_custom_object(
                 GROUP, VERSION, namespace, PLURAL, name, {"metadata": {"finalizers": finalizers}}
             )
-            self._custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+            if delete:
+                self._custom.delete_namespaced_custom_object(
+                    GROUP, VERSION, namespace, PLURAL, name
+                )
         except ApiException as err:
             if err.status != 404:
                 raise
+
+    def _forget_older_failures(self, namespace: str, pool: str, latest: str) -> None:
+        """One failed NodeClaim a pool: a pool failing for an hour shows its last failure,
+        not sixty."""
+        listing: dict[str, Any] = self._custom.list_namespaced_custom_object(  # type: ignore[assignment]
+            GROUP, VERSION, namespace, PLURAL, label_selector=f"{labels.NODEPOOL}={pool}"
+        )
+        for item in listing.get("items", []):
+            name = item["metadata"]["name"]
+            if name != latest and item.get("status", {}).get("phase") == "Failed":
+                try:
+                    self._custom.delete_namespaced_custom_object(
+                        GROUP, VERSION, namespace, PLURAL, name
+                    )
+                except ApiException as err:
+                    if err.status != 404:
+                        raise

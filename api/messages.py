@@ -199,3 +199,6 @@ class MirrorInput(BaseModel):
     events: list[KubeEvent] = []
     # The claim's life is over: drop the finalizer so the resource goes away.
     remove: bool = False
+    # With `remove`: drop the finalizer but leave the resource, Failed, for people to read;
+    # it replaces the pool's previous failed one (and goes with its pool).
+    keep: bool = False

@@ -808,7 +808,10 @@ class NodeClaimWorkflow:
                 if is_cancelled_exception(err):
                     raise
                 workflow.logger.warning("cleanup after failure: %s", _cause(err))
-        await self._publish(reason=failure.message, failure_reason=failure.reason, remove=True)
+        # The resource stays, Failed, for `kubectl get nodeclaims` to show why.
+        await self._publish(
+            reason=failure.message, failure_reason=failure.reason, remove=True, keep=True
+        )
         raise ApplicationError(failure.message, type=failure.reason.value, non_retryable=True)
 
     # --- helpers -------------------------------------------------------------------------
@@ -822,6 +825,7 @@ class NodeClaimWorkflow:
         events: list[KubeEvent] | None = None,
         remove: bool = False,
         failure_reason: FailureReason | None = None,
+        keep: bool = False,
     ) -> None:
         """Show the change: to the pool that started the claim, on the NodeClaim resource."""
         pool_id = self._input.pool_workflow_id
@@ -845,7 +849,7 @@ class NodeClaimWorkflow:
         try:
             await workflow.execute_activity(
                 "sync_nodeclaim",
-                MirrorInput(claim=claim, events=events or [], remove=remove),
+                MirrorInput(claim=claim, events=events or [], remove=remove, keep=keep),
                 start_to_close_timeout=KUBE_CALL,
                 heartbeat_timeout=HEARTBEAT,
                 retry_policy=_MIRROR_RETRY,

@@ -1,0 +1,187 @@
+"""A claim that fails ends visibly, and its pool carries on.
+
+The seed's disaster-recovery manifests with a missing `tailscale-auth` Secret used to leave a
+NodeClaim "Provisioning" for good, with no condition and no Event; the pool counted it as a
+node for 27 minutes, even after `kubectl delete nodeclaim`, its pod was never planned again,
+and the workflow failed with a *different* Secret's name (its cleanup step's error).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest_asyncio
+from kubernetes import client as k8s
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError
+
+from api import NodeClaimPhase
+from api import search_attributes as sa
+from api.pool import PoolStatus, pool_workflow_id
+from sim.cluster import SimulatedCluster
+from tests.e2e.harness import (
+    CLUSTER_ID,
+    Stack,
+    eventually,
+    in_process_worker,
+    in_thread,
+    make_pool,
+    new_task_queue,
+    pool_pod,
+    running_trigger,
+    running_watcher,
+)
+from worker.settings import Settings
+from workflows.nodepool import NodePoolWorkflow
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def stack(
+    temporal_client: Client, kube: k8s.ApiClient, sim_cluster: SimulatedCluster, kubeconfig: Path
+) -> AsyncIterator[Stack]:
+    queue = new_task_queue()
+    settings = Settings(kubeconfig=kubeconfig, task_queue=queue, cluster_id=CLUSTER_ID)
+    stack = Stack(temporal_client, kube, sim_cluster, queue, settings)
+    async with (
+        in_process_worker(stack),
+        running_watcher(temporal_client, kube),
+        running_trigger(stack),
+    ):
+        yield stack
+
+
+def a_class_without_its_secrets(kube: k8s.ApiClient, name: str) -> None:
+    """The sample NodeClass plus, as in the seed's DR manifests on a fresh cluster, a Hetzner
+    block and a Tailscale key whose Secrets do not exist."""
+    custom = k8s.CustomObjectsApi(kube)
+    sample = custom.get_namespaced_custom_object(
+        "cloudburst.io", "v1alpha1", "default", "nodeclasses", "sample"
+    )
+    spec = copy.deepcopy(sample["spec"])
+    spec["tailscale"] = {"authKeySecretRef": {"name": "tailscale-auth", "key": "authkey"}}
+    spec["hetzner"] = {
+        "location": "fsn1",
+        "apiTokenSecretRef": {"name": "hetzner-api-token", "key": "HETZNER_API_TOKEN"},
+    }
+    body = {
+        "apiVersion": "cloudburst.io/v1alpha1",
+        "kind": "NodeClass",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": spec,
+    }
+    custom.create_namespaced_custom_object(
+        "cloudburst.io", "v1alpha1", "default", "nodeclasses", body
+    )
+    return sample["spec"]
+
+
+async def patch(stack: Stack, plural: str, name: str, body: dict[str, Any]) -> None:
+    await in_thread(
+        stack.custom.patch_namespaced_custom_object,
+        "cloudburst.io",
+        "v1alpha1",
+        "default",
+        plural,
+        name,
+        body,
+    )
+
+
+async def pool_status(stack: Stack, name: str) -> PoolStatus:
+    handle = stack.temporal.get_workflow_handle_for(
+        NodePoolWorkflow.run, pool_workflow_id("default", name)
+    )
+    return await handle.query(NodePoolWorkflow.status)
+
+
+async def nodeclaims(stack: Stack, pool: str) -> list[dict[str, Any]]:
+    listing = await in_thread(
+        stack.custom.list_namespaced_custom_object,
+        "cloudburst.io",
+        "v1alpha1",
+        "default",
+        "nodeclaims",
+        label_selector=f"cloudburst.io/nodepool={pool}",
+    )
+    return list(listing["items"])
+
+
+async def events_about(stack: Stack, name: str) -> list[k8s.CoreV1Event]:
+    listing = await in_thread(
+        stack.core.list_namespaced_event, "default", field_selector=f"involvedObject.name={name}"
+    )
+    return list(listing.items)
+
+
+async def test_a_claim_failing_on_a_missing_secret_ends_visibly_and_the_pool_carries_on(
+    stack: Stack,
+) -> None:
+    a_class_without_its_secrets(stack.kube, "wedged")
+    make_pool(stack.kube, "wedge")
+    await patch(
+        stack,
+        "nodepools",
+        "wedge",
+        {"spec": {"nodeClassRef": "wedged", "requirements": {"allowedProviders": ["hetzner"]}}},
+    )
+    await in_thread(stack.core.create_namespaced_pod, "default", pool_pod("wedge-0", "wedge"))
+
+    # The NodeClaim says it failed, and why: the first cause, the Tailscale key's Secret.
+    [claim] = await eventually(
+        lambda: nodeclaims(stack, "wedge"),
+        lambda found: len(found) == 1 and found[0].get("status", {}).get("phase") == "Failed",
+    )
+    name = claim["metadata"]["name"]
+    ready = next(c for c in claim["status"]["conditions"] if c["type"] == "Ready")
+    assert ready["status"] == "False" and ready["reason"] == "InvalidConfiguration", ready
+    assert "tailscale-auth" in ready["message"], ready
+    warnings = await eventually(
+        lambda: events_about(stack, name), lambda found: any(e.type == "Warning" for e in found)
+    )
+    assert any("tailscale-auth" in (e.message or "") for e in warnings), warnings
+
+    # Its workflow failed with that same cause, not a cleanup step's error; the Web UI and
+    # `claims list` see the phase Failed.
+    handle = stack.temporal.get_workflow_handle(f"nodeclaim-{name}")
+    try:
+        await asyncio.wait_for(handle.result(), timeout=60)
+        raise AssertionError("the claim's workflow did not fail")
+    except WorkflowFailureError as err:
+        assert "tailscale-auth" in str(err.cause), err.cause
+    described = await handle.describe()
+    assert described.status == WorkflowExecutionStatus.FAILED
+    assert described.typed_search_attributes.get(sa.PHASE) == NodeClaimPhase.FAILED.value
+
+    # The pool forgot it, holds new claims back on the configuration error, and the pod
+    # is told why it waits.
+    status = await eventually(
+        lambda: pool_status(stack, "wedge"), lambda s: not s.claims and bool(s.config_error)
+    )
+    assert "tailscale-auth" in status.config_error
+    told = await eventually(
+        lambda: events_about(stack, "wedge-0"),
+        lambda found: any("tailscale-auth" in (e.message or "") for e in found),
+    )
+    assert any(e.type == "Warning" for e in told)
+    # Its NodeClaim stays, Failed, without a finalizer (`kubectl delete` takes it at once);
+    # a later failure of the pool would replace it.
+    [kept] = [c for c in await nodeclaims(stack, "wedge") if c["status"]["phase"] == "Failed"]
+    assert not kept["metadata"].get("finalizers"), kept["metadata"]
+
+    # The operator fixes the NodeClass (and, having no Hetzner account, the pool): the pod
+    # is planned again at once, and runs.
+    await patch(stack, "nodeclasses", "wedged", {"spec": {"tailscale": None}})
+    await patch(
+        stack, "nodepools", "wedge", {"spec": {"requirements": {"allowedProviders": ["fake"]}}}
+    )
+    await eventually(
+        lambda: in_thread(stack.core.read_namespaced_pod, "wedge-0", "default"),
+        lambda pod: pod.status.phase == "Running",
+        timeout_s=90,
+    )
+    status = await pool_status(stack, "wedge")
+    assert len(status.claims) == 1 and not status.config_error
+    await in_thread(stack.core.delete_namespaced_pod, "wedge-0", "default")
