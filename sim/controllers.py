@@ -32,6 +32,7 @@ class Controllers:
         self.poll_s = poll_s
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._failing: dict[str, Any] = {}  # deployments logged as failing -> resourceVersion
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="controllers", daemon=True)
@@ -52,7 +53,16 @@ class Controllers:
         self._collect_orphans(items, nodes)
         deployments = _json(self.apps.list_deployment_for_all_namespaces(_preload_content=False))
         for deployment in deployments["items"]:
-            self._reconcile_deployment(deployment, items)
+            try:
+                self._reconcile_deployment(deployment, items)
+            except (ApiException, ValueError, TypeError, KeyError, AttributeError) as exc:
+                # One Deployment we cannot act on (a template the API server refuses, a
+                # field of the wrong type) must not stop the others, nor pod GC.
+                meta = deployment.get("metadata") or {}
+                key = f"{meta.get('namespace')}/{meta.get('name')}"
+                if self._failing.get(key) != meta.get("resourceVersion"):  # once a version
+                    self._failing[key] = meta.get("resourceVersion")
+                    log.warning("deployment %s not reconciled: %s", key, _short(exc))
         self._collect_deleted_deployments(
             items, {d["metadata"]["uid"] for d in deployments["items"]}
         )
@@ -149,6 +159,15 @@ class Controllers:
         except ApiException as err:
             if err.status != 404:
                 raise
+
+
+def _short(exc: Exception) -> str:
+    if isinstance(exc, ApiException):
+        try:
+            return f"{exc.status} {json.loads(exc.body or '{}').get('message', exc.reason)}"
+        except ValueError:
+            return f"{exc.status} {exc.reason}"
+    return f"{type(exc).__name__}: {exc}"
 
 
 def _json(response: Any) -> dict[str, Any]:

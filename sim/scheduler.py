@@ -8,6 +8,11 @@ that runs are deterministic. A pod that fits nowhere gets `PodScheduled=False,
 reason=Unschedulable` with kube-scheduler's "0/N nodes are available: ..." message: that
 condition is what Cloudburst's trigger reacts to, so it is patched only when it changes.
 
+One object it cannot read (a quantity that does not parse, a field of the wrong type: objects
+stored before the API server validated them) never stops a pass: such a pod is skipped and
+reported once with a `FailedScheduling` Warning Event, such a node takes no pods, and both
+are logged once per version of the object.
+
 Objects are handled as raw JSON dicts (`_preload_content=False`): deserialising into the
 client's models would cost far more than the scheduling itself.
 """
@@ -29,7 +34,7 @@ from typing import Any
 from kubernetes import client
 from kubernetes.watch.watch import iter_resp_lines
 
-from api.quantity import cpu_millis, memory_bytes
+from api.quantity import cpu_millis, memory_bytes, parse_quantity
 
 log = logging.getLogger(__name__)
 
@@ -232,12 +237,13 @@ def pod_requests(pod: Obj) -> Requests:
 
 
 def node_allocatable(node: Obj) -> Requests:
+    """What a node offers; raises ValueError (or TypeError) when a quantity cannot be read."""
     status = node.get("status") or {}
     alloc = status.get("allocatable") or status.get("capacity") or {}
     return Requests(
         cpu_millis(alloc.get("cpu", 0)),
         memory_bytes(alloc.get("memory", 0)),
-        int(alloc.get("pods", 110)),
+        int(parse_quantity(alloc.get("pods", 110))),  # a quantity too ("110", "1k")
     )
 
 
@@ -401,6 +407,16 @@ def is_pending_unbound(pod: Obj) -> bool:
     )
 
 
+def _order(pod: Obj) -> tuple[int, str, str]:
+    """Scheduling order: priority (highest first), then age, then name."""
+    md = pod.get("metadata") or {}
+    try:
+        priority = int((pod.get("spec") or {}).get("priority") or 0)
+    except (TypeError, ValueError):
+        priority = 0
+    return (-priority, str(md.get("creationTimestamp") or ""), pod_key(pod))
+
+
 # ---- the scheduler -------------------------------------------------------------------------
 
 
@@ -418,6 +434,10 @@ class Scheduler:
         self._assumed: dict[str, tuple[str, float]] = {}
         # The Unschedulable message last written per pod, so that we patch on change only.
         self._reported: dict[str, str] = {}
+        # Pods and nodes that cannot be read -> the resourceVersion already reported.
+        self._unreadable: dict[str, str] = {}  # pending pods, reported with an Event
+        self._uncounted: dict[str, str] = {}  # bound pods whose requests count as none
+        self._unreadable_nodes: dict[str, str] = {}
         self._thread: threading.Thread | None = None
         self.bindings = 0  # for tests and the demo
 
@@ -453,9 +473,14 @@ class Scheduler:
         """One pass over every pending pod. Returns how many were bound."""
         now = time.monotonic()
         infos: dict[str, NodeInfo] = {}
-        for node in self.nodes.items():
-            name = (node.get("metadata") or {}).get("name", "")
-            infos[name] = NodeInfo(node, name, node_allocatable(node))
+        nodes = self.nodes.items()
+        for node in nodes:
+            info = self._node_info(node)
+            if info is not None:
+                infos[info.name] = info
+        names = {(n.get("metadata") or {}).get("name", "") for n in nodes}
+        for gone in [n for n in self._unreadable_nodes if n not in names]:
+            del self._unreadable_nodes[gone]
         pending: list[Obj] = []
         for pod in self.pods.items():
             key = pod_key(pod)
@@ -470,44 +495,80 @@ class Scheduler:
             if node_name:
                 if (pod.get("status") or {}).get("phase") not in _TERMINAL and node_name in infos:
                     info = infos[node_name]
-                    info.used = info.used + pod_requests(pod)
+                    info.used = info.used + self._bound_requests(pod)
                 continue
             if is_pending_unbound(pod):
                 pending.append(pod)
         live = {pod_key(p) for p in pending}
         for key in [k for k in self._reported if k not in live]:
             del self._reported[key]
-
-        def order(pod: Obj) -> tuple[int, str, str]:
-            md = pod.get("metadata") or {}
-            priority = int((pod.get("spec") or {}).get("priority") or 0)
-            return (-priority, str(md.get("creationTimestamp") or ""), pod_key(pod))
+        for key in [k for k in self._unreadable if k not in live]:
+            del self._unreadable[key]
+        present = {pod_key(p) for p in self.pods.items()}
+        for key in [k for k in self._uncounted if k not in present]:
+            del self._uncounted[key]
 
         bound = 0
         ordered = sorted(infos.values(), key=lambda i: i.name)
-        for pod in sorted(pending, key=order):
+        for pod in sorted(pending, key=_order):
             # Each pod sees the nodes as they are now (the real scheduler snapshots its cache
             # per cycle): a node cordoned or deleted during a long pass takes no more pods.
             ordered = self._refreshed(ordered)
-            req = pod_requests(pod)
-            best: NodeInfo | None = None
-            best_score = -1.0
-            reasons: Counter[str] = Counter()
-            for info in ordered:
-                why = fit_reasons(pod, info, req)
-                if why:
-                    reasons.update(why)
-                    continue
-                score = info.score(req)
-                if score > best_score:
-                    best, best_score = info, score
-            if best is not None:
-                if self._bind(pod, best.name):
-                    best.used = best.used + req
-                    bound += 1
-            else:
-                self._report_unschedulable(pod, unschedulable_message(len(ordered), reasons))
+            try:
+                bound += self._schedule_one(pod, ordered)
+            except Exception as exc:
+                # Whatever in this one pod we cannot read: skip it, never the pass.
+                self._report_unreadable(pod, str(exc) or type(exc).__name__)
         return bound
+
+    def _schedule_one(self, pod: Obj, ordered: list[NodeInfo]) -> int:
+        req = pod_requests(pod)
+        best: NodeInfo | None = None
+        best_score = -1.0
+        reasons: Counter[str] = Counter()
+        for info in ordered:
+            why = fit_reasons(pod, info, req)
+            if why:
+                reasons.update(why)
+                continue
+            score = info.score(req)
+            if score > best_score:
+                best, best_score = info, score
+        if best is None:
+            self._report_unschedulable(pod, unschedulable_message(len(ordered), reasons))
+            return 0
+        if self._bind(pod, best.name):
+            best.used = best.used + req
+            return 1
+        return 0
+
+    def _node_info(self, node: Obj, known: NodeInfo | None = None) -> NodeInfo | None:
+        """The node as the scheduler sees it, or None (logged once) when it cannot be read."""
+        md = node.get("metadata") or {}
+        name = str(md.get("name", ""))
+        if known is not None:
+            known.node = node
+            return known
+        try:
+            return NodeInfo(node, name, node_allocatable(node))
+        except (ValueError, TypeError, AttributeError, ArithmeticError) as exc:
+            version = str(md.get("resourceVersion", ""))
+            if self._unreadable_nodes.get(name) != version:
+                self._unreadable_nodes[name] = version
+                log.warning("node %s takes no pods: its allocatable cannot be read: %s", name, exc)
+            return None
+
+    def _bound_requests(self, pod: Obj) -> Requests:
+        """A bound pod's requests; one that cannot be read counts for nothing (logged once)."""
+        try:
+            return pod_requests(pod)
+        except (ValueError, TypeError, AttributeError, ArithmeticError) as exc:
+            key = pod_key(pod)
+            version = str((pod.get("metadata") or {}).get("resourceVersion", ""))
+            if self._uncounted.get(key) != version:
+                self._uncounted[key] = version
+                log.warning("%s: requests cannot be read, counted as none: %s", key, exc)
+            return Requests()
 
     def _refreshed(self, infos: list[NodeInfo]) -> list[NodeInfo]:
         """The nodes in the cache now: known ones keep what this pass placed on them."""
@@ -515,10 +576,48 @@ class Scheduler:
         fresh = []
         for node in self.nodes.items():
             name = (node.get("metadata") or {}).get("name", "")
-            info = known.get(name) or NodeInfo(node, name, node_allocatable(node))
-            info.node = node
-            fresh.append(info)
+            info = self._node_info(node, known.get(name))
+            if info is not None:
+                fresh.append(info)
         return sorted(fresh, key=lambda i: i.name)
+
+    def _report_unreadable(self, pod: Obj, problem: str) -> None:
+        """A Warning Event `FailedScheduling` on the pod, once per version of it."""
+        key = pod_key(pod)
+        md = pod.get("metadata") or {}
+        version = str(md.get("resourceVersion", ""))
+        if self._unreadable.get(key) == version:
+            return
+        self._unreadable[key] = version
+        message = f"the pod cannot be scheduled: its spec cannot be read: {problem}"
+        log.warning("%s: %s", key, message)
+        now = now_rfc3339()
+        name, namespace = str(md.get("name", "")), str(md.get("namespace", ""))
+        event = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"generateName": f"{name}.", "namespace": namespace},
+            "involvedObject": {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "name": name,
+                "namespace": namespace,
+                "uid": md.get("uid"),
+                "resourceVersion": version,
+            },
+            "reason": "FailedScheduling",
+            "message": message,
+            "type": "Warning",
+            "source": {"component": DEFAULT_SCHEDULER},
+            "reportingComponent": DEFAULT_SCHEDULER,
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        }
+        try:
+            call(self.core.create_namespaced_event, namespace, event)
+        except client.ApiException as exc:
+            log.debug("event for %s: %s %s", key, exc.status, exc.reason)
 
     def _bind(self, pod: Obj, node: str) -> bool:
         md = pod.get("metadata") or {}

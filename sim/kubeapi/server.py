@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
 
-from sim.kubeapi import errors, policy, resources
+from sim.kubeapi import errors, openapi, policy, resources
+from sim.kubeapi.admission import WriteOptions
 from sim.kubeapi.errors import ApiError, status_body
 from sim.kubeapi.pki import client_kubeconfig, cluster_info_kubeconfig, make_ca_pem
 from sim.kubeapi.resources import CONFIGMAPS, NAMESPACES, PDBS, PODS, ResourceType
@@ -346,6 +347,12 @@ class _Handler(BaseHTTPRequestHandler):
         if parts == ["version"]:
             self._send(200, VERSION)
             return
+        if parts[0] == "openapi":
+            if method != "GET":
+                raise ApiError(405, "MethodNotAllowed", f"{method} is not allowed here")
+            schemas = self.server.emulator.store.admission.crds
+            self._send(200, openapi.document(parts[1:], schemas, VERSION["gitVersion"]))
+            return
         if parts[0] not in ("api", "apis"):
             raise _not_found_path()
         route = _route(parts)
@@ -385,6 +392,7 @@ class _Handler(BaseHTTPRequestHandler):
             items, rv = store.list_objects(rt, r.namespace, labels, fields)
             self._send(200, _list_body(rt, [_present(store, rt, o) for o in items], rv))
             return
+        opts = WriteOptions(field_validation=query.get("fieldValidation") or "Warn")
         if method == "POST":
             body = _json(raw)
             if r.subresource == "bindings":  # POST namespaces/{ns}/bindings, pod named in body
@@ -397,17 +405,19 @@ class _Handler(BaseHTTPRequestHandler):
             elif r.name:
                 raise ApiError(405, "MethodNotAllowed", "POST is not allowed on a named object")
             else:
-                self._send(201, _present(store, rt, store.create(rt, ns, body)))
+                obj = store.create(rt, ns, body, opts)
+                self._send(201, _present(store, rt, obj), opts.warnings)
             return
         if not r.name and method != "DELETE":
             raise ApiError(405, "MethodNotAllowed", f"{method} needs an object name")
         if method == "PUT":
-            obj = store.replace(rt, ns, r.name, _json(raw), r.subresource)
-            self._send(200, _present(store, rt, obj))
+            obj = store.replace(rt, ns, r.name, _json(raw), r.subresource, opts)
+            self._send(200, _present(store, rt, obj), opts.warnings)
         elif method == "PATCH":
             content_type = self.headers.get("Content-Type") or ""
-            obj = store.patch(rt, ns, r.name, content_type, _json(raw, dict | list), r.subresource)
-            self._send(200, _present(store, rt, obj))
+            patch = _json(raw, dict | list)
+            obj = store.patch(rt, ns, r.name, content_type, patch, r.subresource, opts)
+            self._send(200, _present(store, rt, obj), opts.warnings)
         elif method == "DELETE":
             self._delete(store, r, query, raw)
         else:
@@ -435,9 +445,12 @@ class _Handler(BaseHTTPRequestHandler):
 
     # ---- output ------------------------------------------------------------------------
 
-    def _send(self, code: int, body: Obj) -> None:
+    def _send(self, code: int, body: Obj, warnings: list[str] | None = None) -> None:
         data = json.dumps(body, separators=(",", ":")).encode()
         self.send_response_only(code)
+        for warning in warnings or ():
+            # RFC 7234 warn-code 299, agent "-", as the API server sends them.
+            self.send_header("Warning", f"299 - {json.dumps(warning)}")
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()

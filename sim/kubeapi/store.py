@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sim.kubeapi import errors
+from sim.kubeapi.admission import Admission, WriteOptions
 from sim.kubeapi.errors import ApiError
 from sim.kubeapi.patch import STRATEGIC_PATCH, apply_patch
 from sim.kubeapi.resources import NAMESPACES, REGISTRY, ResourceType
@@ -87,9 +88,19 @@ class Watcher:
 
 
 class Store:
-    """Thread-safe object store. One re-entrant lock guards everything."""
+    """Thread-safe object store. One re-entrant lock guards everything.
 
-    def __init__(self, log_size: int = DEFAULT_LOG_SIZE, watch_queue: int = DEFAULT_WATCH_QUEUE):
+    Writes given `WriteOptions` (the HTTP API's) go through `admission` as a real server's do;
+    writes without them (the store's own, and tests planting objects) are stored as they are.
+    """
+
+    def __init__(
+        self,
+        log_size: int = DEFAULT_LOG_SIZE,
+        watch_queue: int = DEFAULT_WATCH_QUEUE,
+        admission: Admission | None = None,
+    ):
+        self.admission = admission or Admission()
         self.lock = threading.RLock()
         self._rv = 0
         # resource key -> namespace ("" when cluster-scoped) -> name -> object
@@ -136,8 +147,12 @@ class Store:
 
     # ---- writes ------------------------------------------------------------------------
 
-    def create(self, rt: ResourceType, namespace: str, body: Obj) -> Obj:
+    def create(
+        self, rt: ResourceType, namespace: str, body: Obj, opts: WriteOptions | None = None
+    ) -> Obj:
         """Store a new object; `body` is owned by the store from here on."""
+        if opts is not None:
+            self.admission.decode(rt, body, opts)
         md = body.get("metadata")
         if not isinstance(md, dict):
             md = body["metadata"] = {}
@@ -159,16 +174,18 @@ class Store:
                 name = self._generate_name(pool, str(md["generateName"]))
             self._validate_name(rt, name)
             assert isinstance(name, str)
-            if name in pool:
-                raise errors.already_exists(rt, name)
             md["name"] = name
-            md["uid"] = str(uuid.uuid4())
-            md["creationTimestamp"] = now_rfc3339()
-            md["generation"] = 1
             for managed in ("deletionTimestamp", "deletionGracePeriodSeconds", "managedFields"):
                 md.pop(managed, None)
             if rt.custom:
                 body.pop("status", None)  # a CR's status is written through /status only
+            if opts is not None:
+                self.admission.validate(rt, name, body, None)
+            if name in pool:
+                raise errors.already_exists(rt, name)
+            md["uid"] = str(uuid.uuid4())
+            md["creationTimestamp"] = now_rfc3339()
+            md["generation"] = 1
             _defaults(rt, body)
             self._commit(rt, namespace, name, body, None)
             return body
@@ -181,12 +198,13 @@ class Store:
         change: Callable[[Obj], Obj],
         subresource: str = "",
         expect_rv: str | None = None,
+        opts: WriteOptions | None = None,
     ) -> Obj:
         """Read-modify-write: `change(current)` returns the candidate; the server fixes it up.
 
         Server-owned metadata is kept; `/status` keeps all but `.status`; a CR main-resource
         write keeps `.status`. An update that leaves a deleting object without finalizers
-        removes it.
+        removes it. With `opts`, the result is validated against the old object.
         """
         with self.lock:
             old = self.get(rt, namespace, name)
@@ -202,6 +220,8 @@ class Store:
                 new = dict(old) | {"status": new.get("status")}
                 if new["status"] is None:
                     del new["status"]
+                if opts is not None:
+                    self.admission.validate(rt, name, new, old)
                 return self._commit(rt, namespace, name, new, old)
             new = dict(new)
             new["kind"], new["apiVersion"] = rt.kind, rt.api_version
@@ -233,13 +253,23 @@ class Store:
                 md["generation"] = int(old_md.get("generation") or 1) + 1
             new["metadata"] = md
             _fold_string_data(rt, new)
+            if opts is not None:
+                self.admission.validate(rt, name, new, old)
             if "deletionTimestamp" in md and not md.get("finalizers"):
                 return self._remove(rt, namespace, name, new)
             return self._commit(rt, namespace, name, new, old)
 
     def replace(
-        self, rt: ResourceType, namespace: str, name: str, body: Obj, subresource: str = ""
+        self,
+        rt: ResourceType,
+        namespace: str,
+        name: str,
+        body: Obj,
+        subresource: str = "",
+        opts: WriteOptions | None = None,
     ) -> Obj:
+        if opts is not None:
+            self.admission.decode(rt, body, opts)
         md = meta(body)
         if md.get("name") != name:
             raise errors.invalid(
@@ -254,7 +284,7 @@ class Store:
             )
         rv = md.get("resourceVersion")
         return self.update(
-            rt, namespace, name, lambda _old: body, subresource, str(rv) if rv else None
+            rt, namespace, name, lambda _old: body, subresource, str(rv) if rv else None, opts
         )
 
     def patch(
@@ -265,6 +295,7 @@ class Store:
         content_type: str,
         patch: Any,
         subresource: str = "",
+        opts: WriteOptions | None = None,
     ) -> Obj:
         if rt.custom and content_type.split(";")[0].strip() == STRATEGIC_PATCH:
             # What a real API server answers for custom resources.
@@ -274,13 +305,21 @@ class Store:
                 "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml",
             )
         expect = meta(patch).get("resourceVersion") if isinstance(patch, dict) else None
+
+        def patched(old: Obj) -> Obj:
+            result = apply_patch(content_type, old, patch)
+            if opts is None:
+                return result
+            return self.admission.decode_patched(rt, result, opts, content_type, patch)
+
         return self.update(
             rt,
             namespace,
             name,
-            lambda old: apply_patch(content_type, old, patch),
+            patched,
             subresource,
             str(expect) if expect else None,
+            opts,
         )
 
     def delete(

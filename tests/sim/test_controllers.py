@@ -9,16 +9,18 @@ from kubernetes import client
 
 from sim.controllers import Controllers
 from sim.kubeapi import KubeApiServer
+from sim.kubeapi.resources import REGISTRY
 
 
 @pytest.fixture
-def api() -> Iterator[client.ApiClient]:
-    server = KubeApiServer(port=0)
-    server.start()
-    try:
-        yield server.api_client()
-    finally:
-        server.stop()
+def server() -> Iterator[KubeApiServer]:
+    with KubeApiServer(port=0) as srv:
+        yield srv
+
+
+@pytest.fixture
+def api(server: KubeApiServer) -> client.ApiClient:
+    return server.api_client()
 
 
 def deployment(name: str, replicas: int) -> client.V1Deployment:
@@ -71,3 +73,19 @@ def test_pods_of_a_deleted_node_are_collected(api: client.ApiClient) -> None:
     Controllers(api).tick()
     names = {p.metadata.name for p in core.list_namespaced_pod("default").items}
     assert names == {"on-n1"}
+
+
+def test_a_deployment_whose_pods_are_refused_does_not_stop_the_others(
+    server: KubeApiServer, api: client.ApiClient
+) -> None:
+    """A Deployment stored before the API server validated pod templates (planted)."""
+    core, apps = client.CoreV1Api(api), client.AppsV1Api(api)
+    broken = api.sanitize_for_serialization(deployment("a-broken", 1))
+    broken["spec"]["template"]["spec"]["containers"][0]["resources"] = {
+        "requests": {"cpu": "1.5.3Gi"}
+    }
+    server.store.create(REGISTRY[("apps", "v1", "deployments")], "default", broken)
+    apps.create_namespaced_deployment("default", deployment("web", 2))
+    Controllers(api).tick()  # the broken one's pod create answers 400: no exception here
+    assert len(pods_of(core, "web")) == 2
+    assert pods_of(core, "a-broken") == []

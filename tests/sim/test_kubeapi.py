@@ -386,18 +386,25 @@ def test_pod_finalizers_merge_as_a_set(core: Any, ns: str) -> None:
 # ---- custom resources ----------------------------------------------------------------------
 
 
+CLAIM_SPEC = {
+    "nodePool": "p",
+    "nodeClass": "aws",
+    "offerings": [{"provider": "aws", "region": "eu-west-1", "instanceType": "t3.small"}],
+}
+
+
 def test_custom_resource_lifecycle(custom: Any, ns: str) -> None:
     args = (GROUP, VERSION, ns, "nodeclaims")
     body = {
         "apiVersion": f"{GROUP}/{VERSION}",
         "kind": "NodeClaim",
         "metadata": {"name": "claim", "labels": {"pool": "p"}, "finalizers": ["cloudburst.io/vm"]},
-        "spec": {"offering": "aws/t3"},
+        "spec": CLAIM_SPEC,
         "status": {"phase": "Ignored"},
     }
     created = custom.create_namespaced_custom_object(*args, body)
     assert created["metadata"]["uid"] and "status" not in created  # status goes through /status
-    assert custom.get_namespaced_custom_object(*args, "claim")["spec"] == {"offering": "aws/t3"}
+    assert custom.get_namespaced_custom_object(*args, "claim")["spec"] == CLAIM_SPEC
     listed = custom.list_namespaced_custom_object(*args, label_selector="pool=p")
     assert [o["metadata"]["name"] for o in listed["items"]] == ["claim"]
     assert listed["items"][0]["kind"] == "NodeClaim"
@@ -405,23 +412,30 @@ def test_custom_resource_lifecycle(custom: Any, ns: str) -> None:
     assert "claim" in [o["metadata"]["name"] for o in everywhere["items"]]
 
     st = custom.patch_namespaced_custom_object_status(
-        *args, "claim", {"status": {"phase": "Ready"}, "spec": {"offering": "changed"}}
+        *args, "claim", {"status": {"phase": "Ready"}, "spec": {"nodeClass": "changed"}}
     )
-    assert st["status"] == {"phase": "Ready"} and st["spec"] == {"offering": "aws/t3"}
+    assert st["status"] == {"phase": "Ready"} and st["spec"] == CLAIM_SPEC
     assert st["metadata"]["generation"] == 1
     patched = custom.patch_namespaced_custom_object(
-        *args, "claim", {"spec": {"offering": "gcp/e2"}, "status": {"phase": "Hacked"}}
+        *args, "claim", {"spec": {"nodeClass": "gcp"}, "status": {"phase": "Hacked"}}
     )
-    assert patched["spec"] == {"offering": "gcp/e2"} and patched["status"] == {"phase": "Ready"}
+    assert patched["spec"] == CLAIM_SPEC | {"nodeClass": "gcp"}
+    assert patched["status"] == {"phase": "Ready"}
     assert patched["metadata"]["generation"] == 2
 
+    specs = {"NodePool": {}, "NodeClass": {"fake": {}, "join": {"hostApiServer": "https://k"}}}
     for plural, kind in (("nodepools", "NodePool"), ("nodeclasses", "NodeClass")):
         obj = custom.create_namespaced_custom_object(
             GROUP,
             VERSION,
             ns,
             plural,
-            {"apiVersion": f"{GROUP}/{VERSION}", "kind": kind, "metadata": {"name": "x"}},
+            {
+                "apiVersion": f"{GROUP}/{VERSION}",
+                "kind": kind,
+                "metadata": {"name": "x"},
+                "spec": specs[kind],
+            },
         )
         assert obj["kind"] == kind and obj["metadata"]["namespace"] == ns
 
@@ -442,14 +456,14 @@ def test_custom_resource_replace_and_status_put(custom: Any, ns: str) -> None:
             "apiVersion": f"{GROUP}/{VERSION}",
             "kind": "NodePool",
             "metadata": {"name": "p"},
-            "spec": {"w": 1},
+            "spec": {"weight": 1},
         },
     )
     obj["status"] = {"nodes": 3}
     obj = custom.replace_namespaced_custom_object_status(*args, "p", obj)
     assert obj["status"] == {"nodes": 3}
-    stale = dict(obj, spec={"w": 2})
-    custom.replace_namespaced_custom_object(*args, "p", dict(obj, spec={"w": 3}))
+    stale = dict(obj, spec={"weight": 2})
+    custom.replace_namespaced_custom_object(*args, "p", dict(obj, spec={"weight": 3}))
     with pytest.raises(ApiException) as exc:
         custom.replace_namespaced_custom_object(*args, "p", stale)
     assert exc.value.status == 409
@@ -528,7 +542,13 @@ def test_watch_selector_transitions_and_timeout(core: Any, ns: str) -> None:
 def test_watch_custom_objects(custom: Any, ns: str) -> None:
     args = (GROUP, VERSION, ns, "nodeclaims")
     custom.create_namespaced_custom_object(
-        *args, {"apiVersion": f"{GROUP}/{VERSION}", "kind": "NodeClaim", "metadata": {"name": "c"}}
+        *args,
+        {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "NodeClaim",
+            "metadata": {"name": "c"},
+            "spec": CLAIM_SPEC,
+        },
     )
 
     def later() -> None:

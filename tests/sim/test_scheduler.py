@@ -11,6 +11,7 @@ import pytest
 from kubernetes import client
 
 from sim.kubeapi import KubeApiServer
+from sim.kubeapi.resources import PODS, REGISTRY
 from sim.scheduler import (
     Scheduler,
     node_matches_pod_affinity,
@@ -20,20 +21,26 @@ from sim.scheduler import (
 )
 
 Obj = dict[str, Any]
+NODES = REGISTRY[("", "v1", "nodes")]
 
 
 @pytest.fixture
-def core() -> Iterator[client.CoreV1Api]:
+def server() -> Iterator[KubeApiServer]:
+    """The API server with a running scheduler."""
     server = KubeApiServer()
     server.start()
-    api = server.api_client()
     scheduler = Scheduler(server.api_client(), resync_s=0.2)
     scheduler.start()
     try:
-        yield client.CoreV1Api(api)
+        yield server
     finally:
         scheduler.stop()
         server.stop()
+
+
+@pytest.fixture
+def core(server: KubeApiServer) -> client.CoreV1Api:
+    return client.CoreV1Api(server.api_client())
 
 
 def wait_for(fn: Callable[[], Any], timeout: float = 5.0) -> Any:
@@ -200,6 +207,58 @@ def test_capacity_accounts_for_bound_pods(core: client.CoreV1Api) -> None:
 
 
 # ---- pure helpers -------------------------------------------------------------------------
+
+
+def test_a_malformed_pod_or_node_never_stops_the_others(
+    server: KubeApiServer, core: client.CoreV1Api
+) -> None:
+    """Objects stored before the API server validated them (planted: no admission)."""
+    make_node(core, "good", cpu="4")
+    bad_alloc = {"cpu": "lots", "memory": "8Gi", "pods": "110"}
+    server.store.create(
+        NODES,
+        "",
+        {
+            "metadata": {"name": "a-broken"},  # sorts first: every pass meets it
+            "status": {
+                "capacity": bad_alloc,
+                "allocatable": bad_alloc,
+                "conditions": [{"type": "Ready", "status": "True"}],
+            },
+        },
+    )
+    for name, cpu in (("a-malformed", "1.5.3Gi"), ("a-huge-exponent", "1e9999")):
+        server.store.create(
+            PODS,
+            "default",
+            {
+                "metadata": {"name": name},
+                "spec": {
+                    "containers": [
+                        {"name": "app", "image": "nginx", "resources": {"requests": {"cpu": cpu}}}
+                    ]
+                },
+            },
+        )
+    make_pod(core, "fine", cpu="1")
+    assert wait_for(lambda: node_of(core, "fine")) == "good"
+    make_pod(core, "later", cpu="1")  # passes go on after meeting the malformed ones
+    assert wait_for(lambda: node_of(core, "later")) == "good"
+    assert node_of(core, "a-malformed") is None and node_of(core, "a-huge-exponent") is None
+
+    def failed_scheduling() -> dict[str, str]:
+        events = raw(core.list_namespaced_event, "default")["items"]
+        return {
+            e["involvedObject"]["name"]: e["message"]
+            for e in events
+            if e["reason"] == "FailedScheduling" and e["type"] == "Warning"
+        }
+
+    reported = wait_for(lambda: len(failed_scheduling()) == 2 and failed_scheduling())
+    assert "1.5.3Gi" in reported["a-malformed"] and "1e9999" in reported["a-huge-exponent"]
+    time.sleep(0.6)  # several passes: each pod is reported once, not once a pass
+    events = raw(core.list_namespaced_event, "default")["items"]
+    assert len([e for e in events if e["reason"] == "FailedScheduling"]) == 2
 
 
 def test_pod_requests_with_init_and_overhead() -> None:
