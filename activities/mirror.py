@@ -14,15 +14,18 @@ from typing import Any
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 from temporalio import activity
+from temporalio.exceptions import ApplicationError
 
 from activities import metrics
 from activities.events import record_event
 from api import labels
 from api.events import ObjectRef
 from api.messages import MirrorInput
-from api.nodepool_status import NodePoolStatusUpdate
+from api.nodepool_status import READY, VALIDATION_SUCCEEDED, NodePoolStatusUpdate
 
 log = logging.getLogger(__name__)
+
+_CONFLICT_RETRIES = 5
 
 GROUP, VERSION, PLURAL = "cloudburst.io", "v1alpha1", "nodeclaims"
 
@@ -79,16 +82,42 @@ class MirrorActivities:
         ):
             if limit is not None:
                 metrics.set_nodepool_limit(pool, resource, limit)
-        # A merge patch of the whole status: conditions is a list, replaced as one.
-        body = {"status": update.status.model_dump(mode="json", by_alias=True, exclude_none=True)}
+        status = update.status.model_dump(mode="json", by_alias=True, exclude_none=True)
+        for _ in range(_CONFLICT_RETRIES):
+            current = self._read_pool(update.namespace, pool)
+            if current is None:
+                log.info(
+                    "NodePool %s/%s is gone; its status is not written", update.namespace, pool
+                )
+                return
+            # A merge patch of the whole status (conditions is a list, replaced as one),
+            # keeping the trigger's verdict on the spec, guarded by the resourceVersion.
+            body = {
+                "metadata": {"resourceVersion": current["metadata"].get("resourceVersion")},
+                "status": {**status, "conditions": _with_verdict(status, current)},
+            }
+            try:
+                self._custom.patch_namespaced_custom_object_status(
+                    GROUP, VERSION, update.namespace, "nodepools", pool, body
+                )
+                return
+            except ApiException as err:
+                if err.status == 404:
+                    return
+                if err.status != 409:
+                    raise
+        raise ApplicationError(f"NodePool {pool} kept changing", type="KubeApi409")
+
+    def _read_pool(self, namespace: str, name: str) -> dict[str, Any] | None:
         try:
-            self._custom.patch_namespaced_custom_object_status(
-                GROUP, VERSION, update.namespace, "nodepools", pool, body
+            found: dict[str, Any] = self._custom.get_namespaced_custom_object(  # type: ignore[assignment]
+                GROUP, VERSION, namespace, "nodepools", name
             )
         except ApiException as err:
-            if err.status != 404:
-                raise
-            log.info("NodePool %s/%s is gone; its status is not written", update.namespace, pool)
+            if err.status == 404:
+                return None
+            raise
+        return found
 
     def _read(self, namespace: str, name: str) -> dict[str, Any] | None:
         try:
@@ -176,3 +205,17 @@ class MirrorActivities:
                 except ApiException as err:
                     if err.status != 404:
                         raise
+
+
+def _with_verdict(status: dict[str, Any], current: dict[str, Any]) -> list[dict[str, Any]]:
+    """The workflow's conditions plus the trigger's ValidationSucceeded; while that is False
+    (the spec now in the cluster is invalid), the trigger's Ready=False stays."""
+    listed = (current.get("status") or {}).get("conditions") or []
+    theirs = {c.get("type"): c for c in listed if isinstance(c, dict)}
+    verdict = theirs.get(VALIDATION_SUCCEEDED)
+    ours = list(status.get("conditions", []))
+    if verdict is None:
+        return ours
+    if verdict.get("status") == "False" and READY in theirs:
+        ours = [theirs[READY] if c.get("type") == READY else c for c in ours]
+    return [*ours, verdict]

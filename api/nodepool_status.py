@@ -12,6 +12,9 @@ from api.nodeclaim import Condition
 # Condition types a pool reports (Karpenter's NodePool has Ready and ValidationSucceeded).
 LIMIT_REACHED = "LimitReached"
 READY = "Ready"
+# Written by the trigger, which validates the spec (trigger/verdicts.py); the pool's workflow
+# keeps it, and keeps Ready=False while it is False.
+VALIDATION_SUCCEEDED = "ValidationSucceeded"
 
 
 class NodePoolResources(CamelModel):

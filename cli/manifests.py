@@ -7,9 +7,7 @@ index and the field.
 
 from __future__ import annotations
 
-import math
 import re
-import reprlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,7 +18,7 @@ from yaml.constructor import ConstructorError
 from yaml.nodes import MappingNode, Node, ScalarNode
 
 from api import NodeClaim, NodeClass, NodePool
-from api.limits import PATTERN_MEANINGS
+from api.problems import field_errors, printable, shown
 
 KINDS: dict[str, type[BaseModel]] = {
     "NodePool": NodePool,
@@ -92,41 +90,7 @@ def load_manifests(path: Path) -> Loaded:
 
 
 def validation_problems(source: str, err: ValidationError) -> list[Problem]:
-    problems: list[Problem] = []
-    for error in err.errors():
-        parts = [_shown_key(part) for part in error["loc"] if not _is_union_tag(part)]
-        path = ".".join(parts) or DOCUMENT
-        message = error["msg"].removeprefix("Value error, ")
-        if error["type"] == "extra_forbidden":
-            message = "unknown field (check the spelling; fields are camelCase)"
-        elif error["type"] == "missing":
-            message = "required field is missing"
-        elif error["type"] == "string_pattern_mismatch":
-            pattern = (error.get("ctx") or {}).get("pattern", "")
-            meaning = PATTERN_MEANINGS.get(pattern)
-            message = f"must be {meaning}" if meaning else message
-        # A validator's own message already says what it got.
-        if "input" in error and error["type"] not in _INPUT_NOT_SHOWN:
-            message = f"{message} (got {shown(error['input'])})"
-        if problems and problems[-1].path == path and problems[-1].source == source:
-            # One value failing every member of a union: one line, all the options.
-            problems[-1].message += f"; or {message}"
-            continue
-        problems.append(Problem(source, path, message))
-    return problems
-
-
-_INPUT_NOT_SHOWN = ("model_type", "dict_type", "missing", "value_error", "extra_forbidden")
-
-
-def shown(value: Any) -> str:
-    """A short, printable picture of a user's value: never a megabyte, never a traceback."""
-    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 128:
-        return f"an integer of about {_digits(value)} digits"
-    try:
-        return _SHORT.repr(value)
-    except Exception:  # a value whose repr fails is still a value the user wrote
-        return f"a {type(value).__name__}"
+    return [Problem(source, path or DOCUMENT, message) for path, message in field_errors(err)]
 
 
 # --- reading -------------------------------------------------------------------------------
@@ -276,42 +240,10 @@ def _our_model(source: str, document: Any) -> tuple[type[BaseModel] | None, list
     return KINDS[kind], []
 
 
-def _is_union_tag(part: Any) -> bool:
-    # pydantic names union members in the location ("str", "list[constrained-str]"); users
-    # never see those.
-    return isinstance(part, str) and bool(_UNION_TAG.match(part))
-
-
-_UNION_TAG = re.compile(
-    r"^(str|int|float|bool|constrained-\w+|"
-    r"(list|dict|tuple|set|frozenset|nullable|function-\w+)\[.*\])$"
-)
-
-
-def _shown_key(part: Any) -> str:
-    return _printable(str(part))
-
-
 def _name_of(document: dict[str, Any]) -> str:
     metadata = document.get("metadata")
     if isinstance(metadata, dict) and isinstance(metadata.get("name"), str):
-        return _printable(metadata["name"])
+        return printable(metadata["name"])
     return "<no name>"
 
 
-def _printable(text: str, limit: int = 80) -> str:
-    """User text as one short line: control characters escaped (no terminal escapes, no line
-    breaks), long text cut."""
-    short = text if len(text) <= limit else f"{text[:limit]}..."
-    return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in short)
-
-
-def _digits(value: int) -> int:
-    return math.floor(value.bit_length() * math.log10(2)) + 1
-
-
-_SHORT = reprlib.Repr()
-_SHORT.maxstring = 80
-_SHORT.maxother = 80
-_SHORT.maxlevel = 3
-_SHORT.maxlist = _SHORT.maxdict = 6

@@ -30,6 +30,8 @@ from api.events import KubeEvent, ObjectRef
 from api.messages import ClaimTimings
 from api.planning import PodDemand
 from api.pool import DemandUpdate, NodePoolInput, PoolSpecs, PoolState, pool_workflow_id
+from api.problems import summary
+from trigger.verdicts import SpecVerdicts
 from trigger.watch import start_watches
 from worker.telemetry import tracer
 from workflows.nodepool import NodePoolWorkflow
@@ -97,6 +99,9 @@ class PendingPodTrigger:
         # Which of "nodepool" and "nodeclass" have been listed: until both have, a pod that
         # matches nothing may only be waiting for the rest of the list (no Event yet).
         self._specs_listed: set[str] = set()
+        # kind -> (namespace, name) -> what is wrong with it (field paths), for invalid ones.
+        self._invalid: dict[str, dict[PoolKey, str]] = {"nodepool": {}, "nodeclass": {}}
+        self._verdicts = SpecVerdicts(api_client)
         self.updates_sent = 0
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -157,23 +162,48 @@ class PendingPodTrigger:
         obj: Any,
     ) -> None:
         listed = obj if event == "SYNC" else [obj]
+        invalid = self._invalid[kind]
         if event == "SYNC":
             store.clear()
+            invalid.clear()
             self._specs_listed.add(kind)
+        plural = f"{kind}s" if kind == "nodepool" else "nodeclasses"
         for raw in listed:
-            key = (raw["metadata"].get("namespace", "default"), raw["metadata"]["name"])
+            # Each object on its own: one that cannot be read never hides the others.
+            try:
+                key = (raw["metadata"].get("namespace", "default"), raw["metadata"]["name"])
+            except (KeyError, TypeError, AttributeError):
+                log.warning("a %s without a name, ignored", kind)
+                continue
+            store.pop(key, None)
+            invalid.pop(key, None)
             if event == "DELETED":
-                store.pop(key, None)
                 continue
             try:
                 store[key] = model.model_validate(raw)
             except ValidationError as err:
-                log.error("%s %s/%s is invalid, ignored: %s", raw.get("kind"), *key, err)
-                store.pop(key, None)
+                invalid[key] = summary(err)
+            except Exception as err:  # a model bug must not stop the trigger either
+                invalid[key] = f"could not be read: {type(err).__name__}"
+            await self._tell_verdict(plural, key, raw)
         # A pod that matched nothing may match now (a pool created after it went pending).
         for pod in list(self._unmatched_pods.values()):
             self._apply_pod("MODIFIED", pod)
         await self._specs_changed()
+
+    async def _tell_verdict(self, plural: str, key: PoolKey, raw: dict[str, Any]) -> None:
+        """Condition and Event on the object itself; failures only logged (told again on the
+        next event or re-list)."""
+        kind = "nodepool" if plural == "nodepools" else "nodeclass"
+        message = self._invalid[kind].get(key)
+        try:
+            if message is None:
+                await asyncio.to_thread(self._verdicts.valid, plural, raw)
+            else:
+                log.warning("%s %s/%s is invalid: %s", kind, *key, message)
+                await asyncio.to_thread(self._verdicts.invalid, plural, raw, message)
+        except Exception as err:
+            log.warning("could not mark %s %s/%s: %s", kind, *key, err)
 
     def _resync_pods(self, pods: list[Any]) -> None:
         """After a (re)list: every pool gets its full set of pending pods."""
@@ -222,9 +252,11 @@ class PendingPodTrigger:
         """The highest-weight pool that can host the pod (ties by name), else None + Event."""
         matching: list[tuple[int, PoolKey]] = []
         reasons: dict[str, str] = {}
+        for key, invalid in self._invalid["nodepool"].items():
+            reasons[f"{key[0]}/{key[1]}"] = f"the NodePool is invalid: {invalid}"
         for key, pool in self._pools.items():
             if self._node_class_of(key) is None:
-                reasons[f"{key[0]}/{key[1]}"] = "its NodeClass does not exist"
+                reasons[f"{key[0]}/{key[1]}"] = self._class_problem(key)
                 continue
             why = pool_can_host(key[1], pool.spec, demand)
             if why is None:
@@ -380,6 +412,27 @@ class PendingPodTrigger:
             class_generation=node_class.metadata.generation or 0,
             observed_at=datetime.now(UTC),
         )
+
+    def _class_problem(self, key: PoolKey) -> str:
+        """Why the pool has no usable NodeClass, in words that say what to fix."""
+        namespace = key[0]
+        ref = self._pools[key].spec.node_class_ref
+        if ref:
+            why = self._invalid["nodeclass"].get((namespace, ref))
+            if why is not None:
+                return f"its NodeClass {ref} is invalid: {why}"
+            return f"its NodeClass {ref} (spec.nodeClassRef) does not exist in {namespace}"
+        names = sorted(
+            k[1] for k in (*self._classes, *self._invalid["nodeclass"]) if k[0] == namespace
+        )
+        if not names:
+            return f"no NodeClass exists in namespace {namespace}"
+        if len(names) > 1:
+            return (
+                f"it has no spec.nodeClassRef and namespace {namespace} has "
+                f"{len(names)} NodeClasses ({', '.join(names)}): name one"
+            )
+        return f"its NodeClass {names[0]} is invalid: {self._invalid['nodeclass'][(namespace, names[0])]}"
 
     def _node_class_of(self, key: PoolKey) -> PoolKey | None:
         pool = self._pools.get(key)

@@ -109,6 +109,7 @@ class NodePoolWorkflow:
         # grace that timer reached when it fired (it means them whatever the clock says).
         self._wake_for: list[str] = []
         self._timer_reached: list[str] = []
+        self._status_stale = False
 
     @workflow.run
     async def run(self, input: NodePoolInput) -> None:
@@ -833,7 +834,7 @@ class NodePoolWorkflow:
                 ),
             ],
         )
-        if status == state.published_status:
+        if status == state.published_status and not (self._alarmed and self._status_stale):
             return
         limit_reached = status.conditions[1]
         was_reached = state.published_status is not None and any(
@@ -863,6 +864,7 @@ class NodePoolWorkflow:
             workflow.logger.warning("NodePool status not written: %s", _cause(err))
             return
         state.published_status = status
+        self._status_stale = False
 
     async def _sync_status(
         self, status: NodePoolStatus, cpu_m: int, memory: int, limits: Limits
@@ -955,6 +957,13 @@ class NodePoolWorkflow:
                 self._state.config_error = ""
                 self._state.config_retry_at = None
                 self._state.config_failures = 0
+            if (specs.pool_generation, specs.class_generation) > (
+                current.pool_generation,
+                current.class_generation,
+            ):
+                # Edited, perhaps from a spec the trigger marked invalid on the resource:
+                # write the status again even if the pool's own view of it is the same.
+                self._status_stale = True
             self._state.specs = specs
 
     def _update_details(self) -> None:

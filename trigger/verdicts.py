@@ -1,0 +1,158 @@
+"""Where a user looks when a NodePool or NodeClass is invalid: its status and its Events.
+
+The trigger validates every NodePool and NodeClass it reads with the one model (api/). An
+invalid one gets `ValidationSucceeded=False` and `Ready=False`, reason `InvalidSpec`, the
+message naming each field, and a Warning Event `InvalidSpec` — once per change of verdict
+(read back from the object, so a restarted trigger says nothing twice). A valid one gets
+`ValidationSucceeded=True`; a NodeClass (nothing else writes its status) also `Ready=True`.
+A NodePool's `Ready` is its workflow's to write (activities/mirror.py keeps the trigger's
+conditions when it does).
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime
+from typing import Any
+
+from kubernetes import client as k8s
+from kubernetes.client.exceptions import ApiException
+
+from activities.events import record_event
+from api.events import KubeEvent, ObjectRef
+from api.nodepool import API_VERSION
+from api.nodepool_status import READY, VALIDATION_SUCCEEDED
+
+log = logging.getLogger(__name__)
+
+GROUP, VERSION = "cloudburst.io", "v1alpha1"
+INVALID_SPEC = "InvalidSpec"
+_KINDS = {"nodepools": "NodePool", "nodeclasses": "NodeClass"}
+_CONFLICT_RETRIES = 5
+
+
+class SpecVerdicts:
+    def __init__(self, api_client: k8s.ApiClient) -> None:
+        self._core = k8s.CoreV1Api(api_client)
+        self._custom = k8s.CustomObjectsApi(api_client)
+
+    def invalid(self, plural: str, raw: dict[str, Any], message: str) -> None:
+        wanted = {
+            VALIDATION_SUCCEEDED: ("False", INVALID_SPEC, message),
+            READY: ("False", INVALID_SPEC, message),
+        }
+        if self._write(plural, raw, wanted):
+            self._event(plural, raw, message)
+
+    def valid(self, plural: str, raw: dict[str, Any]) -> None:
+        wanted = {VALIDATION_SUCCEEDED: ("True", "Valid", "")}
+        current = _conditions(raw)
+        ready = current.get(READY, {})
+        if plural == "nodeclasses" or ready.get("reason") == INVALID_SPEC:
+            # A pool's workflow writes its own Ready; until then, no stale InvalidSpec.
+            wanted[READY] = ("True", "Valid", "")
+        self._write(plural, raw, wanted)
+
+    def _write(
+        self, plural: str, raw: dict[str, Any], wanted: dict[str, tuple[str, str, str]]
+    ) -> bool:
+        """Upsert the conditions (guarded by resourceVersion); False when already so."""
+        namespace, name = _key(raw)
+        obj = raw
+        for _ in range(_CONFLICT_RETRIES):
+            conditions = _conditions(obj)
+            if all(_same(conditions.get(t), v) for t, v in wanted.items()):
+                return False
+            now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+            merged = dict(conditions)
+            for type_, (status, reason, message) in wanted.items():
+                old = conditions.get(type_, {})
+                changed = old.get("status") != status
+                merged[type_] = {
+                    "type": type_,
+                    "status": status,
+                    "reason": reason,
+                    "message": message,
+                    "lastTransitionTime": now if changed else old.get("lastTransitionTime", now),
+                }
+            body = {
+                "metadata": {"resourceVersion": obj["metadata"].get("resourceVersion")},
+                "status": {**(obj.get("status") or {}), "conditions": list(merged.values())},
+            }
+            try:
+                self._patch_status(plural, namespace, name, body)
+                return True
+            except ApiException as err:
+                if err.status == 404:
+                    return False
+                if err.status != 409:
+                    raise
+            obj = self._read(plural, namespace, name)
+        log.warning("%s %s/%s kept changing; its verdict is written later", plural, namespace, name)
+        return False
+
+    # One call per kind, with the plural written out: what tests/deploy reads for RBAC.
+    def _patch_status(self, plural: str, namespace: str, name: str, body: Any) -> None:
+        if plural == "nodepools":
+            self._custom.patch_namespaced_custom_object_status(
+                GROUP, VERSION, namespace, "nodepools", name, body
+            )
+        else:
+            self._custom.patch_namespaced_custom_object_status(
+                GROUP, VERSION, namespace, "nodeclasses", name, body
+            )
+
+    def _read(self, plural: str, namespace: str, name: str) -> dict[str, Any]:
+        if plural == "nodepools":
+            found = self._custom.get_namespaced_custom_object(
+                GROUP, VERSION, namespace, "nodepools", name
+            )
+        else:
+            found = self._custom.get_namespaced_custom_object(
+                GROUP, VERSION, namespace, "nodeclasses", name
+            )
+        assert isinstance(found, dict)
+        return found
+
+    def _event(self, plural: str, raw: dict[str, Any], message: str) -> None:
+        namespace, name = _key(raw)
+        event = KubeEvent(
+            regarding=ObjectRef(
+                kind=_KINDS[plural],
+                name=name,
+                namespace=namespace,
+                uid=raw["metadata"].get("uid"),
+                api_version=API_VERSION,
+            ),
+            reason=INVALID_SPEC,
+            message=message,
+            type="Warning",
+        )
+        try:
+            record_event(self._core, event)
+        except Exception as err:  # an Event is a courtesy; the condition says it too
+            log.warning("could not record %s for %s/%s: %s", INVALID_SPEC, namespace, name, err)
+
+
+def _key(raw: dict[str, Any]) -> tuple[str, str]:
+    metadata = raw["metadata"]
+    return metadata.get("namespace", "default"), metadata["name"]
+
+
+def _conditions(raw: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    status = raw.get("status")
+    listed = status.get("conditions") if isinstance(status, dict) else None
+    return {
+        c["type"]: c for c in listed or [] if isinstance(c, dict) and isinstance(c.get("type"), str)
+    }
+
+
+def _same(current: dict[str, Any] | None, wanted: tuple[str, str, str]) -> bool:
+    if current is None:
+        return False
+    status, reason, message = wanted
+    return (current.get("status"), current.get("reason"), current.get("message", "")) == (
+        status,
+        reason,
+        message,
+    )
