@@ -188,7 +188,7 @@ class PendingPodTrigger:
             await self._tell_verdict(plural, key, raw)
         # A pod that matched nothing may match now (a pool created after it went pending).
         for pod in list(self._unmatched_pods.values()):
-            self._apply_pod("MODIFIED", pod)
+            self._apply_pod_logged("MODIFIED", pod)
         await self._specs_changed()
 
     async def _tell_verdict(self, plural: str, key: PoolKey, raw: dict[str, Any]) -> None:
@@ -211,7 +211,7 @@ class PendingPodTrigger:
         self._pending.clear()
         self._unmatched_pods.clear()
         for pod in pods:
-            self._apply_pod("ADDED", pod)
+            self._apply_pod_logged("ADDED", pod)
         for uid, pool in previously.items():
             if uid not in self._pending:
                 self._batch(pool).resolve(uid)
@@ -220,6 +220,15 @@ class PendingPodTrigger:
         for uid in [uid for uid in self._pending_since if uid not in self._pending]:
             del self._pending_since[uid]
         self._pods_synced = True
+
+    def _apply_pod_logged(self, event: str, pod: Any) -> None:
+        """One pod the trigger cannot read (a malformed quantity the API server let through
+        before) is skipped, never the others."""
+        try:
+            self._apply_pod(event, pod)
+        except Exception as err:
+            name = f"{pod.metadata.namespace}/{pod.metadata.name}" if pod.metadata else "?"
+            log.warning("pod %s skipped: %s", name, err)
 
     def _apply_pod(self, event: str, pod: Any) -> None:
         uid = pod.metadata.uid

@@ -25,6 +25,7 @@ from temporalio.client import Client
 
 from api import NodePool
 from sim.cluster import SimulatedCluster
+from sim.kubeapi.resources import PODS
 from tests.e2e.harness import (
     CLUSTER_ID,
     Stack,
@@ -310,3 +311,52 @@ async def test_many_broken_pools_harm_nothing(
             "nodepools",
             name,
         )
+
+
+async def test_a_malformed_pending_pod_never_stops_the_trigger(
+    temporal_client: Client, kube: k8s.ApiClient, sim_cluster: SimulatedCluster, kubeconfig: Path
+) -> None:
+    """A pending pod with a quantity nothing can read, stored before the API server checked
+    (planted: no admission), is skipped when the trigger lists pods; the others are served."""
+    make_pool(kube, "sturdy")
+    sim_cluster.kube.store.create(
+        PODS,
+        "default",
+        {
+            "metadata": {"name": "a-sturdy-unreadable"},  # listed first
+            "spec": {
+                "nodeSelector": {"cloudburst.io/test-pool": "sturdy"},
+                "containers": [
+                    {
+                        "name": "app",
+                        "image": "busybox",
+                        "resources": {"requests": {"cpu": "1.5.3Gi"}},
+                    }
+                ],
+            },
+            "status": {
+                "phase": "Pending",
+                "conditions": [
+                    {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}
+                ],
+            },
+        },
+    )
+    core = k8s.CoreV1Api(kube)
+    await in_thread(core.create_namespaced_pod, "default", pool_pod("sturdy-0", "sturdy"))
+    queue = new_task_queue()
+    settings = Settings(kubeconfig=kubeconfig, task_queue=queue, cluster_id=CLUSTER_ID)
+    stack = Stack(temporal_client, kube, sim_cluster, queue, settings)
+    # Started after both pods exist: its first list meets the unreadable one.
+    async with (
+        in_process_worker(stack),
+        running_watcher(temporal_client, kube),
+        running_trigger(stack),
+    ):
+        await eventually(
+            lambda: in_thread(core.read_namespaced_pod, "sturdy-0", "default"),
+            lambda pod: pod.status.phase == "Running",
+            timeout_s=90,
+        )
+    await in_thread(core.delete_namespaced_pod, "sturdy-0", "default")
+    await in_thread(core.delete_namespaced_pod, "a-sturdy-unreadable", "default")
