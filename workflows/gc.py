@@ -22,6 +22,7 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 
 with workflow.unsafe.imports_passed_through():
+    from activities.gc import GcActivities
     from api.gc import (
         ClaimState,
         ClaimStates,
@@ -63,10 +64,9 @@ class OrphanGcWorkflow:
         report = OrphanGcReport(cluster_id=input.cluster_id, dry_run=input.dry_run)
         self._report = report
         workflow.set_current_details(f"listing owned VMs of cluster `{input.cluster_id}`")
-        inventory: GcInventory = await workflow.execute_activity(
-            "collect_orphans",
+        inventory: GcInventory = await workflow.execute_activity_method(
+            GcActivities.collect_orphans,
             input,
-            result_type=GcInventory,
             start_to_close_timeout=VM_CALL,
             heartbeat_timeout=HEARTBEAT,
             retry_policy=_RETRY,
@@ -85,10 +85,9 @@ class OrphanGcWorkflow:
         )
         states = ClaimStates()
         if claims:
-            states = await workflow.execute_activity(
-                "claim_workflow_states",
+            states = await workflow.execute_activity_method(
+                GcActivities.claim_workflow_states,
                 ClaimStatesInput(claim_names=claims),
-                result_type=ClaimStates,
                 start_to_close_timeout=PLANNING,
                 heartbeat_timeout=HEARTBEAT,
                 retry_policy=_RETRY,
@@ -134,15 +133,14 @@ class OrphanGcWorkflow:
                 f"removing {len(report.orphan_vms)} orphan VM(s) and "
                 f"{len(report.stale_secrets)} stale Secret(s)"
             )
-            removal: RemovalResult = await workflow.execute_activity(
-                "remove_orphans",
+            removal: RemovalResult = await workflow.execute_activity_method(
+                GcActivities.remove_orphans,
                 RemoveOrphansInput(
                     scopes=inventory.scopes,
                     vms=report.orphan_vms,
                     secrets=report.stale_secrets,
                     delete_timeout_s=input.delete_timeout_s,
                 ),
-                result_type=RemovalResult,
                 start_to_close_timeout=timedelta(
                     seconds=120 + input.delete_timeout_s * max(1, len(report.orphan_vms))
                 ),

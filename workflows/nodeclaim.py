@@ -9,6 +9,7 @@ line only means the step runs again.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from datetime import datetime, timedelta
 
 from temporalio import workflow
@@ -16,6 +17,10 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, is_cancelled_exception
 
 with workflow.unsafe.imports_passed_through():
+    from activities.bootstrap import BootstrapActivities
+    from activities.compute import ComputeActivities
+    from activities.kube import KubeActivities
+    from activities.mirror import MirrorActivities
     from api import events, labels
     from api import search_attributes as sa
     from api.events import KubeEvent, ObjectRef
@@ -24,7 +29,6 @@ with workflow.unsafe.imports_passed_through():
         BootstrapRefs,
         CreateInstanceInput,
         DrainInput,
-        DrainResult,
         FailureReason,
         InstanceInfo,
         InstanceRef,
@@ -33,7 +37,6 @@ with workflow.unsafe.imports_passed_through():
         NodeClaimInput,
         NodeObservation,
         NodeRef,
-        NodeState,
         ScaleDownRequest,
         ScaleDownResult,
     )
@@ -271,8 +274,8 @@ class NodeClaimWorkflow:
     async def _prepare_bootstrap(self, offering: Offering | None) -> None:
         spec = self._claim.spec
         try:
-            self._bootstrap = await workflow.execute_activity(
-                "prepare_bootstrap",
+            self._bootstrap = await workflow.execute_activity_method(
+                BootstrapActivities.prepare_bootstrap,
                 BootstrapInput(
                     claim_name=self._name,
                     namespace=self._namespace,
@@ -287,7 +290,6 @@ class NodeClaimWorkflow:
                     taints=spec.taints,
                     offering=offering,
                 ),
-                result_type=BootstrapRefs,
                 start_to_close_timeout=KUBE_CALL,
                 heartbeat_timeout=HEARTBEAT,
                 retry_policy=_RETRY,
@@ -303,8 +305,8 @@ class NodeClaimWorkflow:
 
     async def _create_instance(self, offering: Offering) -> InstanceInfo:
         assert self._bootstrap is not None
-        return await workflow.execute_activity(
-            "create_instance",
+        return await workflow.execute_activity_method(
+            ComputeActivities.create_instance,
             CreateInstanceInput(
                 claim_name=self._name,
                 namespace=self._namespace,
@@ -315,7 +317,6 @@ class NodeClaimWorkflow:
                 cluster_id=self._input.cluster_id,
                 bootstrap=self._bootstrap,
             ),
-            result_type=InstanceInfo,
             start_to_close_timeout=VM_CALL,
             heartbeat_timeout=HEARTBEAT,
             retry_policy=_CREATE_RETRY,
@@ -410,8 +411,8 @@ class NodeClaimWorkflow:
     async def _become_ready(self) -> None:
         spec = self._claim.spec
         status = self._status
-        await workflow.execute_activity(
-            "label_node",
+        await workflow.execute_activity_method(
+            KubeActivities.label_node,
             LabelNodeInput(
                 node_name=self._name,
                 labels={
@@ -577,11 +578,10 @@ class NodeClaimWorkflow:
         node make it busy after all (as Karpenter validates a disruption after tainting).
         Busy: uncordon, give the permit back, and live on."""
         ref = NodeRef(node_name=self._name)
-        await self._kube("cordon_node", ref, "taint + cordon (still empty?)")
-        state = await workflow.execute_activity(
-            "get_node_state",
+        await self._kube(KubeActivities.cordon_node, ref, "taint + cordon (still empty?)")
+        state = await workflow.execute_activity_method(
+            KubeActivities.get_node_state,
             ref,
-            result_type=NodeState,
             start_to_close_timeout=KUBE_CALL,
             heartbeat_timeout=HEARTBEAT,
             retry_policy=_RETRY,
@@ -589,7 +589,9 @@ class NodeClaimWorkflow:
         )
         if not state.exists or state.empty:
             return True
-        await self._kube("uncordon_node", ref, f"uncordon: {state.pod_count} pods arrived")
+        await self._kube(
+            KubeActivities.uncordon_node, ref, f"uncordon: {state.pod_count} pods arrived"
+        )
         if self._node is not None:
             self._node = self._node.model_copy(
                 update={"empty_since": None, "pod_count": state.pod_count}
@@ -700,10 +702,9 @@ class NodeClaimWorkflow:
 
     async def _look_for_instance(self) -> None:
         assert self._status.provider is not None
-        found = await workflow.execute_activity(
-            "get_instance",
+        found = await workflow.execute_activity_method(
+            ComputeActivities.get_instance,
             self._instance_ref(self._status.provider, self._instance_id),
-            result_type=InstanceInfo | None,  # type: ignore[arg-type]
             start_to_close_timeout=KUBE_CALL,
             heartbeat_timeout=HEARTBEAT,
             retry_policy=_RETRY,
@@ -731,10 +732,12 @@ class NodeClaimWorkflow:
         await self._publish(reason=reason, events=[self._deletion_event(reason)])
         node_reachable = self._node is None or (self._node.exists and reason != "NodeLost")
         if self._node is not None and node_reachable:
-            await self._kube("cordon_node", NodeRef(node_name=self._name), "taint + cordon")
+            await self._kube(
+                KubeActivities.cordon_node, NodeRef(node_name=self._name), "taint + cordon"
+            )
             grace = self._claim.spec.disruption.termination_grace_period_seconds
-            drained = await workflow.execute_activity(
-                "drain_node",
+            drained = await workflow.execute_activity_method(
+                KubeActivities.drain_node,
                 DrainInput(
                     node_name=self._name,
                     force_after=now + timedelta(seconds=grace),
@@ -743,7 +746,6 @@ class NodeClaimWorkflow:
                     eviction_retry_s=self._input.timings.eviction_retry_s,
                     hold_do_not_disrupt=not (self._scale_down and self._scale_down.force),
                 ),
-                result_type=DrainResult,
                 start_to_close_timeout=timedelta(seconds=grace + 300),
                 heartbeat_timeout=HEARTBEAT,
                 retry_policy=_RETRY,
@@ -753,7 +755,7 @@ class NodeClaimWorkflow:
                 f"drained: {drained.evicted} evicted, {drained.forced} forced, "
                 f"{drained.left_alone} DaemonSet/mirror pods left"
             )
-        await self._kube("delete_node", NodeRef(node_name=self._name), "delete Node")
+        await self._kube(KubeActivities.delete_node, NodeRef(node_name=self._name), "delete Node")
         await self._delete_instances()
         await self._delete_bootstrap()
         status.deleted_at = workflow.now()
@@ -768,7 +770,7 @@ class NodeClaimWorkflow:
             await self._fail_visibly(failure)
             return
         # Whatever failed, no node or VM this claim may have started outlives it.
-        await self._kube("delete_node", NodeRef(node_name=self._name), "delete Node")
+        await self._kube(KubeActivities.delete_node, NodeRef(node_name=self._name), "delete Node")
         await self._delete_instances()
         await self._delete_bootstrap()
         status.set_condition(
@@ -798,7 +800,9 @@ class NodeClaimWorkflow:
         )
         # Whatever failed, no node or VM this claim may have started outlives it.
         for step in (
-            lambda: self._kube("delete_node", NodeRef(node_name=self._name), "delete Node"),
+            lambda: self._kube(
+                KubeActivities.delete_node, NodeRef(node_name=self._name), "delete Node"
+            ),
             self._delete_instances,  # retries every error until the VM is gone
             self._delete_bootstrap,
         ):
@@ -847,8 +851,8 @@ class NodeClaimWorkflow:
             return  # a claim started before the mirror existed keeps its recorded steps
         claim = self._claim.model_copy(update={"status": self._status})
         try:
-            await workflow.execute_activity(
-                "sync_nodeclaim",
+            await workflow.execute_activity_method(
+                MirrorActivities.sync_nodeclaim,
                 MirrorInput(claim=claim, events=events or [], remove=remove, keep=keep),
                 start_to_close_timeout=KUBE_CALL,
                 heartbeat_timeout=HEARTBEAT,
@@ -893,8 +897,8 @@ class NodeClaimWorkflow:
             providers.add(self._status.provider)
         for provider in sorted(providers):
             instance_id = self._instance_id if provider == self._status.provider else None
-            await workflow.execute_activity(
-                "delete_instance",
+            await workflow.execute_activity_method(
+                ComputeActivities.delete_instance,
                 self._instance_ref(provider, instance_id),
                 start_to_close_timeout=VM_CALL,
                 heartbeat_timeout=HEARTBEAT,
@@ -918,8 +922,8 @@ class NodeClaimWorkflow:
     async def _delete_bootstrap(self) -> None:
         if self._bootstrap is None:
             return
-        await workflow.execute_activity(
-            "delete_bootstrap_secrets",
+        await workflow.execute_activity_method(
+            BootstrapActivities.delete_bootstrap_secrets,
             self._bootstrap,
             start_to_close_timeout=KUBE_CALL,
             heartbeat_timeout=HEARTBEAT,
@@ -930,10 +934,9 @@ class NodeClaimWorkflow:
 
     async def _poll_node(self) -> None:
         seen = self._observations
-        state = await workflow.execute_activity(
-            "get_node_state",
+        state = await workflow.execute_activity_method(
+            KubeActivities.get_node_state,
             NodeRef(node_name=self._name),
-            result_type=NodeState,
             start_to_close_timeout=KUBE_CALL,
             heartbeat_timeout=HEARTBEAT,
             retry_policy=_RETRY,
@@ -966,8 +969,11 @@ class NodeClaimWorkflow:
             observed_at=now,
         )
 
-    async def _kube(self, activity: str, ref: NodeRef, summary: str) -> None:
-        await workflow.execute_activity(
+    async def _kube(
+        self, activity: Callable[[KubeActivities, NodeRef], None], ref: NodeRef, summary: str
+    ) -> None:
+        """One call on the claim's node (cordon, uncordon, delete): the same options each."""
+        await workflow.execute_activity_method(
             activity,
             ref,
             start_to_close_timeout=KUBE_CALL,

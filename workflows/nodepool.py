@@ -19,6 +19,10 @@ from temporalio.exceptions import ActivityError, ApplicationError
 from temporalio.workflow import ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
+    from activities.events import EventActivities
+    from activities.mirror import MirrorActivities
+    from activities.planning.activity import PlanningActivities
+    from activities.planning.consolidation import ConsolidationActivities
     from api import events
     from api import search_attributes as sa
     from api.claims import (
@@ -415,8 +419,8 @@ class NodePoolWorkflow:
         if not notices:
             return
         try:
-            await workflow.execute_activity(
-                "record_events",
+            await workflow.execute_activity_method(
+                EventActivities.record_events,
                 EventBatch(events=notices),
                 start_to_close_timeout=KUBE_CALL,
                 heartbeat_timeout=HEARTBEAT,
@@ -446,10 +450,9 @@ class NodePoolWorkflow:
         return notices
 
     async def _plan(self, request: PlanRequest, summary: str) -> Plan:
-        return await workflow.execute_activity(
-            "plan_capacity",
+        return await workflow.execute_activity_method(
+            PlanningActivities.plan_capacity,
             request,
-            result_type=Plan,
             start_to_close_timeout=PLANNING,
             heartbeat_timeout=HEARTBEAT,
             retry_policy=_ACTIVITY_RETRY,
@@ -725,8 +728,8 @@ class NodePoolWorkflow:
     ) -> ConsolidationDecision:
         state = self._state
         disruption = state.specs.pool.disruption
-        return await workflow.execute_activity(
-            "find_consolidation",
+        return await workflow.execute_activity_method(
+            ConsolidationActivities.find_consolidation,
             ConsolidationInput(
                 pool_name=self._input.name,
                 namespace=self._input.namespace,
@@ -743,7 +746,6 @@ class NodePoolWorkflow:
                 else {},
                 min_stable_s=parse_duration(disruption.consolidate_after),
             ),
-            result_type=ConsolidationDecision,
             start_to_close_timeout=PLANNING,
             heartbeat_timeout=HEARTBEAT,
             retry_policy=_ACTIVITY_RETRY,
@@ -869,8 +871,8 @@ class NodePoolWorkflow:
     async def _sync_status(
         self, status: NodePoolStatus, cpu_m: int, memory: int, limits: Limits
     ) -> None:
-        await workflow.execute_activity(
-            "sync_nodepool_status",
+        await workflow.execute_activity_method(
+            MirrorActivities.sync_nodepool_status,
             NodePoolStatusUpdate(
                 namespace=self._input.namespace,
                 name=self._input.name,
