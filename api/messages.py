@@ -30,8 +30,9 @@ class ClaimTimings(BaseModel):
     registration_timeout_s: float = 900
     # Safety net beside the watcher's signals: how often the claim looks at its node itself.
     node_poll_interval_s: float = 60
-    # Once Ready the watcher's signals drive the claim; the poll is only a slow backstop.
-    ready_poll_interval_s: float = 300
+    # Once Ready the watcher's signals drive the claim; the poll (node, then VM) is only a
+    # backstop for a lost signal: every 4 h keeps an idle claim under 4 events an hour.
+    ready_poll_interval_s: float = 4 * 3600
     instance_boot_poll_s: float = 5
     drain_poll_interval_s: float = 2
     eviction_retry_s: float = 5
@@ -95,7 +96,12 @@ class BootstrapInput(BaseModel):
 
 
 class BootstrapRefs(BaseModel):
-    """Names of the Secrets holding the join token and the first-boot script."""
+    """Names of the Secrets holding the join token and the first-boot script.
+
+    `namespace` is the script Secret's: the worker's own namespace (`cloudburst-system`);
+    histories recorded before it moved there name the pool's namespace, and are still read
+    and cleaned up from there.
+    """
 
     namespace: str
     token_secret: str
@@ -141,6 +147,25 @@ class InstanceRef(BaseModel):
 
 class NodeRef(BaseModel):
     node_name: str
+
+
+class TailnetDeviceRef(BaseModel):
+    """A claim's node on the tailnet, for `remove_tailnet_device`: its device is the one whose
+    hostname is the node name and that carries the NodeClass's Tailscale tags. The OAuth
+    client is read from the NodeClass's Secret inside the activity."""
+
+    node_name: str
+    namespace: str
+    node_class_name: str
+    node_class: NodeClassSpec
+
+
+class TailnetDeviceRemoval(BaseModel):
+    """What `remove_tailnet_device` did: the device ids it removed (none when already gone),
+    or why it had nothing to do (no Tailscale, or the reusable-key mode without API access)."""
+
+    removed: list[str] = []
+    skipped: str | None = None
 
 
 class LabelNodeInput(BaseModel):

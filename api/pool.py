@@ -141,8 +141,11 @@ class NodePoolInput(BaseModel):
     cluster_id: str = "cloudburst"
     claim_timings: ClaimTimings = ClaimTimings()
     failed_offering_ttl_s: float = 180
-    # Re-plan at least this often even without news (minNodes, expiring failure cache).
-    reconcile_interval_s: float = 60
+    # A look at least this often even without news. Every deadline has its own alarm (the
+    # failure cache, nominations, consolidation, budgets): this is only a backstop, kept
+    # rare so an idle pool writes little history (runs before the alarms also re-planned
+    # an expired failure cache on it).
+    reconcile_interval_s: float = 1800
     # Once a node is Ready the scheduler decides; pods nominated to it that are still pending
     # this long after are planned again (the scheduler may have put others there instead).
     nomination_grace_after_ready_s: float = 15
