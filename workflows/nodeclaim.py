@@ -43,6 +43,7 @@ with workflow.unsafe.imports_passed_through():
     from api.nodeclaim import ConditionType, NodeClaimPhase, NodeClaimStatus, Offering
     from api.pool import ClaimReport, DisruptionPermit, DisruptionRequest
     from workflows.alarms import Alarms
+    from workflows.decisions import disruption
     from workflows.timeouts import HEARTBEAT, KUBE_CALL, VM_CALL
 
 # Errors an activity raises that no retry can fix (see activities/compute.py).
@@ -525,41 +526,26 @@ class NodeClaimWorkflow:
 
     def _involuntary_by_alarms(self) -> str | None:
         """Reasons no budget holds back, each deadline reached only by its alarm."""
-        disruption = self._claim.spec.disruption
-        request = self._scale_down
-        if request and (request.force or self._input.pool_workflow_id is None):
-            return request.reason  # a forced request, or a claim no pool budgets
-        node = self._node
-        if self._instance_gone or (node and not node.exists):
-            return "NodeLost"
-        if node and node.not_ready_since:
-            grace = timedelta(seconds=disruption.node_unreachable_grace_period_seconds)
-            if self._alarms.reached("node unreachable", node.not_ready_since + grace):
-                return "NodeLost"
-        if disruption.ttl_seconds_until_expired is not None:
-            assert self._status.created_at is not None
-            expires = self._status.created_at + timedelta(
-                seconds=disruption.ttl_seconds_until_expired
-            )
-            if self._alarms.reached("expiry", expires):
-                now = workflow.now()
-                self._status.set_condition(ConditionType.EXPIRED, True, "Expired", "", now)
-                return "Expired"
-        return None
+        reason = disruption.involuntary_reason(self._view(), self._alarms.reached)
+        if reason == disruption.EXPIRED:
+            now = workflow.now()
+            self._status.set_condition(ConditionType.EXPIRED, True, "Expired", "", now)
+        return reason
 
     def _voluntary_by_alarms(self) -> str | None:
-        if self._permit is not None and self._permit.reason in _POOL_CHOSEN_REASONS:
-            return self._permit.reason  # the pool chose this node (drift, consolidation)
-        if self._scale_down:
-            return self._scale_down.reason
-        # Drifted alone is no reason to go: the pool sends the permit once a replacement runs.
-        node = self._node
-        ttl = self._claim.spec.disruption.ttl_seconds_after_empty
-        if node and node.empty_since and ttl is not None:
-            empty_deadline = node.empty_since + timedelta(seconds=ttl)
-            if self._alarms.reached("empty TTL", empty_deadline):
-                return "Empty"
-        return None
+        return disruption.voluntary_reason(self._view(), self._alarms.reached)
+
+    def _view(self) -> disruption.ClaimView:
+        assert self._status.created_at is not None
+        return disruption.ClaimView(
+            disruption=self._claim.spec.disruption,
+            created_at=self._status.created_at,
+            node=self._node,
+            scale_down=self._scale_down,
+            permit=self._permit,
+            budgeted=self._input.pool_workflow_id is not None,
+            instance_gone=self._instance_gone,
+        )
 
     async def _continue_as_new(self) -> None:
         await workflow.wait_condition(workflow.all_handlers_finished)
@@ -1044,7 +1030,7 @@ class NodeClaimWorkflow:
 
 _FINAL_PHASES = (NodeClaimPhase.DELETED, NodeClaimPhase.FAILED)
 # Disruptions the pool starts itself, within its budgets.
-_POOL_CHOSEN_REASONS = ("Drifted", "Underutilized")
+_POOL_CHOSEN_REASONS = disruption.POOL_CHOSEN_REASONS
 # Reason the claim is deleted -> the Event reason users filter on.
 _DELETION_EVENTS = {"Empty": "ScaleDownEmpty", "Expired": "Expired", "NodeLost": "NodeLost"}
 
