@@ -1,0 +1,583 @@
+"""Chaos soak: the production topology as separate processes, killed at random.
+
+    .venv/bin/python bench/chaos.py [--waves 12] [--pods 3] [--json] [--histories DIR]
+
+Builds what a cluster runs, each in its own OS process on free local ports: the Temporal dev
+server on a persistent database, the simulated cluster (`python -m sim`), `cloudburst
+worker` and `cloudburst trigger`. Then it sends waves of pending pods to two pools, holds
+them until every pod runs, deletes them so that the nodes empty and go — while it SIGKILLs
+the worker and the trigger at random moments (each restarted after a pause) and the Temporal
+server a few times, and an operator keeps asking the pools and claims for their status (as
+`cloudburst pools describe` and the Web UI do: a query is what rebuilds a workflow in a new
+worker's cache). Finally it waits for everything to settle and prints the verdict:
+
+    lifecycles completed, kills by process, VMs created / leaked / created twice for one
+    claim, claims stuck, workflows failed or terminated, workflow tasks failed (from every
+    history), pods never bound, bind latency p50/max
+
+and exits 1 if anything leaked, was made twice, got stuck, or failed (a workflow or one of
+its tasks). `--histories DIR` writes every pool and claim history there (the test replays
+them with today's code). tests/e2e/test_chaos.py runs a short soak; the long one is in
+docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import ctypes
+import json
+import os
+import random
+import secrets
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+from kubernetes import client as k8s
+from kubernetes import config as k8s_config
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.contrib.pydantic import pydantic_data_converter
+
+from api import search_attributes
+from api.pool import pool_workflow_id
+from cli.devstack import free_port, temporal_cli
+from workflows.nodeclaim import NodeClaimWorkflow
+from workflows.nodepool import NodePoolWorkflow
+
+POOLS = ("lane-a", "lane-b")
+CLUSTER_ID = "chaos"
+BIN = Path(sys.executable).parent
+
+
+@dataclass
+class Report:
+    ok: bool = False
+    waves: int = 0
+    lifecycles_completed: int = 0
+    kills: dict[str, int] = field(default_factory=dict)
+    vms_created: int = 0
+    vms_leaked: int = 0
+    vms_created_twice: list[str] = field(default_factory=list)
+    claims_stuck: list[str] = field(default_factory=list)
+    workflows_failed: list[str] = field(default_factory=list)
+    workflow_tasks_failed: dict[str, int] = field(default_factory=dict)
+    pods_created: int = 0
+    pods_never_bound: int = 0
+    bind_latency_p50_s: float | None = None
+    bind_latency_max_s: float | None = None
+    queries: int = 0
+    seconds: float = 0.0
+    problems: list[str] = field(default_factory=list)
+
+
+class Process:
+    """One component as an OS process that the soak can SIGKILL and start again."""
+
+    def __init__(self, name: str, argv: list[str], env: dict[str, str], log: Path) -> None:
+        self.name, self.argv, self.env, self.log = name, argv, env, log
+        self.popen: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        with self.log.open("ab") as out:
+            self.popen = subprocess.Popen(
+                self.argv,
+                env=self.env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                preexec_fn=_own_group_dying_with_parent,
+            )
+
+    def kill(self) -> None:
+        if self.popen and self.popen.poll() is None:
+            os.killpg(self.popen.pid, signal.SIGKILL)
+            self.popen.wait(timeout=10)
+
+    def stop(self) -> None:
+        if self.popen and self.popen.poll() is None:
+            os.killpg(self.popen.pid, signal.SIGTERM)
+            try:
+                self.popen.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+
+def _own_group_dying_with_parent() -> None:
+    """In the child before exec: its own process group (killed as one), and SIGKILL when
+    the soak itself dies (Linux), so that a soak killed by a test's timeout leaves nothing."""
+    os.setsid()
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+class Topology:
+    def __init__(self, state: Path, boot_delay_s: float) -> None:
+        self.state = state
+        self.temporal_port = free_port()
+        self.kube_port = free_port()
+        self.cloud_port = free_port()
+        self.kubeconfig = state / "kubeconfig"
+        self.cloud_token = secrets.token_hex(16)
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        self.temporal = Process(
+            "temporal",
+            [
+                temporal_cli(),
+                "server",
+                "start-dev",
+                "--ip",
+                "127.0.0.1",
+                "--port",
+                str(self.temporal_port),
+                "--headless",
+                "--log-level",
+                "error",
+                "--db-filename",
+                str(state / "temporal.db"),
+                *[
+                    a
+                    for k in search_attributes.ALL
+                    for a in ("--search-attribute", f"{k.name}=Keyword")
+                ],
+            ],
+            env,
+            state / "temporal.log",
+        )
+        self.sim = Process(
+            "sim",
+            [
+                sys.executable,
+                "-m",
+                "sim",
+                "--kube-port",
+                str(self.kube_port),
+                "--cloud-port",
+                str(self.cloud_port),
+                "--kubeconfig",
+                str(self.kubeconfig),
+                "--cloud-token",
+                self.cloud_token,
+                "--boot-delay",
+                str(boot_delay_s),
+                "--ready-delay",
+                str(boot_delay_s),
+            ],
+            env,
+            state / "sim.log",
+        )
+        product_env = {
+            **env,
+            "CLOUDBURST_TEMPORAL_ADDRESS": f"127.0.0.1:{self.temporal_port}",
+            "CLOUDBURST_KUBECONFIG": str(self.kubeconfig),
+            "CLOUDBURST_CLUSTER_ID": CLUSTER_ID,
+            "CLOUDBURST_HEALTH_PORT": "0",
+            "CLOUDBURST_METRICS_PORT": "0",
+            "CLOUDBURST_SDK_METRICS_PORT": "0",
+            "CLOUDBURST_GC_ENABLED": "false",
+        }
+        self.worker = Process(
+            "worker", [str(BIN / "cloudburst"), "worker"], product_env, state / "worker.log"
+        )
+        self.trigger = Process(
+            "trigger", [str(BIN / "cloudburst"), "trigger"], product_env, state / "trigger.log"
+        )
+
+    @property
+    def all(self) -> list[Process]:
+        return [self.trigger, self.worker, self.sim, self.temporal]
+
+    @property
+    def cloud_url(self) -> str:
+        return f"http://127.0.0.1:{self.cloud_port}"
+
+    def stop(self) -> None:
+        for process in self.all:
+            process.stop()
+
+
+async def connect(topology: Topology) -> Client:
+    last: Exception | None = None
+    for _ in range(150):
+        try:
+            return await Client.connect(
+                f"127.0.0.1:{topology.temporal_port}", data_converter=pydantic_data_converter
+            )
+        except RuntimeError as err:
+            last = err
+            await asyncio.sleep(0.2)
+    raise RuntimeError(f"Temporal never answered: {last}")
+
+
+def kube_client(topology: Topology) -> k8s.ApiClient:
+    for _ in range(150):
+        if topology.kubeconfig.exists():
+            break
+        time.sleep(0.1)
+    configuration = k8s.Configuration()
+    k8s_config.load_kube_config(str(topology.kubeconfig), client_configuration=configuration)
+    return k8s.ApiClient(configuration)
+
+
+def seed(api: k8s.ApiClient, topology: Topology, empty_ttl_s: int) -> None:
+    """The fake cloud's token, one NodeClass, and the two pools the waves go to."""
+    core, custom = k8s.CoreV1Api(api), k8s.CustomObjectsApi(api)
+    core.create_namespaced_secret(
+        "default",
+        k8s.V1Secret(
+            metadata=k8s.V1ObjectMeta(name="chaos-cloud-token"),
+            string_data={"token": topology.cloud_token},
+        ),
+    )
+    node_class = {
+        "apiVersion": "cloudburst.io/v1alpha1",
+        "kind": "NodeClass",
+        "metadata": {"name": "chaos", "namespace": "default"},
+        "spec": {
+            "fake": {
+                "endpoint": topology.cloud_url,
+                "region": "sim-1",
+                "apiTokenSecretRef": {"name": "chaos-cloud-token", "key": "token"},
+            },
+            "join": {
+                "hostApiServer": f"https://127.0.0.1:{topology.kube_port}",
+                "kindClusterName": "chaos",
+                "registrationTimeoutSeconds": 180,
+            },
+        },
+    }
+    custom.create_namespaced_custom_object(
+        "cloudburst.io", "v1alpha1", "default", "nodeclasses", node_class
+    )
+    for pool in POOLS:
+        body = {
+            "apiVersion": "cloudburst.io/v1alpha1",
+            "kind": "NodePool",
+            "metadata": {"name": pool, "namespace": "default"},
+            "spec": {
+                "nodeClassRef": "chaos",
+                "requirements": {"allowedProviders": ["fake"]},
+                "limits": {"maxNodes": 16},
+                "template": {"labels": {"chaos.io/lane": pool}},
+                "disruption": {
+                    "ttlSecondsAfterEmpty": empty_ttl_s,
+                    "terminationGracePeriodSeconds": 20,
+                    "budgets": [{"nodes": "100%"}],
+                },
+            },
+        }
+        custom.create_namespaced_custom_object(
+            "cloudburst.io", "v1alpha1", "default", "nodepools", body
+        )
+
+
+def wave_pod(name: str, pool: str) -> k8s.V1Pod:
+    # 1.5 CPU: one pod a small node, so a wave makes several nodes of each pool.
+    return k8s.V1Pod(
+        metadata=k8s.V1ObjectMeta(name=name, namespace="default", labels={"chaos": "wave"}),
+        spec=k8s.V1PodSpec(
+            node_selector={"chaos.io/lane": pool},
+            containers=[
+                k8s.V1Container(
+                    name="app",
+                    image="busybox",
+                    resources=k8s.V1ResourceRequirements(
+                        requests={"cpu": "1500m", "memory": "1Gi"}
+                    ),
+                )
+            ],
+        ),
+    )
+
+
+class BindWatch:
+    """When each pod was created and first seen bound (polls the API every 0.2 s)."""
+
+    def __init__(self, api: k8s.ApiClient) -> None:
+        self._core = k8s.CoreV1Api(api)
+        self.created: dict[str, float] = {}
+        self.bound: dict[str, float] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.2):
+            with contextlib.suppress(Exception):
+                for pod in self._core.list_namespaced_pod("default", label_selector="chaos").items:
+                    name = pod.metadata.name
+                    if pod.spec.node_name and name not in self.bound:
+                        self.bound[name] = time.monotonic()
+
+
+class Chaos:
+    """Kills the worker and the trigger at random, and the Temporal server a few times."""
+
+    def __init__(self, topology: Topology, rng: random.Random, args: argparse.Namespace) -> None:
+        self.topology, self.rng, self.args = topology, rng, args
+        self.kills: Counter[str] = Counter()
+
+    async def run(self, stop: asyncio.Event) -> None:
+        server_kills_left = self.args.server_kills
+        while not stop.is_set():
+            await self._sleep(stop, self.rng.uniform(*self.args.kill_every))
+            if stop.is_set():
+                return
+            roll = self.rng.random()
+            if server_kills_left and roll < self.args.server_kill_chance:
+                server_kills_left -= 1
+                await self._bounce(self.topology.temporal, pause=(0.5, 2.0))
+            elif roll < 0.75:
+                await self._bounce(self.topology.worker, pause=(0.2, 3.0))
+            else:
+                await self._bounce(self.topology.trigger, pause=(0.2, 3.0))
+
+    async def _bounce(self, process: Process, pause: tuple[float, float]) -> None:
+        process.kill()
+        self.kills[process.name] += 1
+        await asyncio.sleep(self.rng.uniform(*pause))
+        process.start()
+
+    @staticmethod
+    async def _sleep(stop: asyncio.Event, seconds: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), timeout=seconds)
+
+
+async def operator(client: Client, stop: asyncio.Event, report: Report) -> None:
+    """Asks the pools and the running claims how they are, as people and the Web UI do."""
+    while not stop.is_set():
+        for pool in POOLS:
+            with contextlib.suppress(Exception):
+                handle = client.get_workflow_handle_for(
+                    NodePoolWorkflow.run, pool_workflow_id("default", pool)
+                )
+                await asyncio.wait_for(handle.query(NodePoolWorkflow.status), timeout=5)
+                report.queries += 1
+        with contextlib.suppress(Exception):
+            async for execution in client.list_workflows(
+                "WorkflowType = 'NodeClaimWorkflow' AND ExecutionStatus = 'Running'", limit=5
+            ):
+                handle = client.get_workflow_handle_for(NodeClaimWorkflow.run, execution.id)
+                await asyncio.wait_for(handle.query(NodeClaimWorkflow.status), timeout=5)
+                report.queries += 1
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), timeout=1.5)
+
+
+async def run_waves(
+    api: k8s.ApiClient, watch: BindWatch, args: argparse.Namespace, report: Report
+) -> None:
+    core = k8s.CoreV1Api(api)
+    for wave in range(args.waves):
+        names = []
+        for pool in POOLS:
+            for index in range(args.pods):
+                name = f"w{wave}-{pool}-{index}"
+                await asyncio.to_thread(core.create_namespaced_pod, "default", wave_pod(name, pool))
+                watch.created[name] = time.monotonic()
+                names.append(name)
+        report.pods_created += len(names)
+        deadline = time.monotonic() + args.wave_timeout
+        while time.monotonic() < deadline and not all(n in watch.bound for n in names):
+            await asyncio.sleep(0.5)
+        await asyncio.sleep(args.hold)
+        for name in names:
+            with contextlib.suppress(k8s.ApiException):
+                await asyncio.to_thread(
+                    core.delete_namespaced_pod, name, "default", grace_period_seconds=0
+                )
+        report.waves += 1
+        # The nodes empty and go before the next wave, so each wave is new lifecycles.
+        await nodes_gone(api, args.wave_timeout)
+        await asyncio.sleep(args.gap)
+
+
+async def nodes_gone(api: k8s.ApiClient, timeout_s: float) -> None:
+    core = k8s.CoreV1Api(api)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        with contextlib.suppress(Exception):
+            nodes = await asyncio.to_thread(core.list_node, label_selector="chaos.io/lane")
+            if not nodes.items:
+                return
+        await asyncio.sleep(1)
+
+
+async def settle(
+    client: Client, topology: Topology, timeout_s: float
+) -> tuple[list[str], list[dict[str, Any]]]:
+    """Wait until no claim runs and no VM is left; what is still there at the deadline."""
+    deadline = time.monotonic() + timeout_s
+    running: list[str] = []
+    vms: list[dict[str, Any]] = []
+    while time.monotonic() < deadline:
+        with contextlib.suppress(Exception):
+            running = [
+                e.id
+                async for e in client.list_workflows(
+                    "WorkflowType = 'NodeClaimWorkflow' AND ExecutionStatus = 'Running'"
+                )
+            ]
+            vms = cloud_instances(topology)
+            if not running and not vms:
+                break
+        await asyncio.sleep(2)
+    return running, vms
+
+
+def cloud_instances(topology: Topology) -> list[dict[str, Any]]:
+    answer = httpx.get(f"{topology.cloud_url}/_admin/instances", timeout=10)
+    answer.raise_for_status()
+    instances: list[dict[str, Any]] = answer.json()["instances"]
+    return [i for i in instances if i.get("state") != "terminated"]
+
+
+async def verdict(
+    client: Client, topology: Topology, histories: Path | None, report: Report
+) -> None:
+    stats = httpx.get(f"{topology.cloud_url}/_admin/stats", timeout=10).json()
+    by_name: dict[str, int] = stats.get("created_by_name", {})
+    report.vms_created = sum(by_name.values())
+    report.vms_created_twice = sorted(name for name, count in by_name.items() if count > 1)
+    async for execution in client.list_workflows():
+        if execution.status in (
+            WorkflowExecutionStatus.FAILED,
+            WorkflowExecutionStatus.TERMINATED,
+            WorkflowExecutionStatus.TIMED_OUT,
+        ):
+            report.workflows_failed.append(f"{execution.id} {execution.status.name}")
+        if execution.workflow_type == "NodeClaimWorkflow" and (
+            execution.status == WorkflowExecutionStatus.COMPLETED
+        ):
+            report.lifecycles_completed += 1
+        history = await client.get_workflow_handle(
+            execution.id, run_id=execution.run_id
+        ).fetch_history()
+        failed = sum(
+            1 for e in history.events if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED
+        )
+        if failed:
+            report.workflow_tasks_failed[execution.id] = failed
+        if histories is not None and execution.workflow_type in (
+            "NodeClaimWorkflow",
+            "NodePoolWorkflow",
+        ):
+            (histories / f"{execution.id}.{execution.run_id}.json").write_text(history.to_json())
+
+
+async def soak(args: argparse.Namespace) -> Report:
+    report = Report()
+    started = time.monotonic()
+    rng = random.Random(args.seed)
+    state = Path(tempfile.mkdtemp(prefix="cloudburst-chaos-"))
+    topology = Topology(state, args.boot_delay)
+    histories = Path(args.histories) if args.histories else None
+    if histories:
+        histories.mkdir(parents=True, exist_ok=True)
+    try:
+        topology.temporal.start()
+        topology.sim.start()
+        client = await connect(topology)
+        api = await asyncio.to_thread(kube_client, topology)
+        await asyncio.to_thread(seed, api, topology, args.empty_ttl)
+        topology.worker.start()
+        topology.trigger.start()
+        watch = BindWatch(api)
+        watch.start()
+        stop = asyncio.Event()
+        chaos = Chaos(topology, rng, args)
+        background = [
+            asyncio.create_task(chaos.run(stop)),
+            asyncio.create_task(operator(client, stop, report)),
+        ]
+        await run_waves(api, watch, args, report)
+        stop.set()
+        await asyncio.gather(*background)
+        watch.stop()
+        report.kills = dict(chaos.kills)
+        for process in (topology.temporal, topology.worker, topology.trigger):
+            if process.popen is None or process.popen.poll() is not None:
+                process.start()  # a kill at the very end: everything is up for the settling
+        client = await connect(topology)
+        running, vms = await settle(client, topology, args.settle_timeout)
+        report.claims_stuck = running
+        report.vms_leaked = len(vms)
+        await verdict(client, topology, histories, report)
+        latencies = [watch.bound[n] - watch.created[n] for n in watch.created if n in watch.bound]
+        report.pods_never_bound = len(watch.created) - len(latencies)
+        if latencies:
+            report.bind_latency_p50_s = round(statistics.median(latencies), 2)
+            report.bind_latency_max_s = round(max(latencies), 2)
+    finally:
+        topology.stop()
+    report.seconds = round(time.monotonic() - started, 1)
+    problems = report.problems
+    if report.vms_leaked:
+        problems.append(f"{report.vms_leaked} VMs leaked")
+    if report.vms_created_twice:
+        problems.append(f"VMs created twice: {report.vms_created_twice}")
+    if report.claims_stuck:
+        problems.append(f"claims stuck: {report.claims_stuck}")
+    if report.workflows_failed:
+        problems.append(f"workflows failed: {report.workflows_failed}")
+    if report.workflow_tasks_failed:
+        problems.append(f"workflow tasks failed: {report.workflow_tasks_failed}")
+    if report.pods_never_bound:
+        problems.append(f"{report.pods_never_bound} pods never bound")
+    report.ok = not problems
+    if not args.keep_state:
+        with contextlib.suppress(OSError):
+            for path in sorted(state.rglob("*"), reverse=True):
+                path.unlink() if path.is_file() else path.rmdir()
+            state.rmdir()
+    else:
+        problems.append(f"state kept in {state}") if not report.ok else None
+    return report
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--waves", type=int, default=12)
+    parser.add_argument("--pods", type=int, default=3, help="pods a wave sends each pool")
+    parser.add_argument("--hold", type=float, default=2.0, help="seconds pods run once bound")
+    parser.add_argument("--gap", type=float, default=1.0, help="seconds between waves")
+    parser.add_argument("--wave-timeout", type=float, default=90.0)
+    parser.add_argument("--settle-timeout", type=float, default=300.0)
+    parser.add_argument("--empty-ttl", type=int, default=3)
+    parser.add_argument("--boot-delay", type=float, default=0.5)
+    parser.add_argument(
+        "--kill-every", type=float, nargs=2, default=(4.0, 12.0), metavar=("MIN", "MAX")
+    )
+    parser.add_argument("--server-kills", type=int, default=2)
+    parser.add_argument("--server-kill-chance", type=float, default=0.08)
+    parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument("--histories", help="write every pool and claim history here")
+    parser.add_argument("--keep-state", action="store_true", help="keep logs and the db")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    report = asyncio.run(soak(args))
+    if args.json:
+        print(json.dumps(asdict(report)))
+    else:
+        print(json.dumps(asdict(report), indent=2))
+    sys.exit(0 if report.ok else 1)
+
+
+if __name__ == "__main__":
+    main()
