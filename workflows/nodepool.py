@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, Literal
+from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy, SearchAttributePair, TypedSearchAttributes
@@ -35,16 +35,14 @@ with workflow.unsafe.imports_passed_through():
     )
     from api.events import EventBatch, KubeEvent, ObjectRef
     from api.messages import FailureReason, NodeClaimInput, claim_workflow_id
-    from api.nodeclaim import Condition, NodeClaimPhase, Offering
+    from api.nodeclaim import NodeClaimPhase
     from api.nodepool import Budget, Limits, parse_duration
     from api.nodepool_status import (
         LIMIT_REACHED,
-        READY,
-        NodePoolResources,
         NodePoolStatus,
         NodePoolStatusUpdate,
     )
-    from api.planning import InFlightNode, Plan, PlannedNode, PlanRequest, PodDemand, Resources
+    from api.planning import Plan, PlannedNode, PlanRequest, PodDemand
     from api.pool import (
         BudgetStatus,
         ClaimReport,
@@ -58,9 +56,10 @@ with workflow.unsafe.imports_passed_through():
         PoolSpecs,
         PoolStatus,
     )
-    from api.quantity import cpu_millis, format_cpu, format_memory, memory_bytes
+    from api.quantity import cpu_millis, memory_bytes
     from workflows.alarms import Alarms
     from workflows.decisions import budgets as budget_rules
+    from workflows.decisions import pool as pool_rules
     from workflows.nodeclaim import NodeClaimWorkflow
     from workflows.timeouts import HEARTBEAT, KUBE_CALL, PLANNING
 
@@ -212,7 +211,7 @@ class NodePoolWorkflow:
     @workflow.query
     def status(self) -> PoolStatus:
         claims = list(self._state.claims.values())
-        cpu_m, memory = _held(claims)
+        cpu_m, memory = pool_rules.held(claims)
         budgets = self._state.specs.pool.disruption.budgets
         return PoolStatus(
             name=self._input.name,
@@ -460,48 +459,13 @@ class NodePoolWorkflow:
         )
 
     def _plan_request(self, uncovered: list[PodDemand], missing_floor: int) -> PlanRequest:
-        state = self._state
-        specs = state.specs
-        pool = specs.pool
-        limits = pool.limits
-        claims = self._live_claims()
-        in_flight = []
-        # Only nodes still on their way: the scheduler already tried the Ready ones, so a
-        # pod pending now does not fit there.
-        for claim in (c for c in claims if c.phase != NodeClaimPhase.READY):
-            used = Resources()
-            for uid in claim.nominated:
-                pod = state.pending.get(uid)
-                if pod is not None:
-                    used = used + pod.requests
-            in_flight.append(
-                InFlightNode(
-                    claim_name=claim.name,
-                    offering=claim.offering,
-                    allocatable=claim.allocatable,
-                    used=used,
-                )
-            )
-        used_cpu, used_memory = _held(claims)
-        return PlanRequest(
-            pool_name=self._input.name,
-            namespace=self._input.namespace,
-            pool=pool,
-            class_providers=specs.node_class.configured_providers(),
-            node_class=specs.node_class,
-            pods=uncovered,
-            in_flight=in_flight,
-            failed_offerings=sorted(state.failed_offerings),
-            max_new_nodes=None
-            if limits.max_nodes is None
-            else max(0, limits.max_nodes - len(claims)),
-            remaining_cpu_m=None
-            if limits.cpu is None
-            else max(0, cpu_millis(limits.cpu) - used_cpu),
-            remaining_memory_bytes=(
-                None if limits.memory is None else max(0, memory_bytes(limits.memory) - used_memory)
-            ),
-            min_new_nodes=missing_floor,
+        return pool_rules.plan_request(
+            self._input.name,
+            self._input.namespace,
+            self._state,
+            self._live_claims(),
+            uncovered,
+            missing_floor,
         )
 
     async def _start_claim(
@@ -625,13 +589,7 @@ class NodePoolWorkflow:
         )
 
     def _limit_text(self) -> str:
-        limits = self._state.specs.pool.limits
-        parts = [
-            f"maxNodes={limits.max_nodes}" if limits.max_nodes is not None else "",
-            f"cpu={limits.cpu}" if limits.cpu else "",
-            f"memory={limits.memory}" if limits.memory else "",
-        ]
-        return "pool limits " + ", ".join(p for p in parts if p)
+        return pool_rules.limit_text(self._state.specs.pool.limits)
 
     # --- drift ------------------------------------------------------------------------------
 
@@ -819,23 +777,7 @@ class NodePoolWorkflow:
     async def _publish_status(self) -> None:
         """Write `kubectl get nodepools`' NODES READY CPU MEMORY and conditions, when changed."""
         state = self._state
-        claims = list(state.claims.values())
-        limited = sum(1 for why in state.blocked.values() if why.startswith(LIMIT_REACHED))
-        cpu_m, memory = _held(claims)
-        status = NodePoolStatus(
-            nodes=len(claims),
-            ready_nodes=sum(1 for c in claims if c.phase == NodeClaimPhase.READY),
-            resources=NodePoolResources(cpu=format_cpu(cpu_m), memory=format_memory(memory)),
-            conditions=[
-                self._condition(READY, True, "Reconciled", "the pool's workflow is running"),
-                self._condition(
-                    LIMIT_REACHED,
-                    limited > 0,
-                    "PodsWaiting" if limited else "WithinLimits",
-                    f"{limited} pods wait: {self._limit_text()}" if limited else "",
-                ),
-            ],
-        )
+        status = pool_rules.pool_status(state, workflow.now())
         if status == state.published_status and not (self._alarmed and self._status_stale):
             return
         limit_reached = status.conditions[1]
@@ -860,6 +802,7 @@ class NodePoolWorkflow:
                 ]
             )
         limits = state.specs.pool.limits
+        cpu_m, memory = pool_rules.held(state.claims.values())
         try:
             await self._sync_status(status, cpu_m, memory, limits)
         except ActivityError as err:  # written again after the next look
@@ -887,21 +830,6 @@ class NodePoolWorkflow:
             heartbeat_timeout=HEARTBEAT,
             retry_policy=RetryPolicy(maximum_attempts=5),
             summary=f"status: {status.nodes} nodes, {status.ready_nodes} Ready",
-        )
-
-    def _condition(self, type_: str, true: bool, reason: str, message: str) -> Condition:
-        """A condition that keeps its transition time while its status stays the same."""
-        value: Literal["True", "False"] = "True" if true else "False"
-        previous = self._state.published_status
-        for old in previous.conditions if previous else []:
-            if old.type == type_ and old.status == value and old.reason == reason:
-                return old.model_copy(update={"message": message})
-        return Condition(
-            type=type_,
-            status=value,
-            reason=reason,
-            message=message,
-            last_transition_time=workflow.now(),
         )
 
     # --- state helpers ----------------------------------------------------------------------
@@ -983,22 +911,6 @@ class NodePoolWorkflow:
             f"| Claims started | {state.claims_started} |",
         ]
         workflow.set_current_details("\n".join(lines))
-
-
-def _held(claims: list[PoolClaim]) -> tuple[int, int]:
-    """(cpu millicores, memory bytes) of the claims' offerings: what counts against limits."""
-    return (
-        sum(_offering_cpu_m(c.offering) for c in claims),
-        sum(_offering_memory(c.offering) for c in claims),
-    )
-
-
-def _offering_cpu_m(offering: Offering) -> int:
-    return int((offering.vcpu or 0) * 1000)
-
-
-def _offering_memory(offering: Offering) -> int:
-    return int((offering.memory_gib or 0) * 2**30)
 
 
 def _cause(err: ActivityError) -> str:

@@ -1,0 +1,106 @@
+"""What the pool asks the planner for, and what its NodePool status says."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from api.nodeclaim import NodeClaimPhase, Offering
+from api.nodeclass import FakeClass, JoinSettings, NodeClassSpec
+from api.nodepool import NodePoolSpec
+from api.planning import PodDemand, Resources
+from api.pool import PoolClaim, PoolSpecs, PoolState
+from workflows.decisions.pool import held, plan_request, pool_status
+
+NOW = datetime(2026, 11, 24, 9, 0, tzinfo=UTC)
+SMALL = Offering(provider="fake", region="sim-1", instance_type="fk-small", vcpu=2, memory_gib=4)
+
+
+def state(limits: dict[str, object] | None = None) -> PoolState:
+    pool = NodePoolSpec.model_validate({"limits": limits or {}})
+    return PoolState(
+        specs=PoolSpecs(
+            pool=pool,
+            node_class_name="sample",
+            node_class=NodeClassSpec(
+                fake=FakeClass(), join=JoinSettings(host_api_server="https://127.0.0.1:6443")
+            ),
+        )
+    )
+
+
+def pod(uid: str, cpu_m: int = 500) -> PodDemand:
+    return PodDemand(
+        uid=uid, namespace="default", name=uid, requests=Resources(cpu_m=cpu_m, pods=1)
+    )
+
+
+def claim(name: str, phase: NodeClaimPhase, nominated: list[str] | None = None) -> PoolClaim:
+    return PoolClaim(
+        name=name,
+        phase=phase,
+        offering=SMALL,
+        allocatable=Resources(cpu_m=1900, memory_bytes=3 * 2**30, pods=110),
+        nominated=nominated or [],
+        started_at=NOW,
+    )
+
+
+def test_nodes_on_their_way_carry_what_is_nominated_ready_ones_are_left_out() -> None:
+    pool = state()
+    pool.pending = {"a": pod("a", 700), "b": pod("b")}
+    live = [
+        claim("p-1", NodeClaimPhase.PROVISIONING, ["a", "gone"]),
+        claim("p-2", NodeClaimPhase.READY),
+    ]
+    request = plan_request("p", "default", pool, live, [pod("b")], 0)
+    [on_its_way] = request.in_flight
+    assert on_its_way.claim_name == "p-1"
+    assert on_its_way.used.cpu_m == 700  # a pod no longer pending does not count
+    assert [p.uid for p in request.pods] == ["b"]
+
+
+def test_the_limits_leave_what_the_live_claims_do_not_hold() -> None:
+    pool = state({"maxNodes": 3, "cpu": "5", "memory": "10Gi"})
+    live = [claim("p-1", NodeClaimPhase.READY), claim("p-2", NodeClaimPhase.JOINING)]
+    request = plan_request("p", "default", pool, live, [pod("x")], 0)
+    assert request.max_new_nodes == 1
+    assert request.remaining_cpu_m == 1000
+    assert request.remaining_memory_bytes == 2 * 2**30
+    assert held(live) == (4000, 8 * 2**30)
+
+
+def test_over_the_limits_leaves_nothing_never_less() -> None:
+    pool = state({"maxNodes": 1, "cpu": "1"})
+    live = [claim("p-1", NodeClaimPhase.READY), claim("p-2", NodeClaimPhase.READY)]
+    request = plan_request("p", "default", pool, live, [], 1)
+    assert request.max_new_nodes == 0 and request.remaining_cpu_m == 0
+    assert request.min_new_nodes == 1
+
+
+def test_status_counts_nodes_and_says_when_pods_wait_on_limits() -> None:
+    pool = state({"maxNodes": 2})
+    pool.claims = {
+        "p-1": claim("p-1", NodeClaimPhase.READY),
+        "p-2": claim("p-2", NodeClaimPhase.PROVISIONING),
+    }
+    pool.blocked = {"x": "LimitReached: pool limits maxNodes=2"}
+    status = pool_status(pool, NOW)
+    assert (status.nodes, status.ready_nodes) == (2, 1)
+    assert status.resources.cpu == "4" and status.resources.memory == "8Gi"
+    ready, limit = status.conditions
+    assert (ready.type, ready.status) == ("Ready", "True")
+    assert (limit.status, limit.reason) == ("True", "PodsWaiting")
+    assert limit.message == "1 pods wait: pool limits maxNodes=2"
+
+
+def test_a_condition_keeps_its_transition_time_while_it_holds() -> None:
+    pool = state()
+    pool.published_status = pool_status(pool, NOW)
+    later = pool_status(pool, NOW + timedelta(minutes=5))
+    assert later.conditions[0].last_transition_time == NOW
+    pool.config_error = "Secret default/tailscale-auth not found"
+    failing = pool_status(pool, NOW + timedelta(minutes=6))
+    ready = failing.conditions[0]
+    assert (ready.status, ready.reason) == ("False", "ClaimsFailing")
+    assert "tailscale-auth" in ready.message
+    assert ready.last_transition_time == NOW + timedelta(minutes=6)

@@ -1,0 +1,136 @@
+"""The pool's own decisions, pure: what to ask the planner for, what holds against the limits,
+and what the NodePool resource's status says."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime
+from typing import Literal
+
+from api.nodeclaim import Condition, NodeClaimPhase, Offering
+from api.nodepool import Limits
+from api.nodepool_status import LIMIT_REACHED, READY, NodePoolResources, NodePoolStatus
+from api.planning import InFlightNode, PlanRequest, PodDemand, Resources
+from api.pool import PoolClaim, PoolState
+from api.quantity import cpu_millis, format_cpu, format_memory, memory_bytes
+
+
+def held(claims: Iterable[PoolClaim]) -> tuple[int, int]:
+    """(cpu millicores, memory bytes) of the claims' offerings: what counts against limits."""
+    cpu_m = memory = 0
+    for claim in claims:
+        cpu_m += _offering_cpu_m(claim.offering)
+        memory += _offering_memory(claim.offering)
+    return cpu_m, memory
+
+
+def plan_request(
+    pool_name: str,
+    namespace: str,
+    state: PoolState,
+    live: list[PoolClaim],
+    uncovered: list[PodDemand],
+    missing_floor: int,
+) -> PlanRequest:
+    """What the planner is asked: the uncovered pods, the nodes still on their way (with what
+    is nominated to them), the failure cache, and what the limits leave."""
+    specs = state.specs
+    limits = specs.pool.limits
+    in_flight = []
+    # Only nodes still on their way: the scheduler already tried the Ready ones, so a pod
+    # pending now does not fit there.
+    for claim in (c for c in live if c.phase != NodeClaimPhase.READY):
+        used = Resources()
+        for uid in claim.nominated:
+            pod = state.pending.get(uid)
+            if pod is not None:
+                used = used + pod.requests
+        in_flight.append(
+            InFlightNode(
+                claim_name=claim.name,
+                offering=claim.offering,
+                allocatable=claim.allocatable,
+                used=used,
+            )
+        )
+    used_cpu, used_memory = held(live)
+    return PlanRequest(
+        pool_name=pool_name,
+        namespace=namespace,
+        pool=specs.pool,
+        class_providers=specs.node_class.configured_providers(),
+        node_class=specs.node_class,
+        pods=uncovered,
+        in_flight=in_flight,
+        failed_offerings=sorted(state.failed_offerings),
+        max_new_nodes=None if limits.max_nodes is None else max(0, limits.max_nodes - len(live)),
+        remaining_cpu_m=None if limits.cpu is None else max(0, cpu_millis(limits.cpu) - used_cpu),
+        remaining_memory_bytes=(
+            None if limits.memory is None else max(0, memory_bytes(limits.memory) - used_memory)
+        ),
+        min_new_nodes=missing_floor,
+    )
+
+
+def limit_text(limits: Limits) -> str:
+    parts = [
+        f"maxNodes={limits.max_nodes}" if limits.max_nodes is not None else "",
+        f"cpu={limits.cpu}" if limits.cpu else "",
+        f"memory={limits.memory}" if limits.memory else "",
+    ]
+    return "pool limits " + ", ".join(p for p in parts if p)
+
+
+def pool_status(state: PoolState, now: datetime) -> NodePoolStatus:
+    """`kubectl get nodepools`' NODES READY CPU MEMORY and the conditions. A condition keeps
+    its transition time (from the status last written) while its status stays the same."""
+    claims = list(state.claims.values())
+    limited = sum(1 for why in state.blocked.values() if why.startswith(LIMIT_REACHED))
+    cpu_m, memory = held(claims)
+    if state.config_error:
+        ready = (False, "ClaimsFailing", f"new claims held back: {state.config_error}")
+    else:
+        ready = (True, "Reconciled", "the pool's workflow is running")
+    text = f"{limited} pods wait: {limit_text(state.specs.pool.limits)}" if limited else ""
+    previous = state.published_status
+    return NodePoolStatus(
+        nodes=len(claims),
+        ready_nodes=sum(1 for c in claims if c.phase == NodeClaimPhase.READY),
+        resources=NodePoolResources(cpu=format_cpu(cpu_m), memory=format_memory(memory)),
+        conditions=[
+            _condition(previous, READY, *ready, now),
+            _condition(
+                previous,
+                LIMIT_REACHED,
+                limited > 0,
+                "PodsWaiting" if limited else "WithinLimits",
+                text,
+                now,
+            ),
+        ],
+    )
+
+
+def _condition(
+    previous: NodePoolStatus | None,
+    type_: str,
+    true: bool,
+    reason: str,
+    message: str,
+    now: datetime,
+) -> Condition:
+    value: Literal["True", "False"] = "True" if true else "False"
+    for old in previous.conditions if previous else []:
+        if old.type == type_ and old.status == value and old.reason == reason:
+            return old.model_copy(update={"message": message})
+    return Condition(
+        type=type_, status=value, reason=reason, message=message, last_transition_time=now
+    )
+
+
+def _offering_cpu_m(offering: Offering) -> int:
+    return int((offering.vcpu or 0) * 1000)
+
+
+def _offering_memory(offering: Offering) -> int:
+    return int((offering.memory_gib or 0) * 2**30)
