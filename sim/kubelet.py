@@ -14,6 +14,17 @@ cluster-info`, then register the Node (NotReady, Ready after `ready_delay_s`) an
 pods bound to it. Wrong join material means no Node, as in real life; the reason is kept in
 `join_failures` so that tests (and the demo) can say why.
 
+With a tailnet (`sim.tailscale.TailnetStandin`), a VM whose script turns Tailscale on first
+runs `tailscale up` with the key from its user data (`TailnetStandin.register`, in-process):
+a key the tailnet refuses (unknown, revoked, expired, single-use and spent) means no Node,
+and the node's InternalIP is its tailnet address. Without one, the Tailscale lines are
+ignored as before.
+
+Each registered Node has its `kube-node-lease/<node>` Lease (owned by the Node, as the kubelet
+makes it), renewed every `lease_renew_s` (the kubelet's 10 s) while its VM runs: `kubectl get
+leases -n kube-node-lease` and anything that watches node heartbeats see what they see on a
+real cluster. A lost node's lease is no longer renewed.
+
 When a VM disappears from the cloud its Node goes `Ready=Unknown` (the node lifecycle
 controller's "Kubelet stopped posting node status.") and is left for the autoscaler to
 delete. A Node deleted while its VM lives is not re-registered (a real kubelet would
@@ -32,6 +43,7 @@ import hashlib
 import hmac
 import logging
 import re
+import shlex
 import threading
 import time
 from dataclasses import dataclass
@@ -47,6 +59,7 @@ from api import labels as L
 from sim.cloud import FakeCloud
 from sim.clouds.base import BootableCloud, as_bootable
 from sim.scheduler import call
+from sim.tailscale import TailnetError, TailnetStandin
 
 log = logging.getLogger(__name__)
 
@@ -55,8 +68,12 @@ JOIN_HEREDOC = re.compile(
     r"<<'CLOUDBURST_JOIN_CONFIG'\s*\n(?P<body>.*?)\n\s*CLOUDBURST_JOIN_CONFIG\s*(?:\n|$)", re.S
 )
 TOKEN_RE = re.compile(r"^([a-z0-9]{6})\.([a-z0-9]{16})$")
+# The script's Tailscale settings (activities/bootstrap.sh.tmpl), one shell word each.
+TAILSCALE_LINE = re.compile(r"^(TAILSCALE_ENABLED|TAILSCALE_AUTHKEY)=(.*)$", re.M)
 NODE_GROUP = "system:bootstrappers:kubeadm:default-node-token"
 KUBELET_VERSION = "v1.34.1"
+LEASE_NAMESPACE = "kube-node-lease"
+LEASE_DURATION_S = 40  # the kubelet's default nodeLeaseDurationSeconds
 ARCH = {"x86_64": "amd64", "amd64": "amd64", "arm64": "arm64", "aarch64": "arm64"}
 # What `--node-labels` may set in the kubernetes.io / k8s.io namespaces (the kubelet refuses
 # to start otherwise; NodeRestriction would refuse the Node).
@@ -120,6 +137,11 @@ def instance_key(provider: str, native_id: str) -> str:
 
 def _quantity_cpu(vcpu: float) -> str:
     return str(int(vcpu)) if float(vcpu).is_integer() else f"{round(vcpu * 1000)}m"
+
+
+def _now_micro() -> str:
+    """A Lease's renewTime is a MicroTime (RFC 3339 with microseconds)."""
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def _now() -> str:
@@ -260,6 +282,8 @@ class _Joined:
     ip: str
     registered_at: float
     index: int
+    node_uid: str = ""
+    lease_renewed_at: float | None = None  # monotonic; None until the lease exists
     ready: bool = False
     lost: bool = False  # VM gone: no longer managed
     pod_ips: int = 0
@@ -281,8 +305,15 @@ class Kubelets:
         poll_s: float = 0.25,
         join_retry_s: float = 2.0,
         join_timeout_s: float = 60.0,
+        tailnet: TailnetStandin | None = None,
+        lease_renew_s: float = 10.0,
     ) -> None:
         self.core = client.CoreV1Api(api_client)
+        self.coordination = client.CoordinationV1Api(api_client)
+        self.lease_renew_s = lease_renew_s
+        self.tailnet = tailnet
+        # instance key -> (tailnet node id, address): `tailscale up` ran once for this VM.
+        self._tailnet_nodes: dict[str, tuple[str, str]] = {}
         given = cloud if isinstance(cloud, list) else [cloud]
         if not given:
             raise ValueError("Kubelets needs at least one cloud")
@@ -375,6 +406,8 @@ class Kubelets:
                 self._lose(j)
             elif not j.ready and now - j.registered_at >= self.ready_delay_s:
                 self._set_ready(j)
+            if not j.lost:
+                self._keep_lease(j, now)
         self._run_pods()
 
     # ---- joining ---------------------------------------------------------------------------
@@ -393,9 +426,11 @@ class Kubelets:
                     continue
                 if ca_hash is None:
                     raise JoinError(ca_error)
-                config = parse_join_config(str(detail.get("user_data") or ""))
+                user_data = str(detail.get("user_data") or "")
+                config = parse_join_config(user_data)
+                tailnet_ip = self._join_tailnet(iid, user_data, config.node_name)
                 self._verify(config, ca_hash)
-                self._register(iid, cloud, native, detail, config, now)
+                self._register(iid, cloud, native, detail, config, now, tailnet_ip)
                 self.join_failures.pop(iid, None)
             except JoinError as exc:
                 self._join_failed(iid, str(exc), now)
@@ -423,6 +458,26 @@ class Kubelets:
         if not ca_b64:
             raise JoinError("kube-public/cluster-info has no certificate-authority-data")
         return ca_cert_hash(base64.b64decode(ca_b64))
+
+    def _join_tailnet(self, iid: str, user_data: str, hostname: str) -> str | None:
+        """`tailscale up` as the script runs it (once per VM): the tailnet address, or None."""
+        if self.tailnet is None:
+            return None
+        settings = {}
+        for name, value in TAILSCALE_LINE.findall(user_data):
+            words = shlex.split(value)
+            settings[name] = words[0] if words else ""
+        if settings.get("TAILSCALE_ENABLED") != "true":
+            return None
+        joined = self._tailnet_nodes.get(iid)
+        if joined is None:
+            try:
+                device = self.tailnet.register(settings.get("TAILSCALE_AUTHKEY", ""), hostname)
+            except TailnetError as exc:
+                raise JoinError(f"tailscale up failed: {exc}") from exc
+            joined = (str(device["nodeId"]), str(device["addresses"][0]))
+            self._tailnet_nodes[iid] = joined
+        return joined[1]
 
     def _verify(self, config: JoinConfig, ca_hash: str) -> None:
         m = TOKEN_RE.match(config.token)
@@ -453,6 +508,7 @@ class Kubelets:
         detail: Obj,
         config: JoinConfig,
         now: float,
+        tailnet_ip: str | None = None,
     ) -> None:
         type_name = str(detail.get("instance_type"))
         shape = cloud.instance_shape(type_name)
@@ -461,7 +517,7 @@ class Kubelets:
         vcpu, memory_gib, raw_arch = shape
         arch = ARCH.get(raw_arch, raw_arch)
         region = str(detail.get("region"))
-        ip = config.node_ip or str(detail.get("private_ip") or "")
+        ip = config.node_ip or tailnet_ip or str(detail.get("private_ip") or "")
         labels = {
             **config.node_labels,
             "kubernetes.io/hostname": config.node_name,
@@ -523,19 +579,82 @@ class Kubelets:
         if config.taints:
             node["spec"]["taints"] = config.taints
         try:
-            call(self.core.create_node, node)
+            created = call(self.core.create_node, node)
         except client.ApiException as exc:
             if exc.status != 409:
                 raise
             # A Node by that name exists: the kubelet takes it over only if it is its own.
-            current = call(self.core.read_node, config.node_name)
-            if (current.get("spec") or {}).get("providerID") != node["spec"]["providerID"]:
+            created = call(self.core.read_node, config.node_name)
+            if (created.get("spec") or {}).get("providerID") != node["spec"]["providerID"]:
                 raise JoinError(
                     f"a Node named {config.node_name} exists with another providerID"
                 ) from exc
+        node_uid = str((created.get("metadata") or {}).get("uid") or "")
         with self._lock:
-            self.joined[iid] = _Joined(iid, config.node_name, ip, now, next(self._indexes))
+            self.joined[iid] = _Joined(
+                iid, config.node_name, ip, now, next(self._indexes), node_uid=node_uid
+            )
         log.info("instance %s joined as node %s", iid, config.node_name)
+
+    # ---- node lease ------------------------------------------------------------------------
+
+    def _keep_lease(self, j: _Joined, now: float) -> None:
+        """Create the node's Lease once, then renew it every `lease_renew_s`. A failure is
+        logged and tried at the next tick, as the kubelet's lease controller does."""
+        if j.lease_renewed_at is not None and now - j.lease_renewed_at < self.lease_renew_s:
+            return
+        renew = {"spec": {"renewTime": _now_micro()}}
+        try:
+            if j.lease_renewed_at is None:
+                self._create_lease(j)
+            else:
+                call(
+                    self.coordination.patch_namespaced_lease,
+                    j.node_name,
+                    LEASE_NAMESPACE,
+                    renew,
+                    _content_type="application/merge-patch+json",
+                )
+            j.lease_renewed_at = now
+        except client.ApiException as exc:
+            if exc.status == 404:
+                j.lease_renewed_at = None  # deleted under us: created again next tick
+            log.warning("lease of node %s not renewed: %s", j.node_name, exc.reason)
+
+    def _create_lease(self, j: _Joined) -> None:
+        lease: Obj = {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {
+                "name": j.node_name,
+                "namespace": LEASE_NAMESPACE,
+                "ownerReferences": [
+                    {
+                        "apiVersion": "v1",
+                        "kind": "Node",
+                        "name": j.node_name,
+                        "uid": j.node_uid,
+                    }
+                ],
+            },
+            "spec": {
+                "holderIdentity": j.node_name,
+                "leaseDurationSeconds": LEASE_DURATION_S,
+                "renewTime": _now_micro(),
+            },
+        }
+        try:
+            call(self.coordination.create_namespaced_lease, LEASE_NAMESPACE, lease)
+        except client.ApiException as exc:
+            if exc.status != 409:  # taken over after a restart: renew it instead
+                raise
+            call(
+                self.coordination.patch_namespaced_lease,
+                j.node_name,
+                LEASE_NAMESPACE,
+                {"spec": {"renewTime": _now_micro()}},
+                _content_type="application/merge-patch+json",
+            )
 
     # ---- node status -----------------------------------------------------------------------
 
@@ -577,6 +696,9 @@ class Kubelets:
 
     def _lose(self, j: _Joined) -> None:
         j.lost = True
+        tailnet_node = self._tailnet_nodes.get(j.instance_id)
+        if self.tailnet is not None and tailnet_node is not None:
+            self.tailnet.set_online(tailnet_node[0], False)
         self._patch_ready(j, "Unknown", "NodeStatusUnknown", "Kubelet stopped posting node status.")
         log.info("node %s lost its VM %s: Ready=Unknown", j.node_name, j.instance_id)
 

@@ -23,7 +23,8 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from sim.kubeapi import errors, quantities
+from sim.kubeapi import builtin_schema, errors, quantities
+from sim.kubeapi.builtin_schema import Node
 from sim.kubeapi.crds import CrdSchemas
 from sim.kubeapi.patch import STRATEGIC_PATCH
 from sim.kubeapi.resources import ResourceType
@@ -40,6 +41,10 @@ class WriteOptions:
 
     field_validation: str = WARN  # the server's default when the request names none
     warnings: list[str] = field(default_factory=list)
+    manager: str = ""  # the field manager: `?fieldManager=`, else from the User-Agent
+    dry_run: bool = False  # `?dryRun=All`: judged and answered, never stored
+    applied: bool = False  # a server-side apply: managedFields are already computed
+    subresource: str = ""  # the subresource managedFields name (`scale` writes the parent)
 
 
 class Admission:
@@ -47,6 +52,23 @@ class Admission:
 
     def __init__(self, crds: CrdSchemas | None = None) -> None:
         self.crds = crds or CrdSchemas()
+        self._crd_nodes: dict[str, Node | None] = {}
+
+    def crd_node(self, rt: ResourceType) -> Node | None:
+        """A custom resource's schema as a navigable node (its metadata is ObjectMeta's)."""
+        if rt.key not in self._crd_nodes:
+            schema = self.crds.get(rt.group, rt.version, rt.plural)
+            node = None
+            if schema is not None:
+                raw = dict(schema.raw)
+                props = dict(raw.get("properties") or {})
+                props["metadata"] = {
+                    "$ref": "#/components/schemas/io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"
+                }
+                raw["properties"] = props
+                node = Node(raw)
+            self._crd_nodes[rt.key] = node
+        return self._crd_nodes[rt.key]
 
     def decode(self, rt: ResourceType, obj: dict[str, Any], opts: WriteOptions) -> None:
         """A create or replace body, in place; 400 BadRequest when it cannot be decoded."""
@@ -64,7 +86,7 @@ class Admission:
     ) -> dict[str, Any]:
         """A patch's result, in place; 422 on `patch` when it cannot be decoded."""
         before = json.dumps(obj, sort_keys=True, separators=(",", ":")) if rt.custom else None
-        problem = self._decode(rt, obj, opts)
+        problem = self._decode(rt, obj, opts, patch)
         if problem:
             if content_type.split(";")[0].strip() == STRATEGIC_PATCH:
                 shown = _go_map(patch)  # strategicPatchObject prints the patch with %+v
@@ -87,7 +109,9 @@ class Admission:
         if found:
             raise errors.invalid_fields(rt.kind, rt.group, name, found)
 
-    def _decode(self, rt: ResourceType, obj: dict[str, Any], opts: WriteOptions) -> str | None:
+    def _decode(
+        self, rt: ResourceType, obj: dict[str, Any], opts: WriteOptions, patch: Any = None
+    ) -> str | None:
         if rt.custom:
             schema = self.crds.get(rt.group, rt.version, rt.plural)
             if schema is None:
@@ -103,6 +127,20 @@ class Admission:
                 return "strict decoding error: " + ", ".join(reported)
             opts.warnings.extend(reported)
             return None
+        node = builtin_schema.type_of(rt)
+        if node is not None:
+            # A merge or strategic patch brings in only what it holds: when the patch knows
+            # every field it names, so does the result (the stored object was decoded when
+            # it was written). Anything else is walked whole.
+            if isinstance(patch, dict) and not node.unknown_in_patch(patch):
+                dropped: list[str] = []
+            else:
+                dropped = node.prune_unknown(obj)
+            if dropped and opts.field_validation != IGNORE:
+                reported = [f"unknown field {errors.go_quote(path)}" for path in dropped]
+                if opts.field_validation == STRICT:
+                    return "strict decoding error: " + ", ".join(reported)
+                opts.warnings.extend(reported)
         if rt.kind in _QUANTITY_KINDS:
             return quantities.decode_error(rt.kind, obj)
         return None

@@ -73,3 +73,40 @@ def _read(directory: Path | None) -> dict[tuple[str, str, str], StructuralSchema
                     schemas[(group, version["name"], plural)] = StructuralSchema(schema)
     log.debug("CRD schemas from %s: %s", directory, sorted(schemas))
     return schemas
+
+
+_documents: list[dict[str, Any]] | None = None
+_documents_lock = threading.Lock()
+
+
+def crd_documents() -> list[dict[str, Any]]:
+    """The CustomResourceDefinition documents themselves (read once per process): what
+    `kubectl get crds` lists, and where discovery and tables find names and printer columns."""
+    global _documents
+    if _documents is None:
+        with _documents_lock:
+            if _documents is None:
+                directory = _find()
+                found: list[dict[str, Any]] = []
+                for path in sorted(directory.glob("*.yaml")) if directory else []:
+                    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+                    for document in yaml.load_all(path.read_text(), Loader=loader):
+                        if (
+                            isinstance(document, dict)
+                            and document.get("kind") == "CustomResourceDefinition"
+                        ):
+                            found.append(document)
+                _documents = found
+    return _documents
+
+
+def printer_columns(group: str, version: str, plural: str) -> list[dict[str, Any]]:
+    """A served custom resource's additionalPrinterColumns (empty when its CRD has none)."""
+    for document in crd_documents():
+        spec = document.get("spec") or {}
+        if spec.get("group") != group or (spec.get("names") or {}).get("plural") != plural:
+            continue
+        for v in spec.get("versions") or []:
+            if v.get("name") == version:
+                return list(v.get("additionalPrinterColumns") or [])
+    return []

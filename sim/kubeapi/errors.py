@@ -56,7 +56,11 @@ def status_body(
 
 
 def _details(rt: ResourceType, name: str) -> dict[str, Any]:
-    return {"name": name, "group": rt.group, "kind": rt.plural}
+    """StatusDetails as the server writes them: `group` is omitted for the core group."""
+    details = {"name": name, "group": rt.group, "kind": rt.plural}
+    if not rt.group:
+        del details["group"]
+    return details
 
 
 def not_found(rt: ResourceType, name: str) -> ApiError:
@@ -277,3 +281,13 @@ def bad_request(message: str) -> ApiError:
 
 def expired(requested: int, oldest: int) -> ApiError:
     return ApiError(410, "Expired", f"too old resource version: {requested} ({oldest})")
+
+
+def unsupported_media_type(accepted: list[str]) -> ApiError:
+    """415, listing exactly what this endpoint reads (negotiation.NewUnsupportedMediaTypeError)."""
+    return ApiError(
+        415,
+        "UnsupportedMediaType",
+        "the body of the request was in an unknown format - accepted media types include: "
+        + ", ".join(accepted),
+    )

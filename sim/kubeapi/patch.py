@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from sim.kubeapi.builtin_schema import Node
 from sim.kubeapi.errors import ApiError, bad_request
 
-# Lists merged by key under strategic merge, by field name (the ones our kinds use).
+# Lists merged by key under strategic merge when a kind has no schema, by field name.
 # A tuple key means the items are identified by several fields together.
 MERGE_KEYS: dict[str, tuple[str, ...]] = {
     "conditions": ("type",),
@@ -42,7 +43,9 @@ def clone(value: Any) -> Any:
     return value
 
 
-def apply_patch(content_type: str, doc: dict[str, Any], patch: Any) -> dict[str, Any]:
+def apply_patch(
+    content_type: str, doc: dict[str, Any], patch: Any, schema: Node | None = None
+) -> dict[str, Any]:
     kind = content_type.split(";")[0].strip().lower()
     if kind == JSON_PATCH:
         if not isinstance(patch, list):
@@ -53,7 +56,7 @@ def apply_patch(content_type: str, doc: dict[str, Any], patch: Any) -> dict[str,
     elif kind == STRATEGIC_PATCH:
         if not isinstance(patch, dict):
             raise bad_request("strategic merge patch must be an object")
-        result = strategic_merge(doc, patch)
+        result = strategic_merge(doc, patch, schema)
     else:
         raise ApiError(
             415,
@@ -77,11 +80,14 @@ def merge_patch(target: Any, patch: Any) -> Any:
     return out
 
 
-def strategic_merge(target: Any, patch: dict[str, Any]) -> Any:
-    """Merge maps recursively, lists by key (MERGE_KEYS) or as sets (SET_LISTS), else replace.
+def strategic_merge(target: Any, patch: dict[str, Any], schema: Node | None = None) -> Any:
+    """Merge maps recursively; lists as the kind's schema says (`x-kubernetes-patch-strategy`
+    merge with `x-kubernetes-patch-merge-key`: by key, or as a set for scalars), else replace.
 
-    Supports `$patch: replace|delete` on maps and list items, `$deleteFromPrimitiveList/<f>`;
-    `$setElementOrder/<f>` and `$retainKeys` are accepted and ignored.
+    Without a schema (a kind the emulator has none for) the merge keys are guessed from the
+    field name (MERGE_KEYS). Supports `$patch: replace|delete` on maps and list items,
+    `$deleteFromPrimitiveList/<f>` and `$retainKeys`; `$setElementOrder/<f>` is accepted and
+    ignored.
     """
     directive = patch.get("$patch")
     if directive == "replace":
@@ -89,6 +95,7 @@ def strategic_merge(target: Any, patch: dict[str, Any]) -> Any:
     if directive == "delete":
         return None
     out = dict(target) if isinstance(target, dict) else {}
+    retain = patch.get("$retainKeys")
     for key, value in patch.items():
         if key.startswith("$deleteFromPrimitiveList/"):
             field = key.split("/", 1)[1]
@@ -98,23 +105,45 @@ def strategic_merge(target: Any, patch: dict[str, Any]) -> Any:
             continue
         elif value is None:
             out.pop(key, None)
-        elif isinstance(value, dict):
-            merged = strategic_merge(out.get(key), value)
-            if merged is None:
-                out.pop(key, None)
-            else:
-                out[key] = merged
-        elif isinstance(value, list) and isinstance(out.get(key), list):
-            out[key] = _merge_list(key, out[key], value)
         else:
-            out[key] = _strip_directives(value)
+            child = _child_schema(schema, key)
+            if isinstance(value, dict):
+                merged = strategic_merge(out.get(key), value, child)
+                if merged is None:
+                    out.pop(key, None)
+                else:
+                    out[key] = merged
+            elif isinstance(value, list) and isinstance(out.get(key), list):
+                out[key] = _merge_list(key, out[key], value, child, schema is not None)
+            else:
+                out[key] = _strip_directives(value)
+    if isinstance(retain, list):
+        keep = set(map(str, retain))
+        out = {k: v for k, v in out.items() if k in keep}
     return out
 
 
-def _merge_list(field: str, current: list[Any], patch: list[Any]) -> list[Any]:
-    if field in SET_LISTS:
+def _child_schema(schema: Node | None, key: str) -> Node | None:
+    if schema is None:
+        return None
+    if schema.is_object_with_fields:
+        return schema.field(key)
+    return schema.values()
+
+
+def _merge_list(
+    field: str, current: list[Any], patch: list[Any], schema: Node | None, typed: bool
+) -> list[Any]:
+    if typed:
+        merging = schema is not None and "merge" in schema.patch_strategy.split(",")
+        key = schema.merge_key if schema is not None else None
+        keys: tuple[str, ...] | None = (key,) if merging and key else None
+        as_set = merging and not key
+    else:  # no schema for this kind: guess from the field name
+        keys = MERGE_KEYS.get(field)
+        as_set = field in SET_LISTS
+    if as_set:
         return list(current) + [v for v in patch if v not in current]
-    keys = MERGE_KEYS.get(field)
     if not keys or not all(isinstance(v, dict) for v in patch + current):
         if any(isinstance(v, dict) and v.get("$patch") == "replace" for v in patch):
             return [
@@ -125,6 +154,7 @@ def _merge_list(field: str, current: list[Any], patch: list[Any]) -> list[Any]:
     def ident(item: dict[str, Any]) -> tuple[Any, ...]:
         return tuple(item.get(k) for k in keys)
 
+    items_schema = schema.items() if schema is not None else None
     out = list(current)
     for item in patch:
         if item.get("$patch") == "replace":
@@ -136,7 +166,7 @@ def _merge_list(field: str, current: list[Any], patch: list[Any]) -> list[Any]:
         elif index is None:
             out.append(_strip_directives(item))
         else:
-            out[index] = strategic_merge(out[index], item)
+            out[index] = strategic_merge(out[index], item, items_schema)
     return out
 
 

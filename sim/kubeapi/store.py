@@ -20,11 +20,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from sim.kubeapi import errors
+from sim.kubeapi import builtin_schema, builtins, errors
 from sim.kubeapi.admission import Admission, WriteOptions
+from sim.kubeapi.apply import ApplyConflict, allowed_by_last_applied, record_update
+from sim.kubeapi.apply import apply as apply_fields
+from sim.kubeapi.builtin_schema import Node
 from sim.kubeapi.errors import ApiError
 from sim.kubeapi.patch import STRATEGIC_PATCH, apply_patch
-from sim.kubeapi.resources import NAMESPACES, REGISTRY, ResourceType
+from sim.kubeapi.resources import APISERVICES, NAMESPACES, STORED, ResourceType
 from sim.kubeapi.selectors import Predicate
 
 Obj = dict[str, Any]
@@ -47,7 +50,7 @@ def meta(obj: Obj) -> Obj:
 @dataclass
 class _Event:
     rv: int
-    key: str  # ResourceType.key
+    key: str  # ResourceType.storage
     type: str  # ADDED | MODIFIED | DELETED
     obj: Obj
     old: Obj | None  # previous state, for MODIFIED: lets selector watches see (un)matching
@@ -63,6 +66,7 @@ class Watcher:
     fields: Predicate | None
     queue: queue.Queue[tuple[str, Obj]]
     initial: list[tuple[str, Obj]] = field(default_factory=list)
+    initial_rv: int = 0  # the resourceVersion the initial events reflect
     # Set when the watcher fell too far behind or the server stopped: the stream must end
     # (the client then re-lists or re-watches from its last resourceVersion).
     closed: bool = False
@@ -118,7 +122,7 @@ class Store:
 
     def get(self, rt: ResourceType, namespace: str, name: str) -> Obj:
         with self.lock:
-            obj = self._objects.get(rt.key, {}).get(namespace, {}).get(name)
+            obj = self._objects.get(rt.storage, {}).get(namespace, {}).get(name)
         if obj is None:
             raise errors.not_found(rt, name)
         return obj
@@ -132,7 +136,7 @@ class Store:
     ) -> tuple[list[Obj], int]:
         """Matching objects sorted by (namespace, name), and the current resourceVersion."""
         with self.lock:
-            by_ns = self._objects.get(rt.key, {})
+            by_ns = self._objects.get(rt.storage, {})
             if namespace is None:
                 pools = [by_ns[ns] for ns in sorted(by_ns)]
             else:
@@ -166,28 +170,47 @@ class Store:
             md.pop("namespace", None)
         body["kind"], body["apiVersion"] = rt.kind, rt.api_version
         with self.lock:
-            if rt.namespaced and namespace not in self._objects.get(NAMESPACES.key, {}).get("", {}):
+            if rt.namespaced and namespace not in self._objects.get(NAMESPACES.storage, {}).get(
+                "", {}
+            ):
                 raise errors.not_found(NAMESPACES, namespace)
-            pool = self._objects.setdefault(rt.key, {}).setdefault(namespace, {})
+            pool = self._objects.setdefault(rt.storage, {}).setdefault(namespace, {})
             name = md.get("name")
             if not name and md.get("generateName"):
                 name = self._generate_name(pool, str(md["generateName"]))
             self._validate_name(rt, name)
             assert isinstance(name, str)
             md["name"] = name
-            for managed in ("deletionTimestamp", "deletionGracePeriodSeconds", "managedFields"):
+            for managed in ("deletionTimestamp", "deletionGracePeriodSeconds"):
                 md.pop(managed, None)
+            if opts is None or not opts.applied:
+                md.pop("managedFields", None)
             if rt.custom:
                 body.pop("status", None)  # a CR's status is written through /status only
-            if opts is not None:
-                self.admission.validate(rt, name, body, None)
             if name in pool:
                 raise errors.already_exists(rt, name)
             md["uid"] = str(uuid.uuid4())
             md["creationTimestamp"] = now_rfc3339()
             md["generation"] = 1
             _defaults(rt, body)
+            builtins.defaults(self, rt, body)
+            if opts is not None:
+                self.admission.validate(rt, name, body, None)
+                if not opts.applied:
+                    record_update(
+                        None,
+                        body,
+                        self.schema(rt),
+                        opts.manager,
+                        rt.api_version,
+                        md["creationTimestamp"],
+                        "",
+                        _section(rt, ""),
+                    )
+                if opts.dry_run:
+                    return body
             self._commit(rt, namespace, name, body, None)
+            builtins.after_create(self, rt, body)
             return body
 
     def update(
@@ -217,11 +240,17 @@ class Store:
             if expect_rv and expect_rv != meta(old).get("resourceVersion"):
                 raise errors.conflict(rt, name, errors.STALE)
             if subresource == "status":
-                new = dict(old) | {"status": new.get("status")}
-                if new["status"] is None:
+                status = new.get("status")
+                new = dict(old) | {"status": status}
+                if status is None:
                     del new["status"]
+                if "managedFields" in new_md:
+                    new["metadata"] = dict(meta(old), managedFields=new_md["managedFields"])
                 if opts is not None:
                     self.admission.validate(rt, name, new, old)
+                    self._record(rt, old, new, opts, subresource)
+                    if opts.dry_run:
+                        return new
                 return self._commit(rt, namespace, name, new, old)
             new = dict(new)
             new["kind"], new["apiVersion"] = rt.kind, rt.api_version
@@ -255,9 +284,104 @@ class Store:
             _fold_string_data(rt, new)
             if opts is not None:
                 self.admission.validate(rt, name, new, old)
+                self._record(rt, old, new, opts, subresource)
+                if opts.dry_run:
+                    return new
+            elif "managedFields" not in md and "managedFields" in old_md:
+                md["managedFields"] = old_md["managedFields"]
             if "deletionTimestamp" in md and not md.get("finalizers"):
                 return self._remove(rt, namespace, name, new)
             return self._commit(rt, namespace, name, new, old)
+
+    def _record(
+        self, rt: ResourceType, old: Obj, new: Obj, opts: WriteOptions, subresource: str
+    ) -> None:
+        new["metadata"] = dict(meta(new))  # may still be the stored object's
+        if opts.applied:
+            return  # the apply already wrote managedFields
+        if "managedFields" not in meta(new) and "managedFields" in meta(old):
+            new["metadata"]["managedFields"] = meta(old)["managedFields"]
+        record_update(
+            old,
+            new,
+            self.schema(rt),
+            opts.manager,
+            rt.api_version,
+            now_rfc3339(),
+            opts.subresource or subresource,
+            _section(rt, subresource),
+        )
+
+    def schema(self, rt: ResourceType) -> Node | None:
+        """The kind's schema: built-in, or the CRD's (with ObjectMeta for metadata)."""
+        if not rt.custom:
+            return builtin_schema.type_of(rt)
+        return self.admission.crd_node(rt)
+
+    def apply(
+        self,
+        rt: ResourceType,
+        namespace: str,
+        name: str,
+        applied: Obj,
+        subresource: str,
+        opts: WriteOptions,
+        force: bool,
+    ) -> tuple[Obj, bool]:
+        """Server-side apply; (object, created)."""
+        if not opts.manager:
+            raise errors.bad_request(
+                'PatchOptions.meta.k8s.io "" is invalid: fieldManager: Required value: '
+                "is required for apply patch"
+            )
+        md = meta(applied)
+        if applied.get("apiVersion") != rt.api_version or applied.get("kind") != rt.kind:
+            raise errors.bad_request(
+                f"the API version in the data ({applied.get('apiVersion')}) does not match "
+                f"the expected API version ({rt.api_version})"
+                if applied.get("apiVersion") != rt.api_version
+                else f"the kind in the data ({applied.get('kind')}) does not match "
+                f"the expected kind ({rt.kind})"
+            )
+        if md.get("name") not in (None, name):
+            raise errors.bad_request(
+                f'metadata.name: Invalid value: "{md.get("name")}": field is immutable'
+            )
+        if "managedFields" in md:
+            raise errors.bad_request("metadata.managedFields must be nil")
+        opts.applied = True
+        schema = self.schema(rt)
+        with self.lock:
+            try:
+                live = self.get(rt, namespace, name)
+            except ApiError as e:
+                if e.code != 404 or subresource:
+                    raise
+                live = None
+            now = now_rfc3339()
+            if live is None:
+                body = apply_fields(
+                    None, applied, schema, opts.manager, rt.api_version, now, force, subresource
+                )
+                body["metadata"] = dict(meta(body), name=name)
+                return self.create(rt, namespace, body, opts), True
+            try:
+                result = apply_fields(
+                    live, applied, schema, opts.manager, rt.api_version, now, force, subresource
+                )
+            except ApplyConflict as conflict:
+                # kubectl moving an object from client-side to server-side apply takes over
+                # what it applied before, as long as nobody changed it since.
+                if opts.manager != "kubectl" or not conflict.paths <= allowed_by_last_applied(
+                    live, schema
+                ):
+                    raise
+                result = apply_fields(
+                    live, applied, schema, opts.manager, rt.api_version, now, True, subresource
+                )
+            return self.update(
+                rt, namespace, name, lambda _old: result, subresource, None, opts
+            ), False
 
     def replace(
         self,
@@ -307,7 +431,7 @@ class Store:
         expect = meta(patch).get("resourceVersion") if isinstance(patch, dict) else None
 
         def patched(old: Obj) -> Obj:
-            result = apply_patch(content_type, old, patch)
+            result = apply_patch(content_type, old, patch, self.schema(rt))
             if opts is None:
                 return result
             return self.admission.decode_patched(rt, result, opts, content_type, patch)
@@ -376,11 +500,13 @@ class Store:
         labels: Predicate | None,
         fields: Predicate | None,
         resource_version: str | None,
+        send_initial_events: bool = False,
     ) -> Watcher:
         """Snapshot-and-subscribe under one lock hold, so no event falls in between.
 
-        No resourceVersion (or "0"): synthetic ADDED for every current match. Otherwise the
-        logged events after it; 410 Expired if the log no longer reaches back that far.
+        No resourceVersion (or "0"), or `send_initial_events` (a watch-list): synthetic ADDED
+        for every current match, and `w.initial_rv` is the resourceVersion they reflect.
+        Otherwise the logged events after it; 410 Expired if the log no longer reaches back.
         """
         w = Watcher(rt, namespace, labels, fields, queue.Queue(maxsize=self._watch_queue))
         try:
@@ -388,17 +514,18 @@ class Store:
         except ValueError:
             raise errors.bad_request(f"invalid resourceVersion: {resource_version}") from None
         with self.lock:
-            if since == 0:
-                items, _ = self.list_objects(rt, namespace, labels, fields)
+            if since == 0 or send_initial_events:
+                items, rv = self.list_objects(rt, namespace, labels, fields)
                 w.initial = [("ADDED", o) for o in items]
+                w.initial_rv = rv
             else:
                 if since < self._evicted_upto:
                     raise errors.expired(since, self._evicted_upto + 1)
                 start = max(0, since + 1 - self._log[0].rv) if self._log else 0
                 for ev in itertools.islice(self._log, start, None):
-                    if ev.key == rt.key and ev.rv > since and (kind := w.translate(ev)):
+                    if ev.key == rt.storage and ev.rv > since and (kind := w.translate(ev)):
                         w.initial.append((kind, ev.obj))
-            self._watchers.setdefault(rt.key, set()).add(w)
+            self._watchers.setdefault(rt.storage, set()).add(w)
         return w
 
     def watcher_count(self) -> int:
@@ -407,7 +534,7 @@ class Store:
 
     def unwatch(self, w: Watcher) -> None:
         with self.lock:
-            self._watchers.get(w.rt.key, set()).discard(w)
+            self._watchers.get(w.rt.storage, set()).discard(w)
 
     def close_all_watches(self) -> None:
         with self.lock:
@@ -424,16 +551,16 @@ class Store:
     ) -> Obj:
         self._rv += 1
         obj["metadata"] = dict(meta(obj), resourceVersion=str(self._rv))
-        self._objects.setdefault(rt.key, {}).setdefault(namespace, {})[name] = obj
-        self._publish(_Event(self._rv, rt.key, "MODIFIED" if old else "ADDED", obj, old))
+        self._objects.setdefault(rt.storage, {}).setdefault(namespace, {})[name] = obj
+        self._publish(_Event(self._rv, rt.storage, "MODIFIED" if old else "ADDED", obj, old))
         return obj
 
     def _remove(self, rt: ResourceType, namespace: str, name: str, obj: Obj) -> Obj:
         self._rv += 1
         obj["metadata"] = dict(meta(obj), resourceVersion=str(self._rv))
-        pool = self._objects.get(rt.key, {}).get(namespace, {})
+        pool = self._objects.get(rt.storage, {}).get(namespace, {})
         pool.pop(name, None)
-        self._publish(_Event(self._rv, rt.key, "DELETED", obj, None))
+        self._publish(_Event(self._rv, rt.storage, "DELETED", obj, None))
         return obj
 
     def _publish(self, ev: _Event) -> None:
@@ -455,9 +582,9 @@ class Store:
             self._watchers[ev.key].discard(w)
 
     def _delete_namespace_contents(self, namespace: str) -> None:
-        for rt in REGISTRY.values():
+        for rt in STORED:
             if rt.namespaced:
-                for name in list(self._objects.get(rt.key, {}).get(namespace, {})):
+                for name in list(self._objects.get(rt.storage, {}).get(namespace, {})):
                     self.delete(rt, namespace, name)
 
     def _generate_name(self, pool: dict[str, Obj], prefix: str) -> str:
@@ -471,6 +598,8 @@ class Store:
             raise errors.invalid(
                 rt, "", "metadata.name", "Required value: name or generateName is required"
             )
+        if rt is APISERVICES and isinstance(name, str) and name.endswith("."):
+            name = name[:-1]  # "v1." names the core group's APIService
         if not isinstance(name, str) or len(name) > 253 or not _NAME.fullmatch(name):
             raise errors.invalid(
                 rt,
@@ -478,6 +607,13 @@ class Store:
                 "metadata.name",
                 "Invalid value: a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.'",
             )
+
+
+def _section(rt: ResourceType, subresource: str) -> str:
+    """Which part of the object a write manages: its status, all but status, or all."""
+    if subresource == "status":
+        return "status"
+    return "main" if rt.status_subresource else ""
 
 
 def _spec_of(obj: Obj) -> Obj:

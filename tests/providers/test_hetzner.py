@@ -212,7 +212,8 @@ def test_kubelets_boot_a_vm_from_the_hetzner_standin(
         assert labels["kubernetes.io/arch"] == "arm64"
         assert labels["node.kubernetes.io/instance-type"] == "cax21"
         assert labels["topology.kubernetes.io/region"] == "nbg1"
-        assert kubelets.node_for(instance_key("hetzner", native)) == "nc-hz-node"
+        # The kubelet records the join just after the Node is created: look until it has.
+        assert wait_for(lambda: kubelets.node_for(instance_key("hetzner", native))) == "nc-hz-node"
 
         def ready() -> bool:
             conds = (node() or {}).get("status", {}).get("conditions") or []

@@ -89,3 +89,38 @@ def test_a_deployment_whose_pods_are_refused_does_not_stop_the_others(
     Controllers(api).tick()  # the broken one's pod create answers 400: no exception here
     assert len(pods_of(core, "web")) == 2
     assert pods_of(core, "a-broken") == []
+
+
+def test_a_deleted_node_s_lease_is_collected(api: client.ApiClient) -> None:
+    core, leases = client.CoreV1Api(api), client.CoordinationV1Api(api)
+    for name in ("kept", "gone"):
+        node = core.create_node(client.V1Node(metadata=client.V1ObjectMeta(name=name)))
+        owner = client.V1OwnerReference(
+            api_version="v1", kind="Node", name=name, uid=node.metadata.uid
+        )
+        leases.create_namespaced_lease(
+            "kube-node-lease",
+            client.V1Lease(
+                metadata=client.V1ObjectMeta(name=name, owner_references=[owner]),
+                spec=client.V1LeaseSpec(holder_identity=name, lease_duration_seconds=40),
+            ),
+        )
+    core.delete_node("gone")
+    Controllers(api).tick()
+    names = {lease.metadata.name for lease in leases.list_namespaced_lease("kube-node-lease").items}
+    assert names == {"kept"}
+
+
+def test_a_deployment_rolls_out_through_replica_sets(api: client.ApiClient) -> None:
+    core, apps = client.CoreV1Api(api), client.AppsV1Api(api)
+    apps.create_namespaced_deployment("default", deployment("roll", 2))
+    controllers = Controllers(api)
+    controllers.tick()
+    (rs,) = apps.list_namespaced_replica_set("default").items
+    assert rs.metadata.owner_references[0].kind == "Deployment"
+    assert rs.metadata.annotations["deployment.kubernetes.io/revision"] == "1"
+    pods = pods_of(core, "roll")
+    assert {p.metadata.owner_references[0].name for p in pods} == {rs.metadata.name}
+    controllers.tick()
+    status = apps.read_namespaced_deployment_status("roll", "default").status
+    assert (status.replicas, status.updated_replicas, status.available_replicas) == (2, 2, None)

@@ -752,3 +752,47 @@ def test_watch_snapshot_and_subscribe_has_no_gap(core: Any, ns: str) -> None:
     t.join()
     assert sorted(name for _, name in seen) == sorted(f"cm{i}" for i in range(total))
     assert {kind for kind, _ in seen} == {"ADDED"}
+
+
+def test_the_audit_log_records_verbs_and_says_when_it_lost_some() -> None:
+    from kubernetes import client as k8s
+
+    with KubeApiServer(port=0, audit_size=4) as server:
+        core = k8s.CoreV1Api(server.api_client())
+        mark = server.audit_mark()
+        core.create_namespaced_secret(
+            "default", k8s.V1Secret(metadata=k8s.V1ObjectMeta(name="s"), string_data={"k": "v"})
+        )
+        core.read_namespaced_secret("s", "default")
+        core.list_namespaced_secret("default")
+        core.delete_namespaced_secret("s", "default")
+        seen = [(r.verb, r.resource, r.namespace, r.name) for r in server.audit(after=mark)]
+        assert seen == [
+            ("create", "secrets", "default", ""),
+            ("get", "secrets", "default", "s"),
+            ("list", "secrets", "default", ""),
+            ("delete", "secrets", "default", "s"),
+        ]
+        core.list_namespaced_secret("default")
+        with pytest.raises(LookupError):
+            server.audit(after=mark)  # the create was dropped: never a silent gap
+        assert len(server.audit(after=mark + 1)) == 4
+
+
+def test_forbidden_requests_are_refused_like_rbac() -> None:
+    from kubernetes import client as k8s
+
+    with KubeApiServer(port=0) as server:
+        core = k8s.CoreV1Api(server.api_client())
+        server.forbid("get", "secrets", "kube-system")
+        with pytest.raises(k8s.ApiException) as refused:
+            core.read_namespaced_secret("anything", "kube-system")
+        assert refused.value.status == 403
+        status = json.loads(refused.value.body or "{}")
+        assert status["reason"] == "Forbidden"
+        assert 'cannot get resource "secrets"' in status["message"]
+        core.list_namespaced_secret("kube-system")  # another verb: allowed
+        server.allow_all()
+        with pytest.raises(k8s.ApiException) as missing:
+            core.read_namespaced_secret("anything", "kube-system")
+        assert missing.value.status == 404

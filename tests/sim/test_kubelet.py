@@ -232,6 +232,40 @@ def test_vm_gone_turns_node_unknown_and_node_is_kept(env: Env) -> None:
     assert env.node("nc-b") is not None  # the autoscaler must delete it
 
 
+def test_a_node_holds_a_lease_renewed_while_its_vm_runs(env: Env) -> None:
+    """What `kubectl get leases -n kube-node-lease` shows on a real cluster: one Lease per
+    Node, owned by it, held by the node, renewed while the kubelet runs and not after."""
+    env.kubelets.lease_renew_s = 0.1
+    coordination = client.CoordinationV1Api(env.core.api_client)
+
+    def lease() -> Obj | None:
+        try:
+            return raw(coordination.read_namespaced_lease, "nc-l", "kube-node-lease")
+        except client.ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    iid = env.boot("nc-l", user_data(make_token(env.core), ca_hash(env.core), "nc-l"))
+    first = wait_for(lease)
+    node = env.node("nc-l")
+    assert node is not None
+    assert first["spec"]["holderIdentity"] == "nc-l"
+    assert first["spec"]["leaseDurationSeconds"] == 40
+    [owner] = first["metadata"]["ownerReferences"]
+    assert (owner["kind"], owner["name"], owner["uid"]) == ("Node", "nc-l", node["metadata"]["uid"])
+    renewed = wait_for(
+        lambda: (current := lease()) and current["spec"]["renewTime"] != first["spec"]["renewTime"]
+    )
+    assert renewed
+    env.cloud.delete_behind_our_back(iid)
+    wait_for(lambda: env.ready("nc-l") == "Unknown")
+    time.sleep(0.2)
+    stopped = (lease() or {})["spec"]["renewTime"]
+    time.sleep(0.4)
+    assert (lease() or {})["spec"]["renewTime"] == stopped
+
+
 def test_deleted_node_of_live_vm_is_not_reregistered(env: Env) -> None:
     env.boot("nc-c", user_data(make_token(env.core), ca_hash(env.core), "nc-c"))
     wait_for(lambda: env.ready("nc-c") == "True")
