@@ -8,18 +8,39 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.table import Table
 from rich.text import Text
 
 from activities.planning.catalog import CATALOG_ENV, SHIPPED_PATH, Catalog
 from activities.planning.plan import kube_reserved, usable_capacity
 from activities.planning.refresh import TOKEN_ENV, RefreshError, refresh_provider
+from api._base import CamelModel
+from api.nodeclaim import Offering
 from api.nodepool import PROVIDERS, Requirements
+from cli.output import (
+    Output,
+    OutputFormat,
+    is_tty,
+    items,
+    new_table,
+    print_data,
+    print_table,
+    stdout_console,
+)
 
 catalog_app = typer.Typer(help="The built-in instance-type catalog and its prices.")
 # Markup off: offerings and errors are data, never rich markup.
-console = Console(markup=False)
-err_console = Console(stderr=True, markup=False)
+err_console = Console(stderr=True, markup=False, emoji=False)
+
+
+class RankedOffering(CamelModel):
+    """One line of `catalog show`: the offering (price, shape, zone) and what is left of the
+    node for pods once kube-reserved is set aside."""
+
+    rank: int
+    offering: Offering
+    usable_cpu: float
+    usable_memory_gib: float
+
 
 CatalogPath = Annotated[
     Path | None,
@@ -39,8 +60,14 @@ def show(
     providers: Annotated[str | None, typer.Option(help="comma-separated allowed providers")] = None,
     limit: Annotated[int, typer.Option(help="rows to print")] = 20,
     catalog: CatalogPath = None,
+    output: Output = OutputFormat.TABLE,
 ) -> None:
-    """Print the ranking a pool with these requirements would get (cheapest first)."""
+    """Print the ranking a pool with these requirements would get (cheapest first).
+
+    -o wide adds each offering's ZONE.
+    -o json|yaml prints an object with "items", each with its rank, the offering (provider,
+    region, instanceType, zone, vcpu, memoryGib, arch, priceEurPerHour), usableCpu and
+    usableMemoryGib."""
     constraint: str | list[str] = (
         region_constraint
         if region_constraint.upper() in ("ANY", "EU", "US")
@@ -64,35 +91,24 @@ def show(
         for o in Catalog.load(catalog).offerings(requirements, class_providers)
         if (o.vcpu or 0) >= min_vcpu and (o.memory_gib or 0) >= min_ram_gb
     ][:limit]
-    table = Table(
-        "#",
-        "PROVIDER",
-        "REGION",
-        "TYPE",
-        "ARCH",
-        "VCPU",
-        "GIB",
-        "USABLE CPU",
-        "USABLE GIB",
-        "EUR/H",
-        title=f"{len(ranked)} offerings with ≥{min_vcpu:g} vCPU and ≥{min_ram_gb:g} GiB, cheapest first",
-    )
-    for i, o in enumerate(ranked, 1):
+    rows = []
+    for rank, o in enumerate(ranked, 1):
         cap = usable_capacity(o, kube_reserved(o))
-        table.add_row(
-            str(i),
-            o.provider,
-            o.region,
-            o.instance_type,
-            o.arch,
-            f"{o.vcpu:g}",
-            f"{o.memory_gib:g}",
-            f"{cap.cpu_m / 1000:.2f}",
-            f"{cap.memory_bytes / 2**30:.2f}",
-            f"{o.price_eur_per_hour:.4f}",
+        rows.append(
+            RankedOffering(
+                rank=rank,
+                offering=o,
+                usable_cpu=round(cap.cpu_m / 1000, 3),
+                usable_memory_gib=round(cap.memory_bytes / 2**30, 3),
+            )
         )
-    console.print(table)
+    if output.is_data:
+        print_data(items(rows), output)
+    else:
+        print_offerings(rows, f"≥{min_vcpu:g} vCPU and ≥{min_ram_gb:g} GiB", output)
     if not ranked:
+        # Said on stderr too, where a script's reader looks when stdout has only a header.
+        err_console.print(f"0 offerings with ≥{min_vcpu:g} vCPU and ≥{min_ram_gb:g} GiB")
         raise typer.Exit(1)
 
 
@@ -120,4 +136,29 @@ def refresh(
     updated.save(target)
     before = sum(1 for e in current.entries if e.provider == provider)
     after = sum(1 for e in updated.entries if e.provider == provider)
-    console.print(f"{provider}: {before} → {after} instance types written to {target}")
+    stdout_console().print(f"{provider}: {before} → {after} instance types written to {target}")
+
+
+def print_offerings(rows: list[RankedOffering], sizes: str, output: OutputFormat) -> None:
+    wide = output == OutputFormat.WIDE
+    columns = ["#", "PROVIDER", "REGION", "TYPE", "ARCH", "VCPU", "GIB"]
+    columns += ["USABLE CPU", "USABLE GIB", "EUR/H", *(["ZONE"] if wide else [])]
+    # The title only on a terminal: in a pipe the first line is the header, as in kubectl.
+    title = f"{len(rows)} offerings with {sizes}, cheapest first" if is_tty() else None
+    table = new_table(*columns, title=title)
+    for row in rows:
+        o = row.offering
+        cells = [
+            str(row.rank),
+            o.provider,
+            o.region,
+            o.instance_type,
+            o.arch,
+            f"{o.vcpu:g}",
+            f"{o.memory_gib:g}",
+            f"{row.usable_cpu:.2f}",
+            f"{row.usable_memory_gib:.2f}",
+            f"{o.price_eur_per_hour:.4f}",
+        ]
+        table.add_row(*cells, *([o.zone or "—"] if wide else []))
+    print_table(table)

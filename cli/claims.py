@@ -13,7 +13,12 @@ from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 from temporalio.client import Client, WorkflowHandle
 from temporalio.common import SearchAttributePair, TypedSearchAttributes, WorkflowIDReusePolicy
+from temporalio.exceptions import ApplicationError
 
+from activities.kube import read_secret_value
+from activities.planning.catalog import Catalog
+from activities.providers.base import ProviderError
+from activities.providers.fake import FakeProvider
 from api import NodeClaim, NodeClass, NodePool, Offering
 from api import search_attributes as sa
 from api.claims import claim_details, claim_summary, new_claim
@@ -83,6 +88,72 @@ def parse_offering(text: str) -> Offering:
     if provider not in PROVIDERS:
         raise ClaimError(f"unknown provider {provider!r} in offering; use one of {list(PROVIDERS)}")
     return Offering(provider=provider, region=region, instance_type=instance_type)
+
+
+def price_offering(
+    api_client: k8s.ApiClient, context: PoolContext, offering: Offering
+) -> tuple[Offering, str | None]:
+    """The offering with its shape and price, from where the planner takes them for the
+    pool's own claims: the fake cloud's list of instance types (through the NodeClass's
+    endpoint, with its token), the catalog for the real clouds. The claim shows that price
+    and its capacity, and the pool's maxPriceEurPerHour is checked against it.
+
+    Returns a note instead of a price when none is found (the claim can still be made);
+    raises ClaimError when the fake cloud says it has no such instance type or region.
+    """
+    if offering.provider == "fake":
+        return _fake_price(api_client, context, offering)
+    for known in Catalog.load().all_offerings():
+        if known.key == offering.key:
+            return known, None
+    return offering, f"{offering.key} is not in the catalog: its price and shape are unknown"
+
+
+def _fake_price(
+    api_client: k8s.ApiClient, context: PoolContext, offering: Offering
+) -> tuple[Offering, str | None]:
+    block = context.node_class.spec.fake
+    if block is None:  # check_offering says what to fix
+        return offering, None
+    namespace = context.node_class.metadata.namespace or "default"
+    unknown = f"the price of {offering.key} is unknown"
+    # The user's own access: the Secret read with their kubeconfig, sent to the endpoint the
+    # NodeClass beside it names, as they could do with kubectl and curl.
+    try:
+        ref = block.credential_ref()
+        token = read_secret_value(k8s.CoreV1Api(api_client), namespace, ref) if ref else None
+        provider = FakeProvider(block, token)
+    except ApplicationError as err:  # a missing Secret or key
+        return offering, f"{unknown}: {err.message}"
+    except ApiException as err:  # e.g. not allowed to read Secrets there
+        return offering, f"{unknown}: reading its Secret: {err.status} {err.reason}"
+    except ProviderError as err:
+        return offering, f"{unknown}: {err}"
+    try:
+        types = provider.instance_types()
+    except ProviderError as err:
+        return offering, f"{unknown}: {err}"
+    finally:
+        provider.close()
+    for t in types:
+        if t.name != offering.instance_type:
+            continue
+        if offering.region not in t.regions:
+            raise ClaimError(
+                f"the fake cloud offers {t.name} in {', '.join(t.regions) or 'no region'}, "
+                f"not {offering.region}"
+            )
+        priced = offering.model_copy(
+            update={
+                "vcpu": t.vcpu,
+                "memory_gib": t.memory_gib,
+                "arch": t.arch,
+                "price_eur_per_hour": t.price_eur_per_hour,
+            }
+        )
+        return priced, None
+    names = ", ".join(sorted(t.name for t in types)) or "none"
+    raise ClaimError(f"the fake cloud has no instance type {offering.instance_type!r} ({names})")
 
 
 def check_offering(context: PoolContext, offering: Offering) -> None:

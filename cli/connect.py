@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Coroutine
-from typing import Any, TypeVar
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
@@ -16,10 +17,29 @@ from worker.client import TemporalConfigError, connect_temporal
 from worker.settings import Settings
 
 T = TypeVar("T")
-err_console = Console(stderr=True, markup=False)  # messages carry user text
+err_console = Console(stderr=True, markup=False, emoji=False)  # messages carry user text
+
+TemporalAddress = Annotated[
+    str | None, typer.Option("--temporal-address", help="host:port of the Temporal frontend")
+]
+Kubeconfig = Annotated[
+    Path | None,
+    typer.Option("--kubeconfig", help="kubeconfig (default: $KUBECONFIG or in-cluster)"),
+]
 
 # Status codes that mean "the server is not there (any more)", not "the request was wrong".
-_UNREACHABLE = (RPCStatusCode.UNAVAILABLE, RPCStatusCode.DEADLINE_EXCEEDED)
+UNREACHABLE = (RPCStatusCode.UNAVAILABLE, RPCStatusCode.DEADLINE_EXCEEDED)
+
+
+def cli_settings(temporal_address: str | None = None, kubeconfig: Path | None = None) -> Settings:
+    """Settings from the environment, with a command's --temporal-address / --kubeconfig."""
+    settings = Settings()
+    updates: dict[str, object] = {}
+    if temporal_address:
+        updates["temporal_address"] = temporal_address
+    if kubeconfig:
+        updates["kubeconfig"] = kubeconfig
+    return settings.model_copy(update=updates)
 
 
 def fail(message: str) -> typer.Exit:
@@ -51,6 +71,6 @@ def run_or_exit(main: Coroutine[Any, Any, T], settings: Settings) -> T:
     try:
         return asyncio.run(main)
     except RPCError as err:
-        if err.status in _UNREACHABLE:
+        if err.status in UNREACHABLE:
             raise unreachable(settings, err.message) from None
         raise

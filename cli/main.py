@@ -7,91 +7,41 @@ import json
 import logging
 import signal
 import sys
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.live import Live
-from rich.table import Table
 from rich.text import Text
-from temporalio.client import Client, WorkflowExecutionStatus, WorkflowUpdateFailedError
-from temporalio.service import RPCError, RPCStatusCode
 
-from api import NodeClaimStatus, search_attributes
-from api.messages import ScaleDownRequest, ScaleDownResult, claim_workflow_id
 from cli.bootstrap_cmd import bootstrap_app
 from cli.catalog_cmd import catalog_app
-from cli.claims import (
-    ClaimError,
-    build_claim,
-    check_offering,
-    load_pool,
-    new_claim_name,
-    parse_offering,
-    start_claim,
-)
-from cli.connect import connect_or_exit, run_or_exit
+from cli.claims_cmd import claims_app
+from cli.connect import Kubeconfig, TemporalAddress, cli_settings, connect_or_exit, fail
 from cli.crds_cmd import crds
 from cli.manifests import Loaded, Problem, load_manifests
+from cli.output import stdout_console
 from cli.pools_cmd import pools_app
-from cli.timeline import PhaseSpan, format_duration, phase_timeline
+from cli.rbac_cmd import tenant_rbac
 from worker.client import kube_api_client
 from worker.settings import Settings
-from workflows.nodeclaim import NodeClaimWorkflow
 
 app = typer.Typer(
     help="Cloudburst on Temporal: burst Kubernetes nodes onto the cheapest cloud.",
     no_args_is_help=True,
     pretty_exceptions_show_locals=False,
 )
-claims_app = typer.Typer(help="Inspect and steer NodeClaims (one workflow per node).")
 app.add_typer(claims_app, name="claims")
 app.add_typer(pools_app, name="pools")
 app.add_typer(bootstrap_app, name="bootstrap")
 app.add_typer(catalog_app, name="catalog")
 app.command("crds")(crds)
+app.command("tenant-rbac")(tenant_rbac)
 
 # Markup off: names, messages and manifests are user text, never rich markup ("[/red]" in a
-# value must print as it is). Styles are given as `style=` or `Text` instead.
-console = Console(markup=False)
-err_console = Console(stderr=True, markup=False)
-
-TemporalAddress = Annotated[
-    str | None, typer.Option("--temporal-address", help="host:port of the Temporal frontend")
-]
-Kubeconfig = Annotated[
-    Path | None,
-    typer.Option("--kubeconfig", help="kubeconfig (default: $KUBECONFIG or in-cluster)"),
-]
-
-
-def _settings(temporal_address: str | None = None, kubeconfig: Path | None = None) -> Settings:
-    settings = Settings()
-    updates: dict[str, object] = {}
-    if temporal_address:
-        updates["temporal_address"] = temporal_address
-    if kubeconfig:
-        updates["kubeconfig"] = kubeconfig
-    return settings.model_copy(update=updates)
-
-
-def _logging(verbose: bool = False) -> None:
-    logging.basicConfig(
-        level=logging.DEBUG if verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    logging.getLogger("temporalio").setLevel(logging.WARNING)
-
-
-def _fail(message: str) -> typer.Exit:
-    err_console.print(Text.assemble(("error:", "red"), f" {message}"), highlight=False)
-    return typer.Exit(code=1)
-
-
-async def _temporal(settings: Settings) -> Client:
-    return await connect_or_exit(settings)
+# value must print as it is). Styles are given as `style=` or `Text` instead. Output goes
+# through `stdout_console()`: the terminal's width, or whole lines in a pipe.
+err_console = Console(stderr=True, markup=False, emoji=False)
 
 
 HealthPort = Annotated[
@@ -116,13 +66,13 @@ def _process_settings(
     from worker.logs import configure_logging
     from worker.telemetry import setup_telemetry
 
-    settings = _settings(temporal_address, kubeconfig)
+    settings = cli_settings(temporal_address, kubeconfig)
     updates: dict[str, object] = {}
     if health_port is not None:
         updates["health_port"] = health_port
     if log_format is not None:
         if log_format not in ("text", "json"):
-            raise _fail(f"--log-format {log_format!r}: use text or json")
+            raise fail(f"--log-format {log_format!r}: use text or json")
         updates["log_format"] = log_format
     settings = settings.model_copy(update=updates)
     configure_logging(settings.log_format, settings.log_level)
@@ -167,10 +117,14 @@ def trigger(
     settings = _process_settings("trigger", temporal_address, kubeconfig, health_port, log_format)
 
     async def main(stop: asyncio.Event) -> None:
-        client = await _temporal(settings)
+        client = await connect_or_exit(settings)
         api_client = kube_api_client(settings)
         pending = PendingPodTrigger(
-            client, api_client, task_queue=settings.task_queue, cluster_id=settings.cluster_id
+            client,
+            api_client,
+            task_queue=settings.task_queue,
+            cluster_id=settings.cluster_id,
+            tenancy=settings.tenancy(),
         )
         with serving_health(settings.health_port, client, api_client):
             await asyncio.gather(NodeWatcher(client, api_client).run(stop), pending.run(stop))
@@ -205,12 +159,14 @@ def dev(
         standin_offering,
     )
     from sim.clouds import KNOWN_STANDINS
+    from worker.logs import configure_logging
 
-    _logging()
+    logging_settings = Settings()
+    configure_logging(logging_settings.log_format, logging_settings.log_level)
     wanted = [c.strip() for c in clouds.split(",") if c.strip() and c.strip() != "fake"]
     unknown = [c for c in wanted if c not in KNOWN_STANDINS]
     if unknown:
-        raise _fail(
+        raise fail(
             f"unknown cloud(s) {', '.join(unknown)}; choose from {', '.join(KNOWN_STANDINS)}"
         )
     options = StackOptions(
@@ -225,6 +181,7 @@ def dev(
     )
 
     async def main(stop: asyncio.Event) -> None:
+        console = stdout_console()
         async with embedded_stack(options) as stack:
             kubeconfig = stack.kubeconfig
             offering = cheapest_offering(stack.cluster).key
@@ -282,24 +239,26 @@ def demo(
     from cli.demo import BurstReport, LifecycleReport, run_burst, run_lifecycle
     from cli.dr import DrReport, run_dr
     from sim.clouds import StandinMissingError, standin_module
+    from worker.logs import configure_logging
 
     if scenario not in ("lifecycle", "burst", "dr"):
-        raise _fail(f"unknown scenario {scenario!r}; available: lifecycle, burst, dr")
+        raise fail(f"unknown scenario {scenario!r}; available: lifecycle, burst, dr")
     if provider != "fake":
         if scenario != "lifecycle":
-            raise _fail("--provider applies to the lifecycle scenario")
+            raise fail("--provider applies to the lifecycle scenario")
         if provider not in supported_providers():
-            raise _fail(
+            raise fail(
                 f"unknown provider {provider!r}; available: {', '.join(supported_providers())}"
             )
         try:
             standin_module(provider)
         except StandinMissingError as err:
-            raise _fail(str(err)) from None
-    logging.basicConfig(level=logging.WARNING)
+            raise fail(str(err)) from None
+    configure_logging("text", logging.WARNING)
     # Activity failures the scenario provokes (a 503, a lost node) are expected, not news.
     logging.getLogger("temporalio").setLevel(logging.CRITICAL)
     logging.getLogger("urllib3").setLevel(logging.ERROR)
+    console = stdout_console()
 
     def say(text: str) -> None:
         (err_console if json_output else console).print(f"• {text}")
@@ -326,6 +285,7 @@ def demo(
 @app.command()
 def validate(files: Annotated[list[Path], typer.Argument(help="YAML manifests")]) -> None:
     """Check NodePool/NodeClass/NodeClaim manifests offline; print each problem with its field."""
+    console = stdout_console()
     problems = 0
     for path in files:
         try:
@@ -346,216 +306,6 @@ def validate(files: Annotated[list[Path], typer.Argument(help="YAML manifests")]
     raise typer.Exit(code=1 if problems else 0)
 
 
-# --- claims --------------------------------------------------------------------------------
-
-
-@claims_app.command("create")
-def claims_create(
-    pool: Annotated[str, typer.Option(help="NodePool name")],
-    offering: Annotated[
-        list[str], typer.Option(help="PROVIDER/REGION/INSTANCE-TYPE; repeat to rank fallbacks")
-    ],
-    namespace: Annotated[str, typer.Option(help="namespace of the NodePool")] = "default",
-    name: Annotated[str | None, typer.Option(help="claim name (default: <pool>-<random>)")] = None,
-    temporal_address: TemporalAddress = None,
-    kubeconfig: Kubeconfig = None,
-) -> None:
-    """Create a NodeClaim by hand: one node of the given offering for the pool."""
-    settings = _settings(temporal_address, kubeconfig)
-    try:
-        offerings = [parse_offering(text) for text in offering]
-        context = load_pool(kube_api_client(settings), namespace, pool)
-        for candidate in offerings:
-            check_offering(context, candidate)
-    except ClaimError as err:
-        raise _fail(str(err)) from None
-    claim = build_claim(context, offerings, name or new_claim_name(pool))
-
-    async def main() -> None:
-        client = await _temporal(settings)
-        await start_claim(
-            client, context, claim, task_queue=settings.task_queue, cluster_id=settings.cluster_id
-        )
-
-    try:
-        run_or_exit(main(), settings)
-    except RPCError as err:
-        if err.status == RPCStatusCode.ALREADY_EXISTS:
-            raise _fail(f"a NodeClaim named {claim.metadata.name} already exists") from None
-        raise
-    console.print(
-        Text.assemble(
-            "NodeClaim ",
-            (claim.metadata.name, "bold"),
-            f" started (workflow {claim_workflow_id(claim.metadata.name)})",
-        )
-    )
-
-
-@claims_app.command("list")
-def claims_list(
-    pool: Annotated[str | None, typer.Option(help="only this NodePool")] = None,
-    all_claims: Annotated[
-        bool, typer.Option("--all", help="include Deleted/Failed claims")
-    ] = False,
-    watch: Annotated[
-        bool, typer.Option("--watch", "-w", help="keep the table live until Ctrl-C")
-    ] = False,
-    interval: Annotated[float, typer.Option(help="--watch refresh, seconds")] = 2.0,
-    temporal_address: TemporalAddress = None,
-) -> None:
-    """NAME NODEPOOL PROVIDER REGION INSTANCE PHASE AGE, from Temporal visibility."""
-    settings = _settings(temporal_address)
-    query = "WorkflowType = 'NodeClaimWorkflow'"
-    if pool:
-        query += f" AND CloudburstNodePool = '{pool}'"
-    if not all_claims:
-        query += " AND ExecutionStatus = 'Running'"
-
-    async def claims_table(client: Client) -> Table:
-        table = Table(
-            "NAME", "NODEPOOL", "PROVIDER", "REGION", "INSTANCE", "PHASE", "AGE", box=None
-        )
-        async for execution in client.list_workflows(query):
-            attrs = execution.typed_search_attributes
-            table.add_row(
-                execution.id.removeprefix("nodeclaim-"),
-                attrs.get(search_attributes.NODE_POOL) or "",
-                attrs.get(search_attributes.PROVIDER) or "",
-                attrs.get(search_attributes.REGION) or "",
-                attrs.get(search_attributes.INSTANCE_TYPE) or "",
-                attrs.get(search_attributes.PHASE) or "",
-                _age(execution.start_time),
-            )
-        return table
-
-    async def main() -> Table | None:
-        client = await _temporal(settings)
-        if not watch:
-            return await claims_table(client)
-        with Live(await claims_table(client), console=console, auto_refresh=False) as live:
-            while True:
-                await asyncio.sleep(interval)
-                table = await claims_table(client)
-                table.caption = f"every {interval:g}s · {datetime.now():%H:%M:%S} · Ctrl-C to stop"
-                live.update(table, refresh=True)
-
-    try:
-        table = run_or_exit(main(), settings)
-    except KeyboardInterrupt:
-        return
-    if table is not None:
-        console.print(table)
-
-
-@claims_app.command("describe")
-def claims_describe(name: str, temporal_address: TemporalAddress = None) -> None:
-    """Phase, offering, instance, node, conditions and the phase timeline of one claim."""
-    settings = _settings(temporal_address)
-
-    async def main() -> tuple[NodeClaimStatus, WorkflowExecutionStatus | None, list[PhaseSpan]]:
-        client = await _temporal(settings)
-        handle = client.get_workflow_handle_for(NodeClaimWorkflow.run, claim_workflow_id(name))
-        try:
-            description = await handle.describe()
-            status = await handle.query(NodeClaimWorkflow.status)
-            timeline = await phase_timeline(client, claim_workflow_id(name))
-        except RPCError as err:
-            if err.status == RPCStatusCode.NOT_FOUND:
-                raise _fail(f"no NodeClaim named {name}") from None
-            raise
-        return status, description.status, timeline
-
-    status, execution, timeline = run_or_exit(main(), settings)
-    console.print(
-        Text.assemble(
-            (f"NodeClaim {name}", "bold"),
-            f"  workflow {claim_workflow_id(name)} ({execution.name if execution else '?'})",
-        )
-    )
-    rows = [
-        ("Phase", status.phase.value),
-        (
-            "Provider",
-            f"{status.provider or '—'} / {status.region or '—'} / {status.instance_type or '—'}",
-        ),
-        ("Price", f"€{status.price_eur_per_hour:.4f}/h" if status.price_eur_per_hour else "—"),
-        ("Instance", status.instance_id or "—"),
-        ("Node", status.node_name or "—"),
-        ("Capacity", ", ".join(f"{k}={v}" for k, v in status.capacity.items()) or "—"),
-    ]
-    if status.failure_message:
-        rows.append(("Failure", f"{status.failure_reason}: {status.failure_message}"))
-    if status.deletion_reason:
-        rows.append(("Deletion reason", status.deletion_reason))
-    for key, value in rows:
-        console.print(f"  {key:<16}{value}", highlight=False)
-    table = Table("TYPE", "STATUS", "REASON", "MESSAGE", "SINCE", box=None)
-    for condition in status.conditions:
-        table.add_row(
-            condition.type,
-            condition.status,
-            condition.reason,
-            condition.message,
-            condition.last_transition_time.strftime("%Y-%m-%d %H:%M:%S"),
-        )
-    console.print(table)
-    console.print(_timeline_table(timeline))
-
-
-def _timeline_table(timeline: list[PhaseSpan]) -> Table:
-    """Each phase with when it began and how long it lasted (the last: so far)."""
-    table = Table("PHASE", "SINCE", "DURATION", box=None, title="Timeline", title_justify="left")
-    now = datetime.now(UTC)
-    for span in timeline:
-        lasted = format_duration(span.duration(now))
-        table.add_row(
-            span.phase,
-            span.since.astimezone().strftime("%Y-%m-%d %H:%M:%S"),
-            lasted if span.until else f"{lasted} (so far)",
-        )
-    if timeline:
-        end = timeline[-1].until or now
-        table.add_row(Text("total", style="bold"), "", format_duration(end - timeline[0].since))
-    return table
-
-
-@claims_app.command("scale-down")
-def claims_scale_down(
-    name: str,
-    reason: Annotated[str, typer.Option(help="why; recorded on the claim")] = "Manual",
-    force: Annotated[
-        bool, typer.Option(help="skip the pool's disruption budgets and do-not-disrupt pods")
-    ] = False,
-    temporal_address: TemporalAddress = None,
-) -> None:
-    """Drain and delete a claim's node (an update: answered accepted/rejected).
-
-    A pool's claim waits for a disruption permit within the pool's budgets unless --force."""
-    settings = _settings(temporal_address)
-
-    async def main() -> ScaleDownResult:
-        client = await _temporal(settings)
-        handle = client.get_workflow_handle_for(NodeClaimWorkflow.run, claim_workflow_id(name))
-        try:
-            return await handle.execute_update(
-                NodeClaimWorkflow.request_scale_down, ScaleDownRequest(reason=reason, force=force)
-            )
-        except WorkflowUpdateFailedError as err:
-            cause = err.cause
-            message = getattr(cause, "message", None) or str(cause)
-            return ScaleDownResult(accepted=False, reason=message)
-        except RPCError as err:
-            if err.status == RPCStatusCode.NOT_FOUND:
-                raise _fail(f"no running NodeClaim named {name}") from None
-            raise
-
-    result = run_or_exit(main(), settings)
-    if not result.accepted:
-        raise _fail(f"scale-down rejected: {result.reason}")
-    console.print(Text.assemble(("accepted", "green"), f": {result.reason}"))
-
-
 # --- helpers -------------------------------------------------------------------------------
 
 
@@ -566,14 +316,6 @@ async def _until_signalled(main: object) -> None:
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
     await main(stop)  # type: ignore[operator]
-
-
-def _age(start: datetime) -> str:
-    seconds = int((datetime.now(UTC) - start).total_seconds())
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size:
-            return f"{seconds // size}{unit}"
-    return f"{seconds}s"
 
 
 if __name__ == "__main__":

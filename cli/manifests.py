@@ -245,5 +245,3 @@ def _name_of(document: dict[str, Any]) -> str:
     if isinstance(metadata, dict) and isinstance(metadata.get("name"), str):
         return printable(metadata["name"])
     return "<no name>"
-
-

@@ -1,49 +1,117 @@
-"""`cloudburst pools`: NodePool workflows as operators see them (Temporal visibility + query)."""
+"""`cloudburst pools`: NodePool workflows as operators see them (Temporal visibility + query),
+with the pods running on each claim's node read from the cluster."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Annotated
 
 import typer
+from kubernetes import client as k8s
+from kubernetes.client.exceptions import ApiException
+from kubernetes.config import ConfigException
+from pydantic import BaseModel
 from rich.console import Console
-from rich.table import Table
 from rich.text import Text
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
+from urllib3.exceptions import HTTPError
 
+from activities.kube import is_left_alone
 from api.pool import PoolStatus, pool_workflow_id
-from cli.connect import connect_or_exit, run_or_exit
-from worker.settings import Settings
+from cli.connect import (
+    UNREACHABLE,
+    Kubeconfig,
+    TemporalAddress,
+    cli_settings,
+    connect_or_exit,
+    run_or_exit,
+)
+from cli.output import (
+    Output,
+    OutputFormat,
+    dump,
+    items,
+    new_table,
+    print_data,
+    print_table,
+    stdout_console,
+)
+from worker.client import kube_api_client
 from workflows.nodepool import NodePoolWorkflow
 
 pools_app = typer.Typer(help="Inspect NodePools: nodes, pending demand, disruption budgets.")
 # Markup off: pool names, reasons and schedules are user text, never rich markup.
-console = Console(markup=False)
-err_console = Console(stderr=True, markup=False)
+err_console = Console(stderr=True, markup=False, emoji=False)
+# A query waits for a worker to answer it: long enough for a busy one, short for a dead one.
+_QUERY_TIMEOUT_S = 10.0
+
+LIST_COLUMNS = ("NAMESPACE", "NAME", "NODES", "READY", "PENDING", "WAITING", "DISRUPTING")
+LIST_WIDE_COLUMNS = ("QUEUED", "CPU", "MEMORY", "CONFIG ERROR")
+
+
+class PoolDescription(BaseModel):
+    """`pools describe -o json|yaml`: the pool workflow's status (as its query answers) and
+    the pods running on each of its claims' nodes ("namespace/name"; None: not read)."""
+
+    status: PoolStatus
+    running_pods: dict[str, list[str]] | None
 
 
 @pools_app.command("list")
 def pools_list(
-    temporal_address: Annotated[str | None, typer.Option(help="host:port of Temporal")] = None,
+    output: Output = OutputFormat.TABLE, temporal_address: TemporalAddress = None
 ) -> None:
-    """NAME NODES READY PENDING WAITING DISRUPTING for every running pool."""
+    """NAMESPACE NAME NODES READY PENDING WAITING DISRUPTING for every running pool.
 
-    async def main() -> list[PoolStatus]:
-        client = await _connect(temporal_address)
-        statuses = []
-        query = "WorkflowType = 'NodePoolWorkflow' AND ExecutionStatus = 'Running'"
-        async for execution in client.list_workflows(query):
-            handle = client.get_workflow_handle_for(NodePoolWorkflow.run, execution.id)
-            statuses.append(await handle.query(NodePoolWorkflow.status))
-        return statuses
+    -o wide adds QUEUED (claims waiting for a disruption budget), CPU, MEMORY, CONFIG ERROR.
+    -o json|yaml prints an object with "items", each pool's full status.
+    Only the pools of this Cloudburst's task queue; one that does not answer (no worker
+    polls it, its workflow task fails) is named on stderr, the others are still listed,
+    and the exit code is 1."""
+    settings = cli_settings(temporal_address)
 
-    table = Table(
-        "NAMESPACE", "NAME", "NODES", "READY", "PENDING", "WAITING", "DISRUPTING", box=None
+    async def ask(client: Client, workflow_id: str) -> PoolStatus | str:
+        handle = client.get_workflow_handle_for(NodePoolWorkflow.run, workflow_id)
+        try:
+            return await asyncio.wait_for(
+                handle.query(NodePoolWorkflow.status), timeout=_QUERY_TIMEOUT_S
+            )
+        except TimeoutError:
+            return f"{workflow_id}: no answer within {_QUERY_TIMEOUT_S:.0f}s (is a worker running?)"
+        except RPCError as err:
+            if err.status in UNREACHABLE:
+                raise
+            return f"{workflow_id}: {err.message}"
+
+    async def main() -> list[PoolStatus | str]:
+        client = await connect_or_exit(settings)
+        query = (
+            "WorkflowType = 'NodePoolWorkflow' AND ExecutionStatus = 'Running'"
+            f" AND TaskQueue = '{settings.task_queue}'"
+        )
+        ids = [execution.id async for execution in client.list_workflows(query)]
+        return await asyncio.gather(*(ask(client, workflow_id) for workflow_id in ids))
+
+    answers = run_or_exit(main(), settings)
+    statuses = sorted(
+        (a for a in answers if isinstance(a, PoolStatus)), key=lambda s: (s.namespace, s.name)
     )
-    for status in sorted(
-        run_or_exit(main(), _settings(temporal_address)), key=lambda s: (s.namespace, s.name)
-    ):
-        table.add_row(
+    unanswered = sorted(a for a in answers if isinstance(a, str))
+    for problem in unanswered:
+        err_console.print(f"error: pool {problem}")
+    if output.is_data:
+        print_data(items(statuses), output)
+    else:
+        _print_pools_table(statuses, output == OutputFormat.WIDE)
+    if unanswered:
+        raise typer.Exit(1)
+
+
+def _print_pools_table(statuses: list[PoolStatus], wide: bool) -> None:
+    table = new_table(*LIST_COLUMNS, *(LIST_WIDE_COLUMNS if wide else ()))
+    for status in statuses:
+        row = [
             status.namespace,
             status.name,
             str(status.nodes),
@@ -51,20 +119,36 @@ def pools_list(
             str(status.pending_pods),
             str(len(status.blocked)),
             str(len(status.permits)),
-        )
-    console.print(table)
+        ]
+        if wide:
+            row += [
+                str(len(status.disruption_queue)),
+                _cpu(status.cpu_m),
+                _memory(status.memory_bytes),
+                status.config_error or "—",
+            ]
+        table.add_row(*row)
+    print_table(table)
 
 
 @pools_app.command("describe")
 def pools_describe(
     name: str,
     namespace: Annotated[str, typer.Option(help="namespace of the NodePool")] = "default",
-    temporal_address: Annotated[str | None, typer.Option(help="host:port of Temporal")] = None,
+    output: Output = OutputFormat.TABLE,
+    temporal_address: TemporalAddress = None,
+    kubeconfig: Kubeconfig = None,
 ) -> None:
-    """Claims, pending pods, budgets, permits in use, and why nodes are not being disrupted."""
+    """Claims, pending pods, budgets, permits in use, and why nodes are not being disrupted.
+
+    PODS: the pods running on the claim's node (read from the cluster; DaemonSet, mirror and
+    finished pods left out). NOMINATED: pending pods the pool expects to land there.
+    -o wide adds each claim's allocatable CPU and memory, start and replacement.
+    -o json|yaml prints the pool's full status and the running pods by claim."""
+    settings = cli_settings(temporal_address, kubeconfig)
 
     async def main() -> PoolStatus:
-        client = await _connect(temporal_address)
+        client = await connect_or_exit(settings)
         handle = client.get_workflow_handle_for(
             NodePoolWorkflow.run, pool_workflow_id(namespace, name)
         )
@@ -82,19 +166,68 @@ def pools_describe(
                 raise typer.Exit(1) from None
             raise
 
-    status = run_or_exit(main(), _settings(temporal_address))
-    console.print(f"NodePool {namespace}/{name}", style="bold")
+    status = run_or_exit(main(), settings)
+    pods: dict[str, list[str]] | None = None
+    try:
+        pods = running_pods(kube_api_client(settings), [claim.name for claim in status.claims])
+    except (ApiException, ConfigException, HTTPError, OSError) as err:
+        why = f"{err.status} {err.reason}" if isinstance(err, ApiException) else str(err)
+        err_console.print(f"note: pods on the nodes not read from the cluster: {why}")
+    if output.is_data:
+        print_data(dump(PoolDescription(status=status, running_pods=pods)), output)
+        return
+    print_pool(status, pods, wide=output == OutputFormat.WIDE)
+
+
+def running_pods(api_client: k8s.ApiClient, nodes: list[str]) -> dict[str, list[str]]:
+    """node -> "namespace/name" of the pods that run there and make it busy: as a drain
+    counts them, without DaemonSet, mirror and finished pods. A claim's node bears its name."""
+    core = k8s.CoreV1Api(api_client)
+    found: dict[str, list[str]] = {}
+    for node in nodes:
+        listing = core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node}")
+        found[node] = sorted(
+            f"{meta.namespace}/{meta.name}"
+            for pod in listing.items
+            if not is_left_alone(pod) and (meta := pod.metadata) is not None
+        )
+    return found
+
+
+def print_pool(status: PoolStatus, pods: dict[str, list[str]] | None, *, wide: bool) -> None:
+    """`pools describe` for a person."""
+    console = stdout_console()
+    console.print(f"NodePool {status.namespace}/{status.name}", style="bold")
     console.print(
         f"  Nodes {status.nodes} ({status.ready_nodes} Ready) · pending pods "
-        f"{status.pending_pods} · cpu {status.cpu_m / 1000:g} · memory "
-        f"{status.memory_bytes / 2**30:g}Gi",
-        highlight=False,
+        f"{status.pending_pods} · cpu {_cpu(status.cpu_m)} · memory {_memory(status.memory_bytes)}"
     )
-    claims = Table("CLAIM", "PHASE", "OFFERING", "PODS", box=None, title="Claims")
+    if status.config_error:
+        console.print(f"  New claims held back: {status.config_error}")
+    columns = ["CLAIM", "PHASE", "OFFERING", "PODS", "NOMINATED"]
+    if wide:
+        columns += ["CPU", "MEMORY", "STARTED", "REPLACES", "REPLACED BY"]
+    claims = new_table(*columns, title="Claims")
     for claim in status.claims:
-        claims.add_row(claim.name, claim.phase.value, claim.offering.key, str(len(claim.nominated)))
-    console.print(claims)
-    budgets = Table("NODES", "REASONS", "SCHEDULE", "DURATION", "ACTIVE", box=None, title="Budgets")
+        running = pods.get(claim.name) if pods is not None else None
+        row = [
+            claim.name,
+            claim.phase.value,
+            claim.offering.key,
+            str(len(running)) if running is not None else "?",
+            str(len(claim.nominated)),
+        ]
+        if wide:
+            row += [
+                _cpu(claim.allocatable.cpu_m),
+                _memory(claim.allocatable.memory_bytes),
+                claim.started_at.astimezone().strftime("%Y-%m-%d %H:%M:%S"),
+                claim.replaces or "—",
+                claim.replaced_by or "—",
+            ]
+        claims.add_row(*row)
+    print_table(claims)
+    budgets = new_table("NODES", "REASONS", "SCHEDULE", "DURATION", "ACTIVE", title="Budgets")
     for budget in status.budgets:
         budgets.add_row(
             budget.nodes,
@@ -103,27 +236,24 @@ def pools_describe(
             budget.duration or "—",
             "yes" if budget.active else "no",
         )
-    console.print(budgets)
+    print_table(budgets)
     allowed = ", ".join(f"{k}={v}" for k, v in status.disruptions_allowed.items())
-    console.print(f"  Disruptions allowed now: {allowed}", highlight=False)
+    console.print(f"  Disruptions allowed now: {allowed}")
     for claim_name, reason in status.permits.items():
-        console.print(f"  permit in use: {claim_name} ({reason})", highlight=False)
+        console.print(f"  permit in use: {claim_name} ({reason})")
     for claim_name, reason in status.disruption_queue.items():
-        console.print(f"  waiting for a budget: {claim_name} ({reason})", highlight=False)
+        console.print(f"  waiting for a budget: {claim_name} ({reason})")
     for claim_name, reason in status.disruption_blocked.items():
-        console.print(f"  not disrupted: {claim_name} — {reason}", highlight=False)
+        console.print(f"  not disrupted: {claim_name} — {reason}")
     for uid, reason in status.blocked.items():
-        console.print(f"  pod {uid} waits: {reason}", highlight=False)
+        console.print(f"  pod {uid} waits: {reason}")
     for offering, until in status.failed_offerings.items():
-        console.print(f"  skipping {offering} until {until:%H:%M:%S}", highlight=False)
+        console.print(f"  skipping {offering} until {until:%H:%M:%S}")
 
 
-def _settings(temporal_address: str | None) -> Settings:
-    settings = Settings()
-    if temporal_address:
-        settings = settings.model_copy(update={"temporal_address": temporal_address})
-    return settings
+def _cpu(millicores: int) -> str:
+    return f"{millicores / 1000:g}"
 
 
-async def _connect(temporal_address: str | None) -> Client:
-    return await connect_or_exit(_settings(temporal_address))
+def _memory(size: int) -> str:
+    return f"{size / 2**30:g}Gi"

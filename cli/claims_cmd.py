@@ -1,0 +1,460 @@
+"""`cloudburst claims`: NodeClaims as operators see and steer them (one workflow per node)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+from temporalio.client import (
+    Client,
+    WorkflowExecution,
+    WorkflowExecutionStatus,
+    WorkflowUpdateFailedError,
+)
+from temporalio.service import RPCError, RPCStatusCode
+
+from api import NodeClaimStatus, search_attributes
+from api._base import CamelModel
+from api.messages import ScaleDownRequest, ScaleDownResult, claim_name_of, claim_workflow_id
+from cli.claims import (
+    ClaimError,
+    build_claim,
+    check_offering,
+    load_pool,
+    new_claim_name,
+    parse_offering,
+    price_offering,
+    start_claim,
+)
+from cli.connect import (
+    Kubeconfig,
+    TemporalAddress,
+    cli_settings,
+    connect_or_exit,
+    fail,
+    run_or_exit,
+)
+from cli.output import (
+    Output,
+    OutputFormat,
+    TableStream,
+    dump,
+    is_tty,
+    items,
+    new_table,
+    print_data,
+    print_table,
+    stdout_console,
+    stream_data,
+)
+from cli.timeline import PhaseSpan, format_duration, phase_timeline
+from worker.client import kube_api_client
+from workflows.nodeclaim import NodeClaimWorkflow
+
+claims_app = typer.Typer(help="Inspect and steer NodeClaims (one workflow per node).")
+# Markup off: names, messages and reasons are user text, never rich markup.
+err_console = Console(stderr=True, markup=False, emoji=False)
+
+LIST_COLUMNS = ("NAME", "NODEPOOL", "PROVIDER", "REGION", "INSTANCE", "PHASE", "AGE")
+WIDE_COLUMNS = ("STATUS", "WORKFLOW")
+
+
+class ClaimSummary(CamelModel):
+    """One claim as `claims list` shows it, from Temporal visibility (no workflow query)."""
+
+    name: str
+    node_pool: str = ""
+    provider: str = ""
+    region: str = ""
+    instance_type: str = ""
+    phase: str = ""
+    # As a visibility query spells it: Running, Completed, Failed, Terminated, TimedOut...
+    execution_status: str = ""
+    workflow_id: str
+    run_id: str
+    started_at: datetime
+    closed_at: datetime | None = None
+
+    @classmethod
+    def of(cls, execution: WorkflowExecution) -> ClaimSummary:
+        attrs = execution.typed_search_attributes
+        return cls(
+            name=claim_name_of(execution.id),
+            node_pool=attrs.get(search_attributes.NODE_POOL) or "",
+            provider=attrs.get(search_attributes.PROVIDER) or "",
+            region=attrs.get(search_attributes.REGION) or "",
+            instance_type=attrs.get(search_attributes.INSTANCE_TYPE) or "",
+            phase=attrs.get(search_attributes.PHASE) or "",
+            execution_status=_status_name(execution.status),
+            workflow_id=execution.id,
+            run_id=execution.run_id,
+            started_at=execution.start_time,
+            closed_at=execution.close_time,
+        )
+
+    def row(self, wide: bool) -> list[str]:
+        cells = [
+            self.name,
+            self.node_pool,
+            self.provider,
+            self.region,
+            self.instance_type,
+            self.phase,
+            _age(self.started_at),
+        ]
+        return [*cells, self.execution_status, self.workflow_id] if wide else cells
+
+    def changed_from(self, before: ClaimSummary | None) -> bool:
+        # A new run (continue-as-new) of the same claim is not news to a reader.
+        same = {"run_id", "started_at"}
+        return before is None or self.model_dump(exclude=same) != before.model_dump(exclude=same)
+
+
+class TimelineSpan(CamelModel):
+    phase: str
+    since: datetime
+    until: datetime | None  # None: the phase it is in now
+    duration_seconds: float
+
+
+class ClaimDescription(CamelModel):
+    """`claims describe -o json|yaml`: the claim's status as its workflow answers the query,
+    and its phase timeline from the workflow history."""
+
+    name: str
+    workflow_id: str
+    execution_status: str
+    status: NodeClaimStatus
+    timeline: list[TimelineSpan]
+
+
+@claims_app.command("create")
+def claims_create(
+    pool: Annotated[str, typer.Option(help="NodePool name")],
+    offering: Annotated[
+        list[str], typer.Option(help="PROVIDER/REGION/INSTANCE-TYPE; repeat to rank fallbacks")
+    ],
+    namespace: Annotated[str, typer.Option(help="namespace of the NodePool")] = "default",
+    name: Annotated[str | None, typer.Option(help="claim name (default: <pool>-<random>)")] = None,
+    temporal_address: TemporalAddress = None,
+    kubeconfig: Kubeconfig = None,
+) -> None:
+    """Create a NodeClaim by hand: one node of the given offering for the pool."""
+    settings = cli_settings(temporal_address, kubeconfig)
+    try:
+        wanted = [parse_offering(text) for text in offering]
+        api_client = kube_api_client(settings)
+        context = load_pool(api_client, namespace, pool)
+        offerings = []
+        for candidate in wanted:
+            priced, note = price_offering(api_client, context, candidate)
+            if note:
+                err_console.print(f"note: {note}", style="yellow", highlight=False)
+            check_offering(context, priced)
+            offerings.append(priced)
+    except ClaimError as err:
+        raise fail(str(err)) from None
+    claim = build_claim(context, offerings, name or new_claim_name(pool))
+
+    async def main() -> None:
+        client = await connect_or_exit(settings)
+        await start_claim(
+            client, context, claim, task_queue=settings.task_queue, cluster_id=settings.cluster_id
+        )
+
+    try:
+        run_or_exit(main(), settings)
+    except RPCError as err:
+        if err.status == RPCStatusCode.ALREADY_EXISTS:
+            raise fail(f"a NodeClaim named {claim.metadata.name} already exists") from None
+        raise
+    stdout_console().print(
+        Text.assemble(
+            "NodeClaim ",
+            (claim.metadata.name, "bold"),
+            f" started (workflow {claim_workflow_id(claim.metadata.name)})",
+        )
+    )
+
+
+@claims_app.command("list")
+def claims_list(
+    pool: Annotated[str | None, typer.Option(help="only this NodePool")] = None,
+    all_claims: Annotated[
+        bool, typer.Option("--all", help="include Deleted/Failed claims")
+    ] = False,
+    watch: Annotated[
+        bool,
+        typer.Option(
+            "--watch",
+            "-w",
+            help="until Ctrl-C: a live table on a terminal; elsewhere a line per change "
+            "(-o json: a JSON object per line)",
+        ),
+    ] = False,
+    interval: Annotated[float, typer.Option(help="--watch refresh, seconds")] = 2.0,
+    output: Output = OutputFormat.TABLE,
+    temporal_address: TemporalAddress = None,
+) -> None:
+    """NAME NODEPOOL PROVIDER REGION INSTANCE PHASE AGE, from Temporal visibility.
+
+    -o wide adds the execution STATUS and the WORKFLOW id.
+    -o json|yaml prints an object with "items", each claim with every field: name, nodePool,
+    provider, region, instanceType, phase, executionStatus, workflowId, runId, startedAt,
+    closedAt."""
+    settings = cli_settings(temporal_address)
+    query = "WorkflowType = 'NodeClaimWorkflow'"
+    if pool:
+        query += f" AND CloudburstNodePool = '{pool}'"
+    if not all_claims:
+        query += " AND ExecutionStatus = 'Running'"
+    wide = output == OutputFormat.WIDE
+
+    async def main() -> list[ClaimSummary]:
+        client = await connect_or_exit(settings)
+        if not watch:
+            return await _list_claims(client, query)
+        if is_tty() and not output.is_data:
+            await _watch_live(client, query, wide, interval)
+        else:
+            await _watch_stream(client, query, output, interval)
+        return []
+
+    try:
+        claims = run_or_exit(main(), settings)
+    except KeyboardInterrupt:
+        return
+    if output.is_data:
+        print_data(items(claims), output)
+    else:
+        print_table(_claims_table(claims, wide))
+
+
+async def _list_claims(client: Client, query: str) -> list[ClaimSummary]:
+    return [ClaimSummary.of(execution) async for execution in client.list_workflows(query)]
+
+
+def _claims_table(claims: Sequence[ClaimSummary], wide: bool) -> Table:
+    table = new_table(*LIST_COLUMNS, *(WIDE_COLUMNS if wide else ()))
+    for claim in claims:
+        table.add_row(*claim.row(wide))
+    return table
+
+
+async def _watch_live(client: Client, query: str, wide: bool, interval: float) -> None:
+    """A table redrawn in place: only on a terminal, where it can be."""
+    table = _claims_table(await _list_claims(client, query), wide)
+    with Live(table, console=stdout_console(), auto_refresh=False) as live:
+        while True:
+            await asyncio.sleep(interval)
+            table = _claims_table(await _list_claims(client, query), wide)
+            table.caption = f"every {interval:g}s · {datetime.now():%H:%M:%S} · Ctrl-C to stop"
+            live.update(table, refresh=True)
+
+
+async def _watch_stream(client: Client, query: str, output: OutputFormat, interval: float) -> None:
+    """Every claim once, then a line each time one changes (kubectl's `get -w`): a claim that
+    leaves the list (it ended) is shown once more as it ended."""
+    wide = output == OutputFormat.WIDE
+    rows = TableStream([*LIST_COLUMNS, *(WIDE_COLUMNS if wide else ())])
+    seen: dict[str, ClaimSummary] = {}
+    while True:
+        current = {claim.name: claim for claim in await _list_claims(client, query)}
+        changed = [claim for name, claim in current.items() if claim.changed_from(seen.get(name))]
+        for name in seen.keys() - current.keys():
+            ended = await _ended(client, seen[name])
+            if ended is not None and ended.changed_from(seen[name]):
+                changed.append(ended)
+        if output.is_data:
+            for claim in changed:
+                stream_data(dump(claim), output)
+        else:
+            rows.print([claim.row(wide) for claim in changed])
+        seen = current
+        await asyncio.sleep(interval)
+
+
+async def _ended(client: Client, claim: ClaimSummary) -> ClaimSummary | None:
+    """The claim as its workflow ended, or None once Temporal no longer knows it."""
+    try:
+        description = await client.get_workflow_handle(claim.workflow_id).describe()
+    except RPCError as err:
+        if err.status == RPCStatusCode.NOT_FOUND:
+            return None
+        raise
+    return ClaimSummary.of(description)
+
+
+@claims_app.command("describe")
+def claims_describe(
+    name: str, output: Output = OutputFormat.TABLE, temporal_address: TemporalAddress = None
+) -> None:
+    """Phase, offering, price, instance, node, conditions and the phase timeline of one claim.
+
+    -o wide adds the provider ID and the creation, ready and deletion times.
+    -o json|yaml prints the claim's full status (as its workflow answers) and its timeline."""
+    settings = cli_settings(temporal_address)
+
+    async def main() -> tuple[NodeClaimStatus, WorkflowExecutionStatus | None, list[PhaseSpan]]:
+        client = await connect_or_exit(settings)
+        handle = client.get_workflow_handle_for(NodeClaimWorkflow.run, claim_workflow_id(name))
+        try:
+            description = await handle.describe()
+            status = await handle.query(NodeClaimWorkflow.status)
+            timeline = await phase_timeline(client, claim_workflow_id(name))
+        except RPCError as err:
+            if err.status == RPCStatusCode.NOT_FOUND:
+                raise fail(f"no NodeClaim named {name}") from None
+            raise
+        return status, description.status, timeline
+
+    status, execution, timeline = run_or_exit(main(), settings)
+    if output.is_data:
+        now = datetime.now(UTC)
+        description = ClaimDescription(
+            name=name,
+            workflow_id=claim_workflow_id(name),
+            execution_status=_status_name(execution),
+            status=status,
+            timeline=[
+                TimelineSpan(
+                    phase=span.phase,
+                    since=span.since,
+                    until=span.until,
+                    duration_seconds=span.duration(now).total_seconds(),
+                )
+                for span in timeline
+            ],
+        )
+        print_data(dump(description), output)
+        return
+    print_claim(name, status, execution, timeline, wide=output == OutputFormat.WIDE)
+
+
+def print_claim(
+    name: str,
+    status: NodeClaimStatus,
+    execution: WorkflowExecutionStatus | None,
+    timeline: list[PhaseSpan],
+    *,
+    wide: bool = False,
+) -> None:
+    """`claims describe` for a person: the facts, the conditions, the timeline."""
+    console = stdout_console()
+    console.print(
+        Text.assemble(
+            (f"NodeClaim {name}", "bold"),
+            f"  workflow {claim_workflow_id(name)} ({_status_name(execution) or '?'})",
+        )
+    )
+    price = status.price_eur_per_hour
+    rows = [
+        ("Phase", status.phase.value),
+        (
+            "Provider",
+            f"{status.provider or '—'} / {status.region or '—'} / {status.instance_type or '—'}",
+        ),
+        ("Price", f"€{price:.4f}/h" if price is not None else "—"),
+        ("Instance", status.instance_id or "—"),
+        ("Node", status.node_name or "—"),
+        ("Capacity", ", ".join(f"{k}={v}" for k, v in status.capacity.items()) or "—"),
+    ]
+    if wide:
+        rows += [
+            ("Provider ID", status.provider_id or "—"),
+            ("Created", _when(status.created_at)),
+            ("Ready since", _when(status.ready_at)),
+            ("Deleted", _when(status.deleted_at)),
+        ]
+    if status.failure_message:
+        rows.append(("Failure", f"{status.failure_reason}: {status.failure_message}"))
+    if status.deletion_reason:
+        rows.append(("Deletion reason", status.deletion_reason))
+    for key, value in rows:
+        console.print(f"  {key:<16}{value}")
+    conditions = new_table("TYPE", "STATUS", "REASON", "MESSAGE", "SINCE")
+    for condition in status.conditions:
+        conditions.add_row(
+            condition.type,
+            condition.status,
+            condition.reason,
+            condition.message,
+            _when(condition.last_transition_time),
+        )
+    print_table(conditions)
+    print_table(_timeline_table(timeline))
+
+
+def _timeline_table(timeline: list[PhaseSpan]) -> Table:
+    """Each phase with when it began and how long it lasted (the last: so far)."""
+    table = new_table("PHASE", "SINCE", "DURATION", title="Timeline")
+    now = datetime.now(UTC)
+    for span in timeline:
+        lasted = format_duration(span.duration(now))
+        table.add_row(span.phase, _when(span.since), lasted if span.until else f"{lasted} (so far)")
+    if timeline:
+        end = timeline[-1].until or now
+        table.add_row(Text("total", style="bold"), "", format_duration(end - timeline[0].since))
+    return table
+
+
+@claims_app.command("scale-down")
+def claims_scale_down(
+    name: str,
+    reason: Annotated[str, typer.Option(help="why; recorded on the claim")] = "Manual",
+    force: Annotated[
+        bool, typer.Option(help="skip the pool's disruption budgets and do-not-disrupt pods")
+    ] = False,
+    temporal_address: TemporalAddress = None,
+) -> None:
+    """Drain and delete a claim's node (an update: answered accepted/rejected).
+
+    A pool's claim waits for a disruption permit within the pool's budgets unless --force."""
+    settings = cli_settings(temporal_address)
+
+    async def main() -> ScaleDownResult:
+        client = await connect_or_exit(settings)
+        handle = client.get_workflow_handle_for(NodeClaimWorkflow.run, claim_workflow_id(name))
+        try:
+            return await handle.execute_update(
+                NodeClaimWorkflow.request_scale_down, ScaleDownRequest(reason=reason, force=force)
+            )
+        except WorkflowUpdateFailedError as err:
+            cause = err.cause
+            message = getattr(cause, "message", None) or str(cause)
+            return ScaleDownResult(accepted=False, reason=message)
+        except RPCError as err:
+            if err.status == RPCStatusCode.NOT_FOUND:
+                raise fail(f"no running NodeClaim named {name}") from None
+            raise
+
+    result = run_or_exit(main(), settings)
+    if not result.accepted:
+        raise fail(f"scale-down rejected: {result.reason}")
+    stdout_console().print(Text.assemble(("accepted", "green"), f": {result.reason}"))
+
+
+def _status_name(status: WorkflowExecutionStatus | None) -> str:
+    """RUNNING -> Running, TIMED_OUT -> TimedOut: as a visibility query writes them."""
+    if status is None:
+        return ""
+    return "".join(part.capitalize() for part in status.name.split("_"))
+
+
+def _when(moment: datetime | None) -> str:
+    return moment.astimezone().strftime("%Y-%m-%d %H:%M:%S") if moment else "—"
+
+
+def _age(start: datetime) -> str:
+    seconds = int((datetime.now(UTC) - start).total_seconds())
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
