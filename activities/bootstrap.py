@@ -17,6 +17,7 @@ import secrets
 import shlex
 import string
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from importlib import resources
 from typing import Any
@@ -38,6 +39,8 @@ from activities.kube import (
     is_not_found,
     read_secret_value,
 )
+from activities.tailscale import MintedKey, open_api, reusable_key
+from activities.tenancy import Tenancy
 from api import labels
 from api._base import SecretKeyRef
 from api.messages import BootstrapInput, BootstrapRefs
@@ -54,6 +57,10 @@ TOKEN_ALPHABET = string.ascii_lowercase + string.digits
 TOKEN_PURPOSE = "bootstrap-token"
 SCRIPT_PURPOSE = "bootstrap-script"
 SCRIPT_KEY = "userdata"
+# The script Secret keeps the join token beside the script: a retry reuses it from there.
+TOKEN_KEY = "token"
+# Token ids are random: a new one taken by another claim's token is drawn again.
+_TOKEN_ID_ATTEMPTS = 5
 CLUSTER_INFO_NAMESPACE = "kube-public"
 CLUSTER_INFO_NAME = "cluster-info"
 # Hetzner's user_data limit, the smallest of the providers we support.
@@ -63,6 +70,8 @@ MIN_REUSE_VALIDITY = timedelta(minutes=5)
 USER_DATA_TOO_LARGE = "UserDataTooLarge"
 # Stands in for the token when checking that a configuration renders, before minting one.
 _SAME_LENGTH_TOKEN = "abcdef.0123456789abcdef"
+# ...and for a per-node Tailscale key before it is minted (longer than the keys we have seen).
+_SAME_LENGTH_AUTH_KEY = "tskey-auth-" + "x" * 100
 # The oldest Kubernetes minor pkgs.k8s.io publishes packages for.
 MIN_KUBERNETES = (1, 24)
 
@@ -307,18 +316,59 @@ def read_user_data(core_api: client.CoreV1Api, refs: BootstrapRefs) -> str:
     """The rendered first-boot script, for in-process use by the compute activities only.
 
     Never return it from an activity: it would land in workflow history with its token.
+    `refs.namespace` is the worker's namespace (or, in histories from before the move, the
+    pool's).
     """
     return read_secret_value(
         core_api, refs.namespace, SecretKeyRef(name=refs.script_secret, key=SCRIPT_KEY)
     )
 
 
-class BootstrapActivities:
-    """`prepare_bootstrap` and `delete_bootstrap_secrets`; one instance per worker."""
+@dataclass(frozen=True)
+class _Token:
+    """A kubeadm bootstrap token: `<id>.<secret>`, in Secret `bootstrap-token-<id>`."""
 
-    def __init__(self, api_client: client.ApiClient) -> None:
+    token_id: str
+    token_secret: str = field(repr=False)
+    expires_at: datetime
+
+    @property
+    def value(self) -> str:
+        return f"{self.token_id}.{self.token_secret}"
+
+    @property
+    def secret_name(self) -> str:
+        return f"bootstrap-token-{self.token_id}"
+
+    @classmethod
+    def new(cls, ttl_minutes: int) -> _Token:
+        token_id, token_secret = new_token()
+        expires = (datetime.now(UTC) + timedelta(minutes=ttl_minutes)).replace(microsecond=0)
+        return cls(token_id, token_secret, expires)
+
+
+class BootstrapActivities:
+    """`prepare_bootstrap` and `delete_bootstrap_secrets`; one instance per worker.
+
+    Where the Secrets live, and why (docs/security.md):
+    - the bootstrap token in `kube-system`, where the API server's bootstrap authenticator
+      looks for it; the worker may create and delete Secrets there, never read them;
+    - the first-boot script (with the token, and the node's Tailscale key) in the worker's
+      own namespace, never in the pool's, where anyone who may read Secrets of that namespace
+      would find a join token. The script Secret also records which token it carries (name
+      and expiry, annotations), so a retry reuses the token without reading kube-system, and
+      the orphan GC finds a leftover token from it.
+    """
+
+    def __init__(self, api_client: client.ApiClient, tenancy: Tenancy | None = None) -> None:
         self.api_client = api_client
         self.core = client.CoreV1Api(api_client)
+        self.tenancy = tenancy or Tenancy()
+
+    @property
+    def namespace(self) -> str:
+        """Where the script Secrets live: the worker's own namespace."""
+        return self.tenancy.worker_namespace
 
     def activities(self) -> list[Callable[..., Any]]:
         return [self.prepare_bootstrap, self.delete_bootstrap_secrets]
@@ -331,16 +381,25 @@ class BootstrapActivities:
 
     @activity.defn(name="prepare_bootstrap")
     def prepare_bootstrap(self, input: BootstrapInput) -> BootstrapRefs:
-        """Token Secret (reused when a valid one exists), CA hash, script Secret; names back."""
-        spec = input.node_class
-        ca_hash = self._cluster_ca_hash()
-        auth_key: str | None = None
-        if spec.tailscale is not None:
-            auth_key = read_secret_value(
-                self.core, input.namespace, spec.tailscale.auth_key_secret_ref
-            )
+        """Script Secret (token reused when it still has one valid), token Secret; names back.
 
-        def render(token: str) -> str:
+        Order matters for a retry after a crash: the script Secret, which records the token,
+        is written before the token Secret is created, so a retry finds the token it may
+        reuse (and creating the token Secret again is a harmless 409).
+        """
+        spec = input.node_class
+        # Nothing is read, minted or sent for a namespace or an endpoint the operator does not
+        # allow: the Tailscale API's, and the provider's this script is for. Refused here, the
+        # claim fails before it launches anything (so its cleanup has no VM to look for).
+        services = ("tailscale", *((input.offering.provider,) if input.offering else ()))
+        self.tenancy.require(input.namespace, spec, services=services)
+        ca_hash = self._cluster_ca_hash()
+        tailscale = spec.tailscale
+        reusable = None
+        if tailscale is not None and not tailscale.minted:
+            reusable = reusable_key(self.core, input.namespace, tailscale)
+
+        def render(token: str, auth_key: str | None) -> str:
             return render_claim_script(
                 claim_name=input.claim_name,
                 namespace=input.namespace,
@@ -354,34 +413,58 @@ class BootstrapActivities:
                 tailscale_auth_key=auth_key,
             )
 
-        # A configuration that cannot render (bad label, version, size) mints no token.
-        render(_SAME_LENGTH_TOKEN)
-        token_secret_name, token, expires_at = self._ensure_token(
-            input.namespace, input.claim_name, spec.join.token_ttl_minutes
-        )
-        script = render(token)
+        # A configuration that cannot render (bad label, version, size) mints nothing.
+        placeholder = reusable or (_SAME_LENGTH_AUTH_KEY if tailscale is not None else None)
+        render(_SAME_LENGTH_TOKEN, placeholder)
         script_secret = self.script_secret_name(input.claim_name)
-        self._put_script(input.namespace, input.claim_name, script_secret, script)
+        previous = self._read_script(script_secret)
+        reused = _reusable_token(previous)
+        token = reused or _Token.new(spec.join.token_ttl_minutes)
+        for _ in range(_TOKEN_ID_ATTEMPTS):
+            minted = (
+                self._mint_tailscale_key(input, token) if tailscale and tailscale.minted else None
+            )
+            try:
+                script = render(token.value, minted.key if minted else reusable)
+                self._put_script(input.claim_name, script_secret, script, token, minted)
+            except BaseException:
+                self._revoke(input, minted)
+                raise
+            self._revoke(input, _tailscale_key_id(previous), keep=minted)
+            if self._create_token_secret(input.namespace, input.claim_name, token, token == reused):
+                break
+            # The id is another claim's: draw again (the script Secret is rewritten with it).
+            previous = self._read_script(script_secret)
+            token = _Token.new(spec.join.token_ttl_minutes)
+        else:
+            raise ApplicationError(
+                "could not find a free bootstrap token id in kube-system", type="KubeApi409"
+            )
         log.info(
-            "bootstrap material for %s/%s ready (token secret %s/%s, script secret %s/%s)",
+            "bootstrap material for %s/%s ready (token secret %s/%s, script secret %s/%s%s)",
             input.namespace,
             input.claim_name,
             TOKEN_NAMESPACE,
-            token_secret_name,
-            input.namespace,
+            token.secret_name,
+            self.namespace,
             script_secret,
+            ", a per-node Tailscale key" if tailscale and tailscale.minted else "",
         )
         return BootstrapRefs(
-            namespace=input.namespace,
-            token_secret=token_secret_name,
+            namespace=self.namespace,
+            token_secret=token.secret_name,
             token_secret_namespace=TOKEN_NAMESPACE,
             script_secret=script_secret,
-            token_expires_at=expires_at,
+            token_expires_at=token.expires_at,
         )
 
     @activity.defn(name="delete_bootstrap_secrets")
     def delete_bootstrap_secrets(self, refs: BootstrapRefs) -> None:
-        """Delete the token and script Secrets; already gone is fine."""
+        """Delete the token and script Secrets; already gone is fine.
+
+        The token goes first: a script Secret left behind (this activity failed between the
+        two) still names it, for the orphan GC.
+        """
         for namespace, name in (
             (refs.token_secret_namespace, refs.token_secret),
             (refs.namespace, refs.script_secret),
@@ -389,8 +472,21 @@ class BootstrapActivities:
             try:
                 discard(self.core.delete_namespaced_secret(name, namespace, _preload_content=False))
             except ApiException as err:
-                if not is_not_found(err):
-                    raise _secret_write_error(err, f"deleting Secret {namespace}/{name}") from None
+                if is_not_found(err):
+                    continue
+                if err.status == 403 and namespace not in (self.namespace, TOKEN_NAMESPACE):
+                    # A claim from before script Secrets moved to the worker's namespace: its
+                    # script sits in the pool's namespace, where the worker may only read. Its
+                    # token is gone (above), so the script joins nothing; an operator removes
+                    # it (docs/security.md, "Upgrading").
+                    log.warning(
+                        "cannot delete the first-boot script Secret %s/%s of an older claim "
+                        "(HTTP 403); delete it by hand: its join token is already deleted",
+                        namespace,
+                        name,
+                    )
+                    continue
+                raise _secret_write_error(err, f"deleting Secret {namespace}/{name}") from None
 
     # --- steps ------------------------------------------------------------------------------
 
@@ -415,43 +511,58 @@ class BootstrapActivities:
                 "(clusters[0].cluster.certificate-authority-data, a base64 PEM certificate)"
             ) from None
 
-    def _ensure_token(
-        self, namespace: str, claim_name: str, ttl_minutes: int
-    ) -> tuple[str, str, datetime]:
-        """(Secret name, token, expiry): an existing valid token of this claim, or a new one.
+    def _read_script(self, name: str) -> client.V1Secret | None:
+        try:
+            return self.core.read_namespaced_secret(name, self.namespace)
+        except ApiException as err:
+            if is_not_found(err):
+                return None
+            raise _secret_write_error(err, f"reading Secret {self.namespace}/{name}") from None
 
-        Reuse is what makes a retried activity keep one token per claim.
+    def _mint_tailscale_key(self, input: BootstrapInput, token: _Token) -> MintedKey:
+        """A key for this claim alone, expiring with its join token."""
+        settings = input.node_class.tailscale
+        assert settings is not None
+        expiry_s = int((token.expires_at - datetime.now(UTC)).total_seconds())
+        with open_api(self.core, input.namespace, settings) as api:
+            return api.mint_auth_key(
+                list(settings.tags or []), expiry_s, f"cloudburst {input.claim_name}"
+            )
+
+    def _revoke(
+        self, input: BootstrapInput, key: MintedKey | str | None, keep: MintedKey | None = None
+    ) -> None:
+        """Best effort: revoke a minted key no script carries any more (it would expire with
+        its token anyway; a single-use key that was used is spent already)."""
+        key_id = key.id if isinstance(key, MintedKey) else key
+        settings = input.node_class.tailscale
+        if not key_id or (keep is not None and keep.id == key_id) or settings is None:
+            return
+        if not settings.minted:
+            return
+        try:
+            with open_api(self.core, input.namespace, settings) as api:
+                api.revoke_key(key_id)
+        except Exception as err:  # it expires on its own
+            log.warning(
+                "could not revoke Tailscale key %s of %s: %s", key_id, input.claim_name, err
+            )
+
+    def _create_token_secret(
+        self, namespace: str, claim_name: str, token: _Token, reused: bool
+    ) -> bool:
+        """Create the token Secret; False when its name is taken by a token not ours.
+
+        The worker may create Secrets in kube-system but not read them: a 409 for a token
+        this claim's script Secret had recorded (`reused`: an earlier attempt got this far)
+        is this token; for a token just drawn it is another claim's id.
         """
-        now = datetime.now(UTC)
-        selector = f"{labels.NODECLAIM}={claim_name},{labels.SECRET_PURPOSE}={TOKEN_PURPOSE}"
-        existing = self.core.list_namespaced_secret(TOKEN_NAMESPACE, label_selector=selector)
-        best: tuple[str, str, datetime] | None = None
-        for secret in existing.items or []:
-            data = secret.data or {}
-            token_id = _unb64(data.get("token-id"))
-            token_secret = _unb64(data.get("token-secret"))
-            expires = _parse_rfc3339(_unb64(data.get("expiration")))
-            name = secret.metadata.name if secret.metadata else None
-            if not (name and token_id and token_secret and expires):
-                continue
-            if expires - now < MIN_REUSE_VALIDITY or (
-                secret.metadata and secret.metadata.deletion_timestamp
-            ):
-                continue
-            if best is None or expires > best[2]:
-                best = (name, f"{token_id}.{token_secret}", expires)
-        if best is not None:
-            return best
-
-        token_id, token_secret = new_token()
-        expires_at = (now + timedelta(minutes=ttl_minutes)).replace(microsecond=0)
-        name = f"bootstrap-token-{token_id}"
         body = client.V1Secret(
             api_version="v1",
             kind="Secret",
             type=TOKEN_SECRET_TYPE,
             metadata=client.V1ObjectMeta(
-                name=name,
+                name=token.secret_name,
                 namespace=TOKEN_NAMESPACE,
                 labels={labels.NODECLAIM: claim_name, labels.SECRET_PURPOSE: TOKEN_PURPOSE},
             ),
@@ -459,9 +570,9 @@ class BootstrapActivities:
                 k: _b64(v)
                 for k, v in {
                     "description": f"Cloudburst bootstrap token for NodeClaim {namespace}/{claim_name}",
-                    "token-id": token_id,
-                    "token-secret": token_secret,
-                    "expiration": _rfc3339(expires_at),
+                    "token-id": token.token_id,
+                    "token-secret": token.token_secret,
+                    "expiration": _rfc3339(token.expires_at),
                     "usage-bootstrap-authentication": "true",
                     "usage-bootstrap-signing": "true",
                     "auth-extra-groups": TOKEN_GROUPS,
@@ -473,32 +584,88 @@ class BootstrapActivities:
                 self.core.create_namespaced_secret(TOKEN_NAMESPACE, body, _preload_content=False)
             )
         except ApiException as err:
-            raise _secret_write_error(err, f"creating Secret {TOKEN_NAMESPACE}/{name}") from None
-        return name, f"{token_id}.{token_secret}", expires_at
+            if err.status == 409:
+                return reused
+            raise _secret_write_error(
+                err, f"creating Secret {TOKEN_NAMESPACE}/{token.secret_name}"
+            ) from None
+        return True
 
-    def _put_script(self, namespace: str, claim_name: str, name: str, script: str) -> None:
-        """Create-or-replace the script Secret (a retry may carry a different token)."""
+    def _put_script(
+        self,
+        claim_name: str,
+        name: str,
+        script: str,
+        token: _Token,
+        minted: MintedKey | None,
+    ) -> None:
+        """Create-or-replace the script Secret (a retry may carry a different token or key)."""
         secret_labels = {labels.NODECLAIM: claim_name, labels.SECRET_PURPOSE: SCRIPT_PURPOSE}
-        data = {SCRIPT_KEY: _b64(script)}
+        annotations: dict[str, str | None] = {
+            labels.TOKEN_SECRET: token.secret_name,
+            labels.TOKEN_EXPIRES: _rfc3339(token.expires_at),
+            labels.TAILSCALE_KEY_ID: minted.id if minted else None,
+        }
+        data = {SCRIPT_KEY: _b64(script), TOKEN_KEY: _b64(token.value)}
         body = client.V1Secret(
             api_version="v1",
             kind="Secret",
             type="Opaque",
-            metadata=client.V1ObjectMeta(name=name, namespace=namespace, labels=secret_labels),
+            metadata=client.V1ObjectMeta(
+                name=name,
+                namespace=self.namespace,
+                labels=secret_labels,
+                annotations={k: v for k, v in annotations.items() if v is not None},
+            ),
             data=data,
         )
         try:
-            discard(self.core.create_namespaced_secret(namespace, body, _preload_content=False))
+            discard(
+                self.core.create_namespaced_secret(self.namespace, body, _preload_content=False)
+            )
             return
         except ApiException as err:
+            if is_not_found(err):
+                raise _invalid(
+                    f"namespace {self.namespace} (the worker's, for first-boot script Secrets) "
+                    "does not exist: create it, or set CLOUDBURST_WORKER_NAMESPACE"
+                ) from None
             if err.status != 409:
-                raise _secret_write_error(err, f"creating Secret {namespace}/{name}") from None
-        patch = {"metadata": {"labels": secret_labels}, "data": data}
+                raise _secret_write_error(err, f"creating Secret {self.namespace}/{name}") from None
+        patch = {
+            "metadata": {"labels": secret_labels, "annotations": annotations},
+            "data": data,
+        }
         try:
             discard(
                 self.core.patch_namespaced_secret(
-                    name, namespace, patch, _content_type=MERGE_PATCH, _preload_content=False
+                    name, self.namespace, patch, _content_type=MERGE_PATCH, _preload_content=False
                 )
             )
         except ApiException as err:
-            raise _secret_write_error(err, f"updating Secret {namespace}/{name}") from None
+            raise _secret_write_error(err, f"updating Secret {self.namespace}/{name}") from None
+
+
+def _annotations(secret: client.V1Secret | None) -> dict[str, str]:
+    if secret is None or secret.metadata is None or secret.metadata.deletion_timestamp:
+        return {}
+    return dict(secret.metadata.annotations or {})
+
+
+def _tailscale_key_id(secret: client.V1Secret | None) -> str | None:
+    return _annotations(secret).get(labels.TAILSCALE_KEY_ID)
+
+
+def _reusable_token(secret: client.V1Secret | None) -> _Token | None:
+    """The token an earlier attempt recorded in the script Secret, while valid long enough."""
+    annotations = _annotations(secret)
+    expires = _parse_rfc3339(annotations.get(labels.TOKEN_EXPIRES, ""))
+    value = _unb64((secret.data or {}).get(TOKEN_KEY)) if secret is not None else ""
+    token_id, _, token_secret = value.partition(".")
+    if not (expires and token_id and token_secret):
+        return None
+    if annotations.get(labels.TOKEN_SECRET) != f"bootstrap-token-{token_id}":
+        return None
+    if expires - datetime.now(UTC) < MIN_REUSE_VALIDITY:
+        return None
+    return _Token(token_id, token_secret, expires)

@@ -27,10 +27,12 @@ from activities.providers.base import (
     FatalError,
     Instance,
     InstanceSpec,
+    NoIdentityError,
     Provider,
     ProviderError,
     RetryableError,
 )
+from activities.tenancy import Tenancy
 from api import labels
 from api.messages import CreateInstanceInput, InstanceInfo, InstanceRef
 from api.nodeclass import NodeClassSpec
@@ -48,8 +50,9 @@ _DELETE_REREQUEST_S = 30.0
 
 
 class ComputeActivities:
-    def __init__(self, api_client: k8s.ApiClient) -> None:
+    def __init__(self, api_client: k8s.ApiClient, tenancy: Tenancy | None = None) -> None:
         self._core = k8s.CoreV1Api(api_client)
+        self._tenancy = tenancy or Tenancy()
 
     def activities(self) -> list[Callable[..., Any]]:
         return [self.create_instance, self.get_instance, self.delete_instance]
@@ -58,7 +61,8 @@ class ComputeActivities:
     @heartbeats_itself
     def create_instance(self, input: CreateInstanceInput) -> InstanceInfo:
         offering = input.offering
-        provider = self._provider(input.offering.provider, input.namespace, input.node_class)
+        with _classified():
+            provider = self._provider(offering.provider, input.namespace, input.node_class)
         block = input.node_class.provider_block(offering.provider)
         spec = InstanceSpec(
             name=input.claim_name,
@@ -85,8 +89,8 @@ class ComputeActivities:
 
     @activity.defn(name="get_instance")
     def get_instance(self, ref: InstanceRef) -> InstanceInfo | None:
-        provider = self._provider(ref.provider, ref.namespace, ref.node_class)
         with _classified():
+            provider = self._provider(ref.provider, ref.namespace, ref.node_class)
             instance = self._find(provider, ref)
         return _info(instance) if instance else None
 
@@ -120,6 +124,10 @@ class ComputeActivities:
             _record_terminated(ref, found)
 
     def _provider(self, name: str, namespace: str, node_class: NodeClassSpec) -> Provider:
+        """The provider of the claim's NodeClass, its credential read from the claim's own
+        namespace; refused before any read or call when the namespace is not served or the
+        block's endpoint is not one the operator allows."""
+        self._tenancy.require(namespace, node_class, services=(name,))
         try:
             block = node_class.provider_block(name)
             cls = provider_class(name)
@@ -199,6 +207,15 @@ def _classified(*, retry_everything: bool = False) -> Iterator[None]:
     except CapacityError as exc:
         raise ApplicationError(
             exc.message, exc.provider, type=CAPACITY_ERROR, non_retryable=non_retryable
+        ) from exc
+    except NoIdentityError as exc:
+        # Neither a credential Secret nor an ambient identity: the NodeClass or the worker's
+        # deployment needs fixing, on every offering of this provider alike.
+        raise ApplicationError(
+            f"{exc.message}{suffix}",
+            exc.provider,
+            type=INVALID_CONFIGURATION,
+            non_retryable=non_retryable,
         ) from exc
     except FatalError as exc:
         raise ApplicationError(

@@ -3,10 +3,13 @@
 Three activities, so that the one needing the Temporal client (only `async def` activities
 get `activity.client()`) stays small and the sync ones run on the worker's thread pool:
 
-- `collect_orphans` (sync): every provider block of every NodeClass in the cluster (all
-  namespaces) → `list_owned(cluster_id)`, credentials read from the NodeClass' Secret
-  reference like `create_instance` does; plus every bootstrap-token / bootstrap-script
-  Secret (by their `cloudburst.io/purpose` label). A provider that cannot be listed is
+- `collect_orphans` (sync): every provider block of every NodeClass the worker serves →
+  `list_owned(cluster_id)`, credentials read from the NodeClass' Secret reference like
+  `create_instance` does, under the same confinement (a NodeClass outside the served
+  namespaces, naming another namespace's Secret or an endpoint the operator does not allow
+  is skipped with a log line: no read, no call); plus every first-boot script Secret in the
+  worker's namespace and the bootstrap token each one names (tokens live in kube-system,
+  which the worker may write but not read or list). A provider that cannot be listed is
   reported and skipped; the others are still collected.
 - `claim_workflow_states` (async): `nodeclaim-<claim>` running, closed or unknown.
 - `remove_orphans` (sync): deletes the VMs the workflow chose (idempotent; waits until each
@@ -19,8 +22,6 @@ results, so it is visible in history and deterministic.
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
 import logging
 import time
 from collections.abc import Callable
@@ -35,11 +36,12 @@ from temporalio.client import WorkflowExecutionStatus
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
-from activities.bootstrap import SCRIPT_PURPOSE, TOKEN_NAMESPACE, TOKEN_PURPOSE
+from activities.bootstrap import SCRIPT_PURPOSE, TOKEN_NAMESPACE
 from activities.heartbeat import heartbeating, heartbeats_itself
 from activities.kube import discard, read_secret_value
 from activities.providers import provider_class
 from activities.providers.base import Provider, ProviderError
+from activities.tenancy import Tenancy
 from api import labels
 from api.gc import (
     ClaimState,
@@ -78,15 +80,6 @@ def _parse_time(value: str | None) -> datetime | None:
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
 
-def _b64_text(value: bytes | str | None) -> str:
-    if not value:
-        return ""
-    try:
-        return base64.b64decode(value).decode()
-    except (binascii.Error, UnicodeDecodeError):
-        return ""
-
-
 def _close(provider: Provider) -> None:
     close = getattr(provider, "close", None)
     if callable(close):
@@ -105,9 +98,10 @@ def _message(exc: BaseException) -> str:
 
 
 class GcActivities:
-    def __init__(self, api_client: k8s.ApiClient) -> None:
+    def __init__(self, api_client: k8s.ApiClient, tenancy: Tenancy | None = None) -> None:
         self._core = k8s.CoreV1Api(api_client)
         self._custom = k8s.CustomObjectsApi(api_client)
+        self._tenancy = tenancy or Tenancy()
 
     def activities(self) -> list[Callable[..., Any]]:
         return [self.collect_orphans, self.claim_workflow_states, self.remove_orphans]
@@ -181,10 +175,14 @@ class GcActivities:
                 continue
             namespace = node_class.metadata.namespace
             for provider in node_class.spec.configured_providers():
+                refusal = self._tenancy.refusal(namespace, node_class.spec, (provider,))
+                if refusal is not None:
+                    # Not served: its credential is not read and its endpoint not called.
+                    log.warning("orphan GC: %s %s skipped: %s", where, provider, refusal.message)
+                    errors.append(f"{where} {provider}: {refusal.reason}; skipped")
+                    continue
                 block = node_class.spec.provider_block(provider)
-                ref = block.credential_ref()
-                secret_ns = (ref.namespace or namespace) if ref else ""
-                key = (provider, secret_ns, block.model_dump_json())
+                key = (provider, namespace, block.model_dump_json())
                 if key in keys:
                     continue
                 keys.add(key)
@@ -199,6 +197,7 @@ class GcActivities:
         return scopes
 
     def _provider(self, scope: GcScope) -> Provider:
+        self._tenancy.require(scope.namespace, scope.node_class, (scope.provider,))
         block = scope.node_class.provider_block(scope.provider)
         cls = provider_class(scope.provider)
         ref = block.credential_ref()
@@ -206,29 +205,45 @@ class GcActivities:
         return cls(block, credential)
 
     def _secrets(self) -> list[LabelledSecret]:
+        """First-boot script Secrets (the worker's namespace) and the token each one names.
+
+        A token lives in kube-system, where the worker may create and delete but not read
+        or list: a leftover one is found through the script Secret that records it (the
+        claim deletes the token first, so a script outlives its token, never the reverse).
+        Tokens of claims from before this (labelled, in kube-system, with no such script)
+        expire on their own.
+        """
         out: list[LabelledSecret] = []
-        for purpose in (TOKEN_PURPOSE, SCRIPT_PURPOSE):
-            listed = self._core.list_secret_for_all_namespaces(
-                label_selector=f"{labels.SECRET_PURPOSE}={purpose}"
+        listed = self._core.list_namespaced_secret(
+            self._tenancy.worker_namespace,
+            label_selector=f"{labels.SECRET_PURPOSE}={SCRIPT_PURPOSE}",
+        )
+        for secret in listed.items or []:
+            meta = secret.metadata
+            if meta is None or not meta.name or meta.deletion_timestamp:
+                continue
+            created = meta.creation_timestamp
+            created_at = created if isinstance(created, datetime) else None
+            claim = (meta.labels or {}).get(labels.NODECLAIM)
+            out.append(
+                LabelledSecret(
+                    namespace=meta.namespace or self._tenancy.worker_namespace,
+                    name=meta.name,
+                    purpose=SecretPurpose.BOOTSTRAP_SCRIPT,
+                    claim_name=claim,
+                    created_at=created_at,
+                )
             )
-            for secret in listed.items or []:
-                meta = secret.metadata
-                if meta is None or not meta.name or meta.deletion_timestamp:
-                    continue
-                if purpose == TOKEN_PURPOSE and meta.namespace != TOKEN_NAMESPACE:
-                    continue  # bootstrap tokens only count in kube-system
-                expires = None
-                if purpose == TOKEN_PURPOSE:
-                    expires = _parse_time(_b64_text((secret.data or {}).get("expiration")))
-                created = meta.creation_timestamp
+            token = (meta.annotations or {}).get(labels.TOKEN_SECRET)
+            if token:
                 out.append(
                     LabelledSecret(
-                        namespace=meta.namespace or "default",
-                        name=meta.name,
-                        purpose=SecretPurpose(purpose),
-                        claim_name=(meta.labels or {}).get(labels.NODECLAIM),
-                        created_at=created if isinstance(created, datetime) else None,
-                        expires_at=expires,
+                        namespace=TOKEN_NAMESPACE,
+                        name=token,
+                        purpose=SecretPurpose.BOOTSTRAP_TOKEN,
+                        claim_name=claim,
+                        created_at=created_at,
+                        expires_at=_parse_time((meta.annotations or {}).get(labels.TOKEN_EXPIRES)),
                     )
                 )
         return out

@@ -44,12 +44,23 @@ def is_not_found(err: ApiException) -> bool:
 
 
 def read_secret_value(core: client.CoreV1Api, namespace: str, ref: SecretKeyRef) -> str:
-    """The value of one key of a Secret, decoded. `ref.namespace` overrides `namespace`.
+    """The value of one key of a Secret in `namespace`, decoded.
 
-    A missing Secret or key is a configuration error nobody can retry away: it is raised as
-    non-retryable `InvalidConfiguration`, naming the Secret and key (never a value).
+    `namespace` is the namespace of the object holding the reference (a claim's, whose
+    NodeClass lives there); a reference naming another namespace is refused before any read
+    (the model refuses it too: this is the second line). A missing Secret or key is a
+    configuration error nobody can retry away: it is raised as non-retryable
+    `InvalidConfiguration`, naming the Secret and key (never a value).
     """
-    ns = ref.namespace or namespace
+    if ref.namespace not in (None, namespace):
+        raise ApplicationError(
+            f"the reference to Secret {ref.namespace}/{ref.name} leaves namespace {namespace}: "
+            f"a NodeClass may only reference Secrets in its own namespace (remove `namespace` "
+            f"from the reference and keep the Secret in {namespace})",
+            type=INVALID_CONFIGURATION,
+            non_retryable=True,
+        )
+    ns = namespace
     try:
         secret = core.read_namespaced_secret(ref.name, ns)
     except ApiException as err:

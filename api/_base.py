@@ -29,11 +29,19 @@ class CamelModel(BaseModel):
 
 
 class SecretKeyRef(CamelModel):
-    """A key of a Secret; the value is read inside an activity, never passed through Temporal."""
+    """A key of a Secret in the referencing object's own namespace; the value is read inside
+    an activity, never passed through Temporal."""
 
     name: ObjectName
     key: str = Field(min_length=1, max_length=MAX_NAME_LENGTH, pattern=SECRET_KEY_PATTERN)
-    namespace: NamespaceName | None = None
+    # Accepted for manifests that spell it out, with that same namespace only: a namespace is
+    # a trust boundary, and a NodeClass that could name another namespace's Secret would let
+    # whoever may edit it read that Secret (NodeClass refuses any other value).
+    namespace: NamespaceName | None = Field(
+        default=None,
+        description="Only the referencing object's own namespace (or unset): a Secret is "
+        "never read across namespaces.",
+    )
 
 
 class ObjectMeta(CamelModel):

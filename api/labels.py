@@ -16,6 +16,12 @@ K8S_ARCH = "kubernetes.io/arch"
 DISRUPTED_TAINT = "cloudburst.io/disrupted"
 # Secrets made for one claim carry this label so that leftovers can be found.
 SECRET_PURPOSE = "cloudburst.io/purpose"
+# On a first-boot script Secret: the bootstrap-token Secret (in kube-system, which the worker
+# may write but not read) its script carries and when that expires, and the id of the
+# Tailscale key minted for it (so a replaced one is revoked).
+TOKEN_SECRET = "cloudburst.io/token-secret"
+TOKEN_EXPIRES = "cloudburst.io/token-expires"
+TAILSCALE_KEY_ID = "cloudburst.io/tailscale-key-id"
 # On every NodeClaim resource: deleting it asks the claim's workflow to scale down first.
 TERMINATION_FINALIZER = "cloudburst.io/termination"
 # Put on a node at registration by its first-boot script; lifted once its labels are synced,

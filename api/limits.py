@@ -101,6 +101,11 @@ MAX_LABEL_PREFIX_LENGTH = 253
 MAX_LABEL_KEY_LENGTH = MAX_LABEL_PREFIX_LENGTH + 1 + 63
 # A Secret's data key.
 SECRET_KEY_PATTERN = r"^[-._a-zA-Z0-9]+$"
+# A Tailscale ACL tag (`tag:` and a name of letters, digits and dashes).
+TAILSCALE_TAG_PATTERN = r"^tag:[A-Za-z0-9][-A-Za-z0-9]{0,62}$"
+# A tailnet as the Tailscale API names it in a path: "-" (the OAuth client's own), an
+# organisation ("example.com") or a tailnet id ("T1234CNTRL"); never a "/".
+TAILNET_PATTERN = r"^(-|[A-Za-z0-9][-A-Za-z0-9_.@+]{0,252})$"
 # MAJOR.MINOR.PATCH, with the "v" the bootstrap activity also accepts.
 KUBERNETES_VERSION_PATTERN = r"^v?[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}$"
 # Five cron fields (printable ASCII) or a macro, as Kubernetes CronJobs; croniter judges the
@@ -123,6 +128,8 @@ PATTERN_MEANINGS: dict[str, str] = {
     LABEL_VALUE_PATTERN: "a label value (letters, digits, '-', '_', '.'; at most 63)",
     LABEL_KEY_PATTERN: "a label key ('[prefix/]name', the name at most 63)",
     SECRET_KEY_PATTERN: "a Secret key (letters, digits, '-', '_', '.')",
+    TAILSCALE_TAG_PATTERN: "a Tailscale tag such as 'tag:cloudburst'",
+    TAILNET_PATTERN: "a tailnet: '-' (the OAuth client's own), an organisation or a tailnet id",
     KUBERNETES_VERSION_PATTERN: "a Kubernetes version MAJOR.MINOR.PATCH such as '1.34.3'",
     CRON_PATTERN: "a cron schedule: 5 fields ('0 2 * * *') or a macro ('@daily')",
 }

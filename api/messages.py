@@ -17,11 +17,17 @@ from api.nodeclass import NodeClassSpec
 from api.nodepool import Taint
 
 TASK_QUEUE = "cloudburst"
+_CLAIM_PREFIX = "nodeclaim-"
 
 
 def claim_workflow_id(claim_name: str) -> str:
     """Claim names are `<pool>-<suffix>` and name the node too, so they are cluster-unique."""
-    return f"nodeclaim-{claim_name}"
+    return f"{_CLAIM_PREFIX}{claim_name}"
+
+
+def claim_name_of(workflow_id: str) -> str:
+    """The inverse of `claim_workflow_id`."""
+    return workflow_id.removeprefix(_CLAIM_PREFIX)
 
 
 class ClaimTimings(BaseModel):

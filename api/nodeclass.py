@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import ConfigDict, Field, model_validator
 
@@ -12,6 +12,10 @@ from api.limits import (
     MAX_REGISTRATION_TIMEOUT_S,
     MAX_SHORT_LIST,
     MIN_REGISTRATION_TIMEOUT_S,
+    SECRET_KEY_PATTERN,
+    TAILNET_PATTERN,
+    TAILSCALE_TAG_PATTERN,
+    ObjectName,
     ProviderId,
     Text,
     Url,
@@ -23,12 +27,19 @@ from api.nodepool import PROVIDERS
 # AWS alone has more than 30 regions.
 MAX_REGIONS = 64
 
+SecretKey = Annotated[str, Field(min_length=1, max_length=253, pattern=SECRET_KEY_PATTERN)]
+TailscaleTag = Annotated[str, Field(max_length=67, pattern=TAILSCALE_TAG_PATTERN)]
+
 
 class ProviderBlock(CamelModel):
     """Settings shared by every provider block.
 
-    `endpoint` overrides the provider's API address (a regional endpoint, or a local stand-in
-    in tests); the credential is always a Secret reference, read inside the activity.
+    `endpoint` overrides the provider's API address (a regional endpoint, a proxy, or a local
+    stand-in in tests). The provider sends its credential there, so an override is used only
+    when the operator allows it (`CLOUDBURST_ALLOWED_ENDPOINTS`, per provider); any other is
+    refused before a call is made (the NodeClass gets Ready=False, EndpointNotAllowed). The
+    credential is always a Secret reference in the NodeClass's own namespace, read inside the
+    activity.
     """
 
     endpoint: Url | None = None
@@ -100,7 +111,8 @@ class AwsClass(ProviderBlock):
 
     `credentialsSecretRef` names a Secret key whose value is JSON
     `{"aws_access_key_id": "...", "aws_secret_access_key": "..."[, "aws_session_token": "..."]}`;
-    without it the default AWS chain is used (instance profile, IRSA, environment).
+    without it the worker's own identity is used through boto3's default chain (EKS Pod
+    Identity, IRSA, environment, instance profile): see deploy/README.md.
     `image`/`imageArm64` take an AMI id or a `resolve:ssm:` public parameter (the defaults are
     Canonical's Ubuntu 24.04, resolved in whatever region the VM lands in); the arm64 one is
     used for Graviton types (m7g, t4g, ...). Without `subnetId` the default VPC's default
@@ -132,8 +144,9 @@ class GcpClass(ProviderBlock):
     """Google Compute Engine.
 
     `credentialsSecretRef` names a Secret key whose value is a service-account key JSON (the
-    file `gcloud iam service-accounts keys create` writes); without it requests are sent
-    unauthenticated (only a local stand-in accepts that). `zone` is the default zone; an
+    file `gcloud iam service-accounts keys create` writes); without it the worker's own
+    identity is used (Application Default Credentials: GKE Workload Identity, the metadata
+    server, `GOOGLE_APPLICATION_CREDENTIALS`; see deploy/README.md). `zone` is the default zone; an
     offering in another region uses `zones[region]`, else `<region>-b`. `network`/`subnetwork`
     take URLs or `projects/P/global/networks/N` paths (default: the `default` network).
     Labels are stored as `cloudburst-io_<name>` (GCE forbids `.` and `/` in label keys).
@@ -161,7 +174,8 @@ class AzureClass(ProviderBlock):
     `credentialsSecretRef` names a Secret key whose value is JSON
     `{"tenant_id": "...", "client_id": "...", "client_secret": "..."}` (a service principal;
     optional `authority_host` for sovereign clouds) or `{"access_token": "..."}`; without it
-    `DefaultAzureCredential` is used (managed/workload identity). `subnetId` is the full
+    the worker's own identity is used through `DefaultAzureCredential` (AKS Workload
+    Identity, managed identity, environment; see deploy/README.md). `subnetId` is the full
     resource id of an existing subnet (`/subscriptions/S/resourceGroups/RG/providers/
     Microsoft.Network/virtualNetworks/V/subnets/N`) with outbound internet (NAT gateway);
     the NIC is created in it. `image`/`imageArm64` are `publisher:offer:sku:version` URNs or
@@ -220,7 +234,11 @@ class OvhClass(ProviderBlock):
 
 
 class FakeClass(ProviderBlock):
-    """The simulated cloud of `sim/` (the embedded demo and the tests)."""
+    """The simulated cloud of `sim/` (the embedded demo and the tests).
+
+    It has no public API: its `endpoint` (always set) must be one the operator allows, so a
+    production worker (no allowed endpoints) refuses the fake provider altogether.
+    """
 
     endpoint: Url | None = "http://127.0.0.1:8788"
     region: Text = "sim-1"
@@ -238,8 +256,76 @@ class JoinSettings(CamelModel):
     )
 
 
+class TailscaleOAuthClientRef(CamelModel):
+    """A Secret in the NodeClass's namespace holding a Tailscale OAuth client (its id and its
+    secret, under two keys), with the `auth_keys` and `devices:core` scopes."""
+
+    name: ObjectName
+    client_id_key: SecretKey = "client_id"
+    client_secret_key: SecretKey = "client_secret"
+
+
 class TailscaleSettings(CamelModel):
-    auth_key_secret_ref: SecretKeyRef
+    """How nodes join the tailnet: one of two modes.
+
+    - `oauthClientSecretRef` (recommended): for each claim the worker mints an auth key of
+      its own through the Tailscale API — single-use, ephemeral, pre-authorized, tagged with
+      `tags`, expiring with the join token — and the VM's user data carries only that key;
+      the node's device is removed from the tailnet when the claim is deleted.
+    - `authKeySecretRef` (the seed's form, weaker): one reusable key, shared by every node
+      and written into each VM's user data, where it stays readable for the VM's life.
+
+    `tailnet` (default `-`, the OAuth client's own) and `apiEndpoint` (default
+    https://api.tailscale.com; an override must be one the operator allows) go with the
+    OAuth mode.
+    """
+
+    model_config = ConfigDict(
+        json_schema_extra=validations(
+            cel(
+                "has(self.authKeySecretRef) != has(self.oauthClientSecretRef)",
+                "set exactly one of authKeySecretRef (a reusable key) and oauthClientSecretRef "
+                "(a per-node key minted through the Tailscale API)",
+            ),
+            cel(
+                "!has(self.oauthClientSecretRef) || (has(self.tags) && size(self.tags) > 0)",
+                "oauthClientSecretRef needs tags: a key minted by an OAuth client must be tagged",
+            ),
+            cel(
+                "has(self.oauthClientSecretRef) || "
+                "!(has(self.tags) || has(self.tailnet) || has(self.apiEndpoint))",
+                "tags, tailnet and apiEndpoint go with oauthClientSecretRef",
+            ),
+        )
+    )
+
+    auth_key_secret_ref: SecretKeyRef | None = None
+    oauth_client_secret_ref: TailscaleOAuthClientRef | None = None
+    tags: list[TailscaleTag] | None = Field(default=None, max_length=MAX_SHORT_LIST)
+    tailnet: Annotated[str, Field(max_length=253, pattern=TAILNET_PATTERN)] | None = None
+    api_endpoint: Url | None = None
+
+    @model_validator(mode="after")
+    def _one_mode(self) -> TailscaleSettings:
+        if (self.auth_key_secret_ref is None) == (self.oauth_client_secret_ref is None):
+            raise ValueError(
+                "set exactly one of authKeySecretRef (a reusable key) and oauthClientSecretRef "
+                "(a per-node key minted through the Tailscale API)"
+            )
+        if self.oauth_client_secret_ref is not None and not self.tags:
+            raise ValueError(
+                "oauthClientSecretRef needs tags: a key minted by an OAuth client must be tagged"
+            )
+        if self.oauth_client_secret_ref is None and (
+            self.tags is not None or self.tailnet is not None or self.api_endpoint is not None
+        ):
+            raise ValueError("tags, tailnet and apiEndpoint go with oauthClientSecretRef")
+        return self
+
+    @property
+    def minted(self) -> bool:
+        """Per-node keys minted through the API (the OAuth mode)."""
+        return self.oauth_client_secret_ref is not None
 
 
 class BootstrapSettings(CamelModel):
@@ -285,6 +371,37 @@ class NodeClassSpec(CamelModel):
             raise KeyError(provider)
         return block
 
+    def secret_refs(self) -> list[tuple[str, SecretKeyRef]]:
+        """Every Secret key this class names, with its manifest path (`spec.hetzner.apiTokenSecretRef`)."""
+        found: list[tuple[str, SecretKeyRef]] = []
+        blocks: list[tuple[str, CamelModel | None]] = [
+            *((name, getattr(self, name)) for name in PROVIDERS),
+            ("tailscale", self.tailscale),
+        ]
+        for name, block in blocks:
+            if block is None:
+                continue
+            for field, info in type(block).model_fields.items():
+                ref = getattr(block, field)
+                if isinstance(ref, SecretKeyRef):
+                    found.append((f"spec.{name}.{info.alias or field}", ref))
+        return found
+
+    def endpoints(self) -> list[tuple[str, str, str]]:
+        """(service, manifest path, URL) of every API address this class overrides.
+
+        The fake provider's endpoint is always one (it has no public API); a Tailscale API
+        endpoint only in the OAuth mode.
+        """
+        found = [
+            (name, f"spec.{name}.endpoint", block.endpoint)
+            for name in self.configured_providers()
+            if (block := self.provider_block(name)).endpoint
+        ]
+        if self.tailscale is not None and self.tailscale.api_endpoint:
+            found.append(("tailscale", "spec.tailscale.apiEndpoint", self.tailscale.api_endpoint))
+        return found
+
 
 class NodeClass(CamelModel):
     api_version: Literal["cloudburst.io/v1alpha1"] = "cloudburst.io/v1alpha1"
@@ -292,3 +409,21 @@ class NodeClass(CamelModel):
     metadata: ObjectMeta
     spec: NodeClassSpec
     status: dict[str, object] | None = None
+
+    @model_validator(mode="after")
+    def _secrets_in_own_namespace(self) -> NodeClass:
+        """A NodeClass reads Secrets of its own namespace only (ARCHITECTURE.md rule 7).
+
+        The CRD cannot say so (a CEL rule does not see `metadata.namespace`): the trigger
+        refuses such a class with `Ready=False` `InvalidSpec`, and the activities refuse the
+        reference again before any read.
+        """
+        own = self.metadata.namespace
+        for path, ref in self.spec.secret_refs():
+            if ref.namespace not in (None, own):
+                raise ValueError(
+                    f"{path}.namespace: {ref.namespace} is not this NodeClass's namespace "
+                    f"({own}); a NodeClass may only reference Secrets in its own namespace: "
+                    f"remove `namespace` and keep the Secret in {own}"
+                )
+        return self

@@ -185,6 +185,10 @@ class Topology:
             "CLOUDBURST_METRICS_PORT": "0",
             "CLOUDBURST_SDK_METRICS_PORT": "0",
             "CLOUDBURST_GC_ENABLED": "false",
+            # As the operator of this stack: the fake cloud is an endpoint override to allow.
+            "CLOUDBURST_ALLOWED_ENDPOINTS": json.dumps(
+                {"fake": [f"http://127.0.0.1:{self.cloud_port}"]}
+            ),
         }
         self.worker = Process(
             "worker", [str(BIN / "cloudburst"), "worker"], product_env, state / "worker.log"
@@ -320,8 +324,9 @@ class BindWatch:
         while not self._stop.wait(0.2):
             with contextlib.suppress(Exception):
                 for pod in self._core.list_namespaced_pod("default", label_selector="chaos").items:
-                    name = pod.metadata.name
-                    if pod.spec.node_name and name not in self.bound:
+                    name = pod.metadata.name if pod.metadata else None
+                    bound = bool(pod.spec and pod.spec.node_name)
+                    if name and bound and name not in self.bound:
                         self.bound[name] = time.monotonic()
 
 
@@ -364,17 +369,17 @@ async def operator(client: Client, stop: asyncio.Event, report: Report) -> None:
     while not stop.is_set():
         for pool in POOLS:
             with contextlib.suppress(Exception):
-                handle = client.get_workflow_handle_for(
+                pool_handle = client.get_workflow_handle_for(
                     NodePoolWorkflow.run, pool_workflow_id("default", pool)
                 )
-                await asyncio.wait_for(handle.query(NodePoolWorkflow.status), timeout=5)
+                await asyncio.wait_for(pool_handle.query(NodePoolWorkflow.status), timeout=5)
                 report.queries += 1
         with contextlib.suppress(Exception):
             async for execution in client.list_workflows(
                 "WorkflowType = 'NodeClaimWorkflow' AND ExecutionStatus = 'Running'", limit=5
             ):
-                handle = client.get_workflow_handle_for(NodeClaimWorkflow.run, execution.id)
-                await asyncio.wait_for(handle.query(NodeClaimWorkflow.status), timeout=5)
+                claim_handle = client.get_workflow_handle_for(NodeClaimWorkflow.run, execution.id)
+                await asyncio.wait_for(claim_handle.query(NodeClaimWorkflow.status), timeout=5)
                 report.queries += 1
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), timeout=1.5)

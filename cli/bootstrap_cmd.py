@@ -36,10 +36,18 @@ class RenderError(Exception):
 
 def tailscale_placeholder(node_class: NodeClass) -> str | None:
     """What stands for the auth key: which Secret and key the activity would read."""
-    if node_class.spec.tailscale is None:
+    settings = node_class.spec.tailscale
+    if settings is None:
         return None
-    ref = node_class.spec.tailscale.auth_key_secret_ref
-    namespace = ref.namespace or node_class.metadata.namespace or "default"
+    namespace = node_class.metadata.namespace or "default"
+    if settings.oauth_client_secret_ref is not None:
+        client = settings.oauth_client_secret_ref
+        return (
+            f"<TAILSCALE-AUTH-KEY minted for this node by the OAuth client in Secret "
+            f"{namespace}/{client.name}>"
+        )
+    ref = settings.auth_key_secret_ref
+    assert ref is not None
     return f"<TAILSCALE-AUTH-KEY from Secret {namespace}/{ref.name} key {ref.key}>"
 
 

@@ -6,6 +6,7 @@ python -m sim --kube-port 6443 --cloud-port 8788 --kubeconfig ./sim.kubeconfig
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import signal
 import threading
@@ -41,6 +42,9 @@ def main(argv: list[str] | None = None) -> None:
     print(f"Kubernetes API: {sim.kube_url}", flush=True)
     print(f"Fake cloud API: {sim.cloud_url}  (NodeClass spec.fake.endpoint)", flush=True)
     print(f"Cloud admin:    {sim.cloud_url}/_admin/stats", flush=True)
+    # The worker and the trigger refuse endpoint overrides an operator did not allow.
+    allowed = json.dumps(sim.endpoints(), separators=(",", ":"))
+    print(f"Allow them:     CLOUDBURST_ALLOWED_ENDPOINTS='{allowed}'", flush=True)
     if args.kubeconfig:
         path = sim.write_kubeconfig(args.kubeconfig)
         print(f"kubeconfig:     {path}  (export KUBECONFIG={path})", flush=True)

@@ -6,7 +6,13 @@ API, `cloud_url` for the `fake` provider's NodeClass `spec.fake.endpoint`.
 `clouds=["hetzner", "scaleway", ...]` also starts those clouds' local stand-ins
 (`sim/clouds/<name>.py`, imported on first use) and lets the kubelets boot their VMs;
 `standins[name]` gives each one's `endpoint`, the `credential` to put in a Secret and its
-`nodeclass_block(secret_name, key)` ("fake" is always there).
+`nodeclass_block(secret_name, key)` ("fake" is always there). `tailscale=True` adds a
+tailnet (`sim/tailscale.py`, its API over HTTP) that the kubelets join with the key in a VM's
+user data. `endpoints()` is what an operator would allow as endpoint overrides
+(`CLOUDBURST_ALLOWED_ENDPOINTS`): every stand-in's address.
+
+The cluster is one where Cloudburst is installed: its namespace (`cloudburst-system`, as
+deploy/base/namespace.yaml makes it) exists, for the worker's first-boot script Secrets.
 """
 
 from __future__ import annotations
@@ -23,8 +29,12 @@ from sim.controllers import Controllers
 from sim.kubeapi import KubeApiServer
 from sim.kubelet import Kubelets
 from sim.scheduler import Scheduler
+from sim.tailscale import TailnetStandin
 
 log = logging.getLogger(__name__)
+
+# What `kubectl apply -k deploy/...` creates before the worker runs (deploy/base/namespace.yaml).
+INSTALL_NAMESPACES = ("cloudburst-system",)
 
 
 @dataclass
@@ -76,8 +86,10 @@ class SimulatedCluster:
         regions: list[str] | None = None,
         clouds: list[str] | None = None,
         missing_standins: Literal["error", "skip"] = "error",
+        tailscale: bool = False,
     ) -> None:
         self.kube = KubeApiServer(host=host, port=kube_port)
+        self.tailnet = TailnetStandin(host=host) if tailscale else None
         self.cloud = FakeCloud(
             regions=regions,
             boot_delay_s=boot_delay_s,
@@ -131,11 +143,27 @@ class SimulatedCluster:
     def write_kubeconfig(self, path: str | Path) -> Path:
         return self.kube.write_kubeconfig(path)
 
+    def endpoints(self) -> dict[str, list[str]]:
+        """Service -> the stand-in addresses (every path under them) a worker may call."""
+        found = {
+            name: [str(getattr(handle.cloud, "url", None) or handle.endpoint)]
+            for name, handle in self.standins.items()
+            if name != "fake"
+        }
+        found["fake"] = [self.cloud_url]
+        if self.tailnet is not None:
+            found["tailscale"] = [self.tailnet.url]
+        return found
+
     def start(self) -> SimulatedCluster:
         if self._started:
             return self
         self.kube.start()
+        for namespace in INSTALL_NAMESPACES:
+            self.kube.ensure_namespace(namespace)
         self.cloud_server.start()
+        if self.tailnet is not None:
+            self.tailnet.start()
         for name, handle in self.standins.items():
             if name != "fake":
                 handle.cloud.start()
@@ -148,6 +176,7 @@ class SimulatedCluster:
             kubelet_client,
             [self.cloud, *(h.cloud for n, h in self.standins.items() if n != "fake")],
             ready_delay_s=self.ready_delay_s,
+            tailnet=self.tailnet,
         )
         self.controllers = Controllers(controllers_client)
         self.scheduler.start()
@@ -172,6 +201,8 @@ class SimulatedCluster:
                 except Exception:
                     log.exception("stopping the %s stand-in failed", name)
         self.cloud_server.stop()
+        if self.tailnet is not None:
+            self.tailnet.stop()
         self.kube.stop()
         for api_client in self._api_clients:
             api_client.close()

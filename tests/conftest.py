@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import secrets
+import shlex
 import sys
 import threading
 from collections.abc import AsyncIterator, Iterator
@@ -75,7 +76,7 @@ def temporal_address(temporal_env: WorkflowEnvironment) -> str:
 @pytest.fixture(scope="session")
 def sim_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimulatedCluster]:
     cluster = SimulatedCluster(
-        boot_delay_s=0.3, ready_delay_s=0.3, cloud_token=secrets.token_hex(16)
+        boot_delay_s=0.3, ready_delay_s=0.3, cloud_token=secrets.token_hex(16), tailscale=True
     )
     cluster.start()
     try:
@@ -108,10 +109,12 @@ class SecretRecorder:
     sees them all for the later scan of every workflow history.
     """
 
-    SECRET_KEYS = ("token-secret", "userdata", "token", "authkey")
+    SECRET_KEYS = ("token-secret", "userdata", "token", "authkey", "client_secret")
 
     def __init__(self, api_client: k8s.ApiClient) -> None:
         self.values: set[str] = set()
+        # namespace -> the values its Secrets held: where each secret ever lived.
+        self.by_namespace: dict[str, set[str]] = {}
         self._core = k8s.CoreV1Api(api_client)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="secret-recorder", daemon=True)
@@ -141,12 +144,22 @@ class SecretRecorder:
 
     def _record(self, secret: k8s.V1Secret) -> None:
         data = secret.data or {}
+        found: set[str] = set()
         for key in self.SECRET_KEYS:
             if key in data:
-                self.values.add(base64.b64decode(data[key]).decode())
+                found.add(base64.b64decode(data[key]).decode())
+        if "userdata" in data:
+            # The Tailscale key a script carries (a per-node one exists nowhere else).
+            script = base64.b64decode(data["userdata"]).decode()
+            for line in script.splitlines():
+                if line.startswith("TAILSCALE_AUTHKEY=") and len(line) > len("TAILSCALE_AUTHKEY="):
+                    found.add(shlex.split(line.partition("=")[2])[0])
         if "token-id" in data and "token-secret" in data:
             token_id = base64.b64decode(data["token-id"]).decode()
-            self.values.add(f"{token_id}.{base64.b64decode(data['token-secret']).decode()}")
+            found.add(f"{token_id}.{base64.b64decode(data['token-secret']).decode()}")
+        self.values |= found
+        namespace = secret.metadata.namespace if secret.metadata else None
+        self.by_namespace.setdefault(namespace or "", set()).update(found)
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -7,6 +7,10 @@ message naming each field, and a Warning Event `InvalidSpec` — once per change
 `ValidationSucceeded=True`; a NodeClass (nothing else writes its status) also `Ready=True`.
 A NodePool's `Ready` is its workflow's to write (activities/mirror.py keeps the trigger's
 conditions when it does).
+
+A valid object this Cloudburst will not serve is refused the same way, with its own reason
+(activities/tenancy.py): `NamespaceNotServed` (its namespace is not one the operator lists)
+or `EndpointNotAllowed` (a NodeClass endpoint override the operator does not allow).
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
 from activities.events import record_event
+from activities.tenancy import ENDPOINT_NOT_ALLOWED, NAMESPACE_NOT_SERVED
 from api.events import KubeEvent, ObjectRef
 from api.nodepool import API_VERSION
 from api.nodepool_status import READY, VALIDATION_SUCCEEDED
@@ -27,6 +32,8 @@ log = logging.getLogger(__name__)
 
 GROUP, VERSION = "cloudburst.io", "v1alpha1"
 INVALID_SPEC = "InvalidSpec"
+# Every reason the trigger refuses an object with; a valid, served object clears them.
+REFUSALS = frozenset({INVALID_SPEC, NAMESPACE_NOT_SERVED, ENDPOINT_NOT_ALLOWED})
 _KINDS = {"nodepools": "NodePool", "nodeclasses": "NodeClass"}
 _CONFLICT_RETRIES = 5
 
@@ -36,19 +43,21 @@ class SpecVerdicts:
         self._core = k8s.CoreV1Api(api_client)
         self._custom = k8s.CustomObjectsApi(api_client)
 
-    def invalid(self, plural: str, raw: dict[str, Any], message: str) -> None:
+    def invalid(
+        self, plural: str, raw: dict[str, Any], message: str, reason: str = INVALID_SPEC
+    ) -> None:
         wanted = {
-            VALIDATION_SUCCEEDED: ("False", INVALID_SPEC, message),
-            READY: ("False", INVALID_SPEC, message),
+            VALIDATION_SUCCEEDED: ("False", reason, message),
+            READY: ("False", reason, message),
         }
         if self._write(plural, raw, wanted):
-            self._event(plural, raw, message)
+            self._event(plural, raw, message, reason)
 
     def valid(self, plural: str, raw: dict[str, Any]) -> None:
         wanted = {VALIDATION_SUCCEEDED: ("True", "Valid", "")}
         current = _conditions(raw)
         ready = current.get(READY, {})
-        if plural == "nodeclasses" or ready.get("reason") == INVALID_SPEC:
+        if plural == "nodeclasses" or ready.get("reason") in REFUSALS:
             # A pool's workflow writes its own Ready; until then, no stale InvalidSpec.
             wanted[READY] = ("True", "Valid", "")
         self._write(plural, raw, wanted)
@@ -114,7 +123,7 @@ class SpecVerdicts:
         assert isinstance(found, dict)
         return found
 
-    def _event(self, plural: str, raw: dict[str, Any], message: str) -> None:
+    def _event(self, plural: str, raw: dict[str, Any], message: str, reason: str) -> None:
         namespace, name = _key(raw)
         event = KubeEvent(
             regarding=ObjectRef(
@@ -124,14 +133,14 @@ class SpecVerdicts:
                 uid=raw["metadata"].get("uid"),
                 api_version=API_VERSION,
             ),
-            reason=INVALID_SPEC,
+            reason=reason,
             message=message,
             type="Warning",
         )
         try:
             record_event(self._core, event)
         except Exception as err:  # an Event is a courtesy; the condition says it too
-            log.warning("could not record %s for %s/%s: %s", INVALID_SPEC, namespace, name, err)
+            log.warning("could not record %s for %s/%s: %s", reason, namespace, name, err)
 
 
 def _key(raw: dict[str, Any]) -> tuple[str, str]:

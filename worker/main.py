@@ -22,6 +22,8 @@ from activities.kube import KubeActivities
 from activities.mirror import MirrorActivities
 from activities.planning.activity import PlanningActivities
 from activities.planning.consolidation import ConsolidationActivities
+from activities.tailscale import TailscaleActivities
+from activities.tenancy import Tenancy
 from worker.client import connect_temporal, kube_api_client, register_search_attributes
 from worker.gc_schedule import ensure_gc_schedule
 from worker.health import serving_health
@@ -31,15 +33,17 @@ from workflows import WORKFLOWS
 log = logging.getLogger(__name__)
 
 
-def build_activities(api_client: k8s.ApiClient) -> list[Callable[..., Any]]:
-    planning = PlanningActivities(api_client)
+def build_activities(api_client: k8s.ApiClient, tenancy: Tenancy) -> list[Callable[..., Any]]:
+    """Every activity; those that read a NodeClass's Secrets or call out keep to `tenancy`."""
+    planning = PlanningActivities(api_client, tenancy=tenancy)
     return [
-        *BootstrapActivities(api_client).activities(),
+        *BootstrapActivities(api_client, tenancy).activities(),
         *KubeActivities(api_client).activities(),
-        *ComputeActivities(api_client).activities(),
+        *ComputeActivities(api_client, tenancy).activities(),
         *EventActivities(api_client).activities(),
-        *GcActivities(api_client).activities(),
+        *GcActivities(api_client, tenancy).activities(),
         *MirrorActivities(api_client).activities(),
+        *TailscaleActivities(api_client, tenancy).activities(),
         *planning.activities(),
         *ConsolidationActivities(api_client, planning).activities(),
     ]
@@ -52,7 +56,7 @@ def build_worker(
         client,
         task_queue=settings.task_queue,
         workflows=WORKFLOWS,
-        activities=build_activities(api_client),
+        activities=build_activities(api_client, settings.tenancy()),
         activity_executor=executor,
         max_concurrent_activities=settings.max_concurrent_activities,
         interceptors=[HeartbeatInterceptor()],

@@ -5,22 +5,33 @@ YAML file named by `CLOUDBURST_CONFIG_FILE` (keys are the field names below, wit
 prefix: `temporal_address: ns.acct.tmprl.cloud:7233`). In a cluster the ConfigMap feeds the
 environment and the Secret is mounted as files (`temporal_api_key_file`, `temporal_tls_cert`,
 `temporal_tls_key`), so no secret sits in an environment variable or a manifest.
+
+Who may reach what (docs/security.md) is read by the worker and the trigger alike:
+`worker_namespace` (where the first-boot script Secrets live), `tenant_namespaces` (comma-
+separated in the environment: the namespaces whose NodePools and NodeClasses are served and
+whose Secrets the worker may read) and `allowed_endpoints` (JSON in the environment:
+`{"hetzner": ["https://hetzner-proxy.internal/v1"]}`, the only endpoint overrides a
+NodeClass may use).
 """
 
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import SecretStr
+from pydantic import SecretStr, field_validator
 from pydantic_settings import (
     BaseSettings,
+    NoDecode,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
     YamlConfigSettingsSource,
 )
 
+from activities.tenancy import DEFAULT_WORKER_NAMESPACE, SERVICES, Tenancy, url_parts
+from api.limits import DNS_LABEL_PATTERN
 from api.messages import TASK_QUEUE
 
 CONFIG_FILE_ENV = "CLOUDBURST_CONFIG_FILE"
@@ -56,6 +67,18 @@ class Settings(BaseSettings):
     # take it: part of how long a claim or a pool stalls when a worker is killed.
     sticky_queue_timeout_s: float = 5.0
 
+    # --- who may reach what (docs/security.md) --------------------------------------------
+    # The worker's own namespace: first-boot script Secrets live here (never in a tenant's).
+    worker_namespace: str = DEFAULT_WORKER_NAMESPACE
+    # Namespaces whose NodePools and NodeClasses are served (the worker reads Secrets there
+    # and nowhere else but its own namespace); elsewhere they get Ready=False
+    # NamespaceNotServed. None (unset): every namespace, for a single-tenant cluster; the
+    # shipped manifests always set it, to match the RoleBindings they grant.
+    tenant_namespaces: Annotated[list[str] | None, NoDecode] = None
+    # Endpoint overrides a NodeClass may use, per provider (and "tailscale"): URLs an
+    # override must equal or lie under. Empty: providers' own APIs only.
+    allowed_endpoints: dict[str, list[str]] = {}
+
     # --- operations -----------------------------------------------------------------------
     # /healthz and /readyz for the kubelet's probes; 0 disables.
     health_port: int = 8081
@@ -86,6 +109,45 @@ class Settings(BaseSettings):
                 raise FileNotFoundError(f"{CONFIG_FILE_ENV}={config_file}: no such file")
             sources.append(YamlConfigSettingsSource(settings_cls, yaml_file=path))
         return tuple(sources)
+
+    @field_validator("tenant_namespaces", mode="before")
+    @classmethod
+    def _comma_separated(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return [part.strip() for part in value.split(",") if part.strip()]
+        return value
+
+    @field_validator("tenant_namespaces")
+    @classmethod
+    def _namespace_names(cls, value: list[str] | None) -> list[str] | None:
+        for name in value or []:
+            if not re.match(DNS_LABEL_PATTERN, name):
+                raise ValueError(f"{name!r} is not a namespace name")
+        return value
+
+    @field_validator("allowed_endpoints")
+    @classmethod
+    def _endpoint_urls(cls, value: dict[str, list[str]]) -> dict[str, list[str]]:
+        for service, urls in value.items():
+            if service not in SERVICES:
+                raise ValueError(f"{service!r} is not one of {', '.join(SERVICES)}")
+            for url in urls:
+                if url_parts(url) is None:
+                    raise ValueError(
+                        f"{service}: {url!r} is not a plain http(s) URL (scheme, host, optional "
+                        "port and path; no user info, query or fragment)"
+                    )
+        return value
+
+    def tenancy(self) -> Tenancy:
+        """What the worker's activities and the trigger enforce (activities/tenancy.py)."""
+        return Tenancy(
+            worker_namespace=self.worker_namespace,
+            namespaces=None
+            if self.tenant_namespaces is None
+            else frozenset(self.tenant_namespaces),
+            allowed_endpoints={k: tuple(v) for k, v in self.allowed_endpoints.items()},
+        )
 
     def api_key(self) -> str | None:
         """The API key from its file (re-read on every connect) or from the value."""

@@ -21,6 +21,7 @@ with workflow.unsafe.imports_passed_through():
     from activities.compute import ComputeActivities
     from activities.kube import KubeActivities
     from activities.mirror import MirrorActivities
+    from activities.tailscale import TailscaleActivities
     from api import events, labels
     from api import search_attributes as sa
     from api.events import KubeEvent, ObjectRef
@@ -39,6 +40,7 @@ with workflow.unsafe.imports_passed_through():
         NodeRef,
         ScaleDownRequest,
         ScaleDownResult,
+        TailnetDeviceRef,
     )
     from api.nodeclaim import ConditionType, NodeClaimPhase, NodeClaimStatus, Offering
     from api.pool import ClaimReport, DisruptionPermit, DisruptionRequest
@@ -743,6 +745,8 @@ class NodeClaimWorkflow:
             )
         await self._kube(KubeActivities.delete_node, NodeRef(node_name=self._name), "delete Node")
         await self._delete_instances()
+        if self._alarmed:
+            await self._remove_tailnet_device()
         await self._delete_bootstrap()
         status.deleted_at = workflow.now()
         self._set_phase(NodeClaimPhase.DELETED, f"node and VM deleted ({reason})")
@@ -790,6 +794,7 @@ class NodeClaimWorkflow:
                 KubeActivities.delete_node, NodeRef(node_name=self._name), "delete Node"
             ),
             self._delete_instances,  # retries every error until the VM is gone
+            self._remove_tailnet_device,
             self._delete_bootstrap,
         ):
             try:
@@ -904,6 +909,31 @@ class NodeClaimWorkflow:
             node_class_name=self._input.node_class_name,
             node_class=self._input.node_class,
         )
+
+    async def _remove_tailnet_device(self) -> None:
+        """With per-node keys (Tailscale OAuth), the node's device leaves the tailnet with it.
+        A failure is logged, not raised: the device is ephemeral and ages out anyway."""
+        tailscale = self._input.node_class.tailscale
+        if tailscale is None or not tailscale.minted:
+            return
+        try:
+            await workflow.execute_activity_method(
+                TailscaleActivities.remove_tailnet_device,
+                TailnetDeviceRef(
+                    node_name=self._name,
+                    namespace=self._namespace,
+                    node_class_name=self._input.node_class_name,
+                    node_class=self._input.node_class,
+                ),
+                start_to_close_timeout=KUBE_CALL,
+                heartbeat_timeout=HEARTBEAT,
+                retry_policy=_MIRROR_RETRY,
+                summary="remove the node from the tailnet",
+            )
+        except ActivityError as err:
+            if is_cancelled_exception(err):
+                raise
+            workflow.logger.warning("tailnet device not removed: %s", _cause(err))
 
     async def _delete_bootstrap(self) -> None:
         if self._bootstrap is None:

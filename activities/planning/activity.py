@@ -38,6 +38,7 @@ from activities.planning.requirements import (
 )
 from activities.providers.base import FatalError, ProviderError
 from activities.providers.fake import FakeProvider
+from activities.tenancy import Tenancy
 from api.nodeclaim import Offering
 from api.nodepool import NodePoolSpec
 from api.planning import NodeSelectorTerm, Plan, PlanRequest, Resources
@@ -58,8 +59,10 @@ class PlanningActivities:
         api_client: k8s.ApiClient,
         recommender_factory: RecommenderFactory | None = None,
         config: PlanningConfig | None = None,
+        tenancy: Tenancy | None = None,
     ) -> None:
         self._core = k8s.CoreV1Api(api_client)
+        self._tenancy = tenancy or Tenancy()
         self._apps = k8s.AppsV1Api(api_client)
         self._config = config or PlanningConfig.from_env()
         self._factory = recommender_factory or self._default_recommender
@@ -119,6 +122,8 @@ class PlanningActivities:
                 type=INVALID_CONFIGURATION,
                 non_retryable=True,
             )
+        # The fake cloud's catalog is a call to its endpoint, with its token: allowed or not.
+        self._tenancy.require(request.namespace, request.node_class, services=("fake",))
         ref = block.credential_ref()
         token = read_secret_value(self._core, request.namespace, ref) if ref else None
         provider = FakeProvider(block, token)
@@ -153,7 +158,12 @@ class PlanningActivities:
             return catalog
         key = cfg.cloudbroker_api_key.get_secret_value() if cfg.cloudbroker_api_key else None
         if cfg.cloudbroker_api_key_secret is not None:
-            key = read_secret_value(self._core, "default", cfg.cloudbroker_api_key_secret)
+            # An operator's setting, not a NodeClass's: the Secret it names (the worker may
+            # read its own namespace's) is read where it says.
+            ref = cfg.cloudbroker_api_key_secret
+            key = read_secret_value(
+                self._core, ref.namespace or self._tenancy.worker_namespace, ref
+            )
         client = CloudBrokerClient(cfg.cloudbroker_url, key, timeout_s=cfg.timeout_s)
         return CloudBrokerRecommender(client, catalog if cfg.fallback_to_catalog else None)
 

@@ -3,6 +3,8 @@
 Read from the worker's environment:
     CLOUDBURST_CLOUDBROKER_URL              use CloudBroker at this URL (unset: the catalog)
     CLOUDBURST_CLOUDBROKER_API_KEY_SECRET   "namespace/name/key" of the Secret holding the key
+                                            (keep it in cloudburst-system: the worker may read
+                                            Secrets there and in tenant namespaces only)
     CLOUDBROKER_API_KEY                     the key itself (when no Secret is named)
     CLOUDBURST_CLOUDBROKER_FALLBACK         "true" (default): use the catalog while it is down
     CLOUDBURST_CLOUDBROKER_TIMEOUT_S        per-request timeout, default 5

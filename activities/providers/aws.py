@@ -11,8 +11,9 @@
   (`max_attempts=1`): the activity retry policy owns backoff, so a throttled call surfaces as
   `RetryableError` instead of sleeping inside the activity.
 - Credentials: the Secret value is JSON `{"aws_access_key_id", "aws_secret_access_key"[,
-  "aws_session_token"]}`; without a Secret reference the default boto3 chain is used
-  (instance profile, IRSA, environment).
+  "aws_session_token"]}`; without a Secret reference the worker's own identity through
+  boto3's default chain (environment, EKS Pod Identity, IRSA web identity, instance
+  profile); none found is a `NoIdentityError` saying what to configure.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from activities.providers.base import (
     InstanceSpec,
     InstanceState,
     InstanceType,
+    NoIdentityError,
     Provider,
     RetryableError,
     instance_id,
@@ -58,6 +60,11 @@ _CREDENTIAL_FIX = (
     "(ec2:RunInstances, ec2:DescribeInstances, ec2:TerminateInstances, ec2:CreateTags)"
 )
 _ENDPOINT_FIX = "check NodeClass spec.aws.region and spec.aws.endpoint"
+_AMBIENT_FIX = (
+    "set NodeClass spec.aws.credentialsSecretRef, or give the worker an AWS identity: EKS Pod "
+    "Identity, or IRSA (annotate ServiceAccount cloudburst-system/cloudburst-worker with "
+    "eks.amazonaws.com/role-arn, see deploy/README.md)"
+)
 
 # Out of capacity or quota, or an outage: try the next offering.
 _CAPACITY_CODES = frozenset(
@@ -204,8 +211,10 @@ class AwsProvider(Provider):
         except botocore.exceptions.ClientError as exc:
             self._raise_client_error(exc, what, creating=creating)
         except botocore.exceptions.NoCredentialsError:
-            raise FatalError(
-                self.name, f"{what}: no AWS credentials found", _CREDENTIAL_FIX
+            raise NoIdentityError(
+                self.name,
+                f"{what}: no credentialsSecretRef and no AWS credentials in the default chain",
+                _AMBIENT_FIX,
             ) from None
         except (
             botocore.exceptions.ConnectTimeoutError,

@@ -55,6 +55,7 @@ from activities.providers.base import (
     InstanceSpec,
     InstanceState,
     InstanceType,
+    NoIdentityError,
     Provider,
     RetryableError,
     instance_id,
@@ -79,6 +80,12 @@ _CREDENTIAL_FIX = (
     "check the Secret referenced by NodeClass spec.azure.credentialsSecretRef (JSON with "
     "tenant_id, client_id, client_secret) and that the principal has the Virtual Machine "
     "Contributor and Network Contributor roles on spec.azure.resourceGroup"
+)
+_AMBIENT_FIX = (
+    "set NodeClass spec.azure.credentialsSecretRef, or give the worker an Azure identity: AKS "
+    "Workload Identity (label the worker's pods azure.workload.identity/use=true and annotate "
+    "ServiceAccount cloudburst-system/cloudburst-worker with azure.workload.identity/client-id, "
+    "see deploy/README.md) or a managed identity"
 )
 _CONFIG_FIX = (
     "check NodeClass spec.azure (subscriptionId, resourceGroup, location, subnetId, image)"
@@ -240,6 +247,15 @@ class AzureProvider(Provider):
         self, block: AzureClass, credential: str | None, *, polling_interval_s: float = 5.0
     ) -> None:
         super().__init__(block, credential)
+        if not (credential and credential.strip()) and (block.endpoint or "").startswith("http://"):
+            # The worker's own token never crosses in clear text (a plain-HTTP endpoint is a
+            # local stand-in; give it a credential Secret).
+            raise FatalError(
+                self.name,
+                "without credentialsSecretRef the worker's own identity would be sent to the "
+                "plain-HTTP endpoint spec.azure.endpoint",
+                "use an https endpoint, or set NodeClass spec.azure.credentialsSecretRef",
+            )
         self._credential = parse_credential(credential)
         self.polling_interval_s = polling_interval_s
         self._lock = threading.Lock()
@@ -277,6 +293,15 @@ class AzureProvider(Provider):
 
     def _raise(self, exc: Exception, what: str, *, creating: bool = False) -> NoReturn:
         """Classify on the ARM error code first, then the status; never the class alone."""
+        ambient = not (self.credential and self.credential.strip())
+        if ambient and isinstance(exc, ClientAuthenticationError) and exc.status_code is None:
+            # No Secret, and DefaultAzureCredential got no token: no identity to use (or one
+            # it could not use). Its message lists what it tried; the fix is ours to say.
+            raise NoIdentityError(
+                self.name,
+                f"{what}: no credentialsSecretRef, and DefaultAzureCredential got no token",
+                _AMBIENT_FIX,
+            ) from None
         if isinstance(exc, ClientAuthenticationError) and exc.status_code is None:
             # The credential itself failed (token request): its message may quote the request.
             raise FatalError(

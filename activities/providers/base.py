@@ -128,5 +128,11 @@ class FatalError(ProviderError):
         self.fix = fix
 
 
+class NoIdentityError(FatalError):
+    """No credential Secret is configured and the worker has no ambient identity for this
+    cloud either (AWS default chain, GCP Application Default Credentials, Azure
+    DefaultAzureCredential): a configuration error, `fix` says what to configure."""
+
+
 class InstanceNotFoundError(ProviderError):
     """The VM does not exist (any more)."""

@@ -16,8 +16,11 @@
   also kept in the metadata item `cloudburst-labels` (JSON) and read back from there.
 - User data: metadata item `user-data` (what cloud-init on GCE Ubuntu images reads).
 - Credentials: the Secret value is a service-account key JSON (scoped to compute). With no
-  credential configured, requests go unauthenticated (`AnonymousCredentials`): real GCE then
-  answers 401, which says to set `credentialsSecretRef`; a local stand-in accepts it.
+  Secret, the worker's own identity: Application Default Credentials (GKE Workload Identity
+  or the metadata server, `GOOGLE_APPLICATION_CREDENTIALS`, gcloud's ADC file); none found is
+  a `NoIdentityError` saying what to configure. The one exception is a plain-`http://`
+  endpoint override (allowed by the operator: a local stand-in), which gets anonymous
+  requests: a bearer token of the worker's identity never travels in clear text.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ import uuid
 from datetime import datetime
 from typing import Any, ClassVar, NoReturn
 
+import google.auth
 from google.api_core import exceptions as gexc
 from google.auth import exceptions as auth_exc
 from google.auth.credentials import AnonymousCredentials, Credentials
@@ -45,6 +49,7 @@ from activities.providers.base import (
     InstanceSpec,
     InstanceState,
     InstanceType,
+    NoIdentityError,
     Provider,
     RetryableError,
     instance_id,
@@ -66,6 +71,11 @@ _REQUEST_NS = uuid.UUID("6f0c7a52-3f4e-5c1b-9a57-0c1a0d6b7e21")
 _CREDENTIAL_FIX = (
     "check the Secret referenced by NodeClass spec.gcp.credentialsSecretRef (a service-account "
     "key JSON) and that the account has roles/compute.instanceAdmin.v1 on spec.gcp.project"
+)
+_AMBIENT_FIX = (
+    "set NodeClass spec.gcp.credentialsSecretRef, or give the worker a Google identity: GKE "
+    "Workload Identity (annotate ServiceAccount cloudburst-system/cloudburst-worker with "
+    "iam.gke.io/gcp-service-account, see deploy/README.md) or GOOGLE_APPLICATION_CREDENTIALS"
 )
 _CONFIG_FIX = (
     "check NodeClass spec.gcp (project, zone/zones, image, network, subnetwork, serviceAccount)"
@@ -147,10 +157,15 @@ def region_of_zone(zone: str) -> str:
     return zone.rsplit("-", 1)[0]
 
 
-def parse_credential(credential: str | None) -> Credentials:
-    """Service-account credentials from the Secret value; anonymous when none is configured."""
+def parse_credential(credential: str | None, *, endpoint: str | None = None) -> Credentials:
+    """Service-account credentials from the Secret value; without one, the worker's own
+    (Application Default Credentials), or anonymous for a plain-HTTP endpoint."""
     if not credential or not credential.strip():
-        return AnonymousCredentials()
+        if endpoint is not None and endpoint.lower().startswith("http://"):
+            # Only a local stand-in serves plain HTTP (and the operator allowed it): it takes
+            # anonymous requests, and the worker's own token must never cross in clear text.
+            return AnonymousCredentials()
+        return ambient_credentials()
     try:
         info = json.loads(credential)
     except ValueError:
@@ -173,6 +188,17 @@ def parse_credential(credential: str | None) -> Credentials:
     return creds
 
 
+def ambient_credentials() -> Credentials:
+    """The worker's own Google identity (ADC), scoped to compute."""
+    try:
+        creds, _project = google.auth.default(scopes=list(SCOPES))
+    except auth_exc.DefaultCredentialsError:
+        raise NoIdentityError(
+            "gcp", "no credentialsSecretRef and no Application Default Credentials", _AMBIENT_FIX
+        ) from None
+    return creds
+
+
 class GcpProvider(Provider):
     """Compute Engine instances in `spec.gcp.project`."""
 
@@ -183,7 +209,7 @@ class GcpProvider(Provider):
         self, block: GcpClass, credential: str | None, *, poll_interval_s: float = 2.0
     ) -> None:
         super().__init__(block, credential)
-        self._credentials = parse_credential(credential)
+        self._credentials = parse_credential(credential, endpoint=block.endpoint)
         self.poll_interval_s = poll_interval_s
         self._lock = threading.Lock()
         self._instances: compute_v1.InstancesClient | None = None

@@ -100,10 +100,14 @@ def _op_of(form: dict[str, list[str]]) -> str | None:
 
 def _region_of_request(req: Request) -> str:
     """The region in the SigV4 credential scope (`Credential=KEY/DATE/REGION/ec2/...`)."""
+    parts = _credential_scope(req)
+    return parts[2] if len(parts) > 2 else ""
+
+
+def _credential_scope(req: Request) -> list[str]:
     auth = req.headers.get("authorization", "")
     _, _, scope = auth.partition("Credential=")
-    parts = scope.split(",", 1)[0].split("/")
-    return parts[2] if len(parts) > 2 else ""
+    return scope.split(",", 1)[0].split("/")
 
 
 class AwsStandin:
@@ -145,6 +149,7 @@ class AwsStandin:
         self._shapes: dict[str, tuple[float, float, str] | None] = {}
         self._internal: dict[str, Any] = {}
         self._requests: list[tuple[str, str]] = []  # (op or action, region-less path)
+        self._access_keys: set[str] = set()  # access key ids requests were signed with
 
     # ---- lifecycle -------------------------------------------------------------------------
 
@@ -195,6 +200,11 @@ class AwsStandin:
 
     def clear_failures(self) -> None:
         self.failures.clear()
+
+    def access_keys_seen(self) -> set[str]:
+        """The access key ids (not secrets) the provider's requests were signed with."""
+        with self._lock:
+            return set(self._access_keys)
 
     def requests_seen(self) -> list[tuple[str, str]]:
         """(EC2 Action, region) of every request the provider made, in order."""
@@ -335,6 +345,7 @@ class AwsStandin:
             action = (form.get("Action") or ["?"])[-1]
             with self._lock:
                 self._requests.append((action, _region_of_request(req)))
+                self._access_keys.add(_credential_scope(req)[0])
             kind = self.failures.take(op) if op else None
             if kind is not None:
                 status, code, message = _FAILURES[kind]

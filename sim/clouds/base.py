@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import json
 import socket
+import ssl
 import sys
 import threading
 from collections.abc import Callable
@@ -299,10 +300,15 @@ class StandinHTTPServer:
         host: str = "127.0.0.1",
         port: int = 0,
         name: str = "standin-http",
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         self._httpd = _Server((host, port), _Handler)
         self._httpd.route = route
         self._name = name
+        # HTTPS, for clients that must not send a token in clear text (a test's own CA).
+        self._scheme = "https" if tls is not None else "http"
+        if tls is not None:
+            self._httpd.socket = tls.wrap_socket(self._httpd.socket, server_side=True)
         self._thread: threading.Thread | None = None
 
     @property
@@ -311,7 +317,7 @@ class StandinHTTPServer:
 
     @property
     def url(self) -> str:
-        return f"http://{self._httpd.server_address[0]!s}:{self.port}"
+        return f"{self._scheme}://{self._httpd.server_address[0]!s}:{self.port}"
 
     def start(self) -> StandinHTTPServer:
         if self._thread is None:

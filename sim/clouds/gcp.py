@@ -29,6 +29,7 @@ import itertools
 import json
 import re
 import secrets
+import ssl
 import threading
 import time
 from collections import Counter
@@ -197,6 +198,7 @@ class GcpStandin:
         machine_types: tuple[MachineType, ...] = DEFAULT_MACHINE_TYPES,
         require_auth: bool = True,
         page_size_cap: int = 500,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         self.project = project
         self.boot_delay_s = boot_delay_s
@@ -222,7 +224,10 @@ class GcpStandin:
         self._requests: list[tuple[str, str, str]] = []
         self._polls: list[tuple[str, str, str]] = []
         self._tokens_issued = 0
-        self._server = StandinHTTPServer(self._route, host=host, port=port, name="gcp-standin")
+        # `tls`: serve HTTPS (the provider sends the worker's own identity to https only).
+        self._server = StandinHTTPServer(
+            self._route, host=host, port=port, name="gcp-standin", tls=tls
+        )
 
     # ---- lifecycle -------------------------------------------------------------------------
 

@@ -10,11 +10,15 @@ from kubernetes import client
 
 from sim.kubeapi import KubeApiServer
 
+WORKER_NAMESPACE = "cloudburst-system"
+
 
 @pytest.fixture(scope="session")
 def kubeapi() -> Iterator[KubeApiServer]:
     server = KubeApiServer(port=0)
     server.start()
+    # Installed as deploy/ installs it: the worker's namespace, for its script Secrets.
+    server.ensure_namespace(WORKER_NAMESPACE)
     yield server
     server.stop()
 

@@ -30,6 +30,7 @@ from api.nodeclaim import Offering
 from api.nodeclass import NodeClassSpec
 from api.nodepool import Taint
 from sim.kubeapi import KubeApiServer
+from tests.activities.conftest import WORKER_NAMESPACE
 
 TOKEN_RE = re.compile(r"^[a-z0-9]{6}\.[a-z0-9]{16}$")
 JOIN_BLOCK = re.compile(r"<<'CLOUDBURST_JOIN_CONFIG'\n(.*?)\nCLOUDBURST_JOIN_CONFIG\n", re.DOTALL)
@@ -101,7 +102,9 @@ def test_token_secret_has_kubeadm_shape(acts, core, namespace, unique):
     before = datetime.now(UTC)
     refs: BootstrapRefs = run(acts.prepare_bootstrap, make_input(namespace, claim))
 
-    assert refs.namespace == namespace
+    # The script (and its token) lives in the worker's namespace, never in the pool's.
+    assert refs.namespace == WORKER_NAMESPACE
+    assert core.list_namespaced_secret(namespace).items == []
     assert refs.token_secret_namespace == "kube-system"
     assert refs.script_secret == f"{claim}-bootstrap"
     secret = core.read_namespaced_secret(refs.token_secret, "kube-system")
@@ -233,26 +236,56 @@ def test_rerun_reuses_token_and_script_embeds_it(acts, core, namespace, unique):
     token = f"{secret_text(token_secret, 'token-id')}.{secret_text(token_secret, 'token-secret')}"
     script = read_user_data(core, second)
     assert join_config(script)["discovery"]["bootstrapToken"]["token"] == token
-    script_secret = core.read_namespaced_secret(second.script_secret, namespace)
+    script_secret = core.read_namespaced_secret(second.script_secret, WORKER_NAMESPACE)
     assert script_secret.metadata.labels == {
         labels.NODECLAIM: claim,
         labels.SECRET_PURPOSE: "bootstrap-script",
     }
+    # It names its token, so a retry reuses it without reading kube-system.
+    assert script_secret.metadata.annotations[labels.TOKEN_SECRET] == first.token_secret
+
+
+def test_rerun_reads_nothing_in_kube_system(acts, kubeapi, namespace, unique):
+    """The worker may write bootstrap tokens into kube-system, never read Secrets there."""
+    claim = f"burst-{unique}"
+    since = kubeapi.audit_mark()
+    first: BootstrapRefs = run(acts.prepare_bootstrap, make_input(namespace, claim))
+    second: BootstrapRefs = run(acts.prepare_bootstrap, make_input(namespace, claim))
+    assert second.token_secret == first.token_secret
+    run(acts.delete_bootstrap_secrets, second)
+    in_kube_system = [
+        r
+        for r in kubeapi.audit(after=since)
+        if r.resource == "secrets" and r.namespace == "kube-system"
+    ]
+    # Created (again, a harmless 409, on the rerun) and deleted; never read or listed.
+    assert {r.verb for r in in_kube_system} == {"create", "delete"}
+    assert [r.name for r in in_kube_system if r.verb == "delete"] == [first.token_secret]
 
 
 def test_expired_token_is_not_reused(acts, core, namespace, unique):
     claim = f"burst-{unique}"
     first: BootstrapRefs = run(acts.prepare_bootstrap, make_input(namespace, claim))
-    past = base64.b64encode(b"2020-01-01T00:00:00Z").decode()
+    past = "2020-01-01T00:00:00Z"
     core.patch_namespaced_secret(
         first.token_secret,
         "kube-system",
-        {"data": {"expiration": past}},
+        {"data": {"expiration": base64.b64encode(past.encode()).decode()}},
+        _content_type="application/merge-patch+json",
+    )
+    # What the worker knows of it: the expiry its script Secret recorded.
+    core.patch_namespaced_secret(
+        first.script_secret,
+        WORKER_NAMESPACE,
+        {"metadata": {"annotations": {labels.TOKEN_EXPIRES: past}}},
         _content_type="application/merge-patch+json",
     )
     second: BootstrapRefs = run(acts.prepare_bootstrap, make_input(namespace, claim))
     assert second.token_secret != first.token_secret
     assert second.token_expires_at > datetime.now(UTC)
+    token = core.read_namespaced_secret(second.token_secret, "kube-system")
+    script = read_user_data(core, second)
+    assert f"{secret_text(token, 'token-id')}.{secret_text(token, 'token-secret')}" in script
 
 
 # --- CA hash --------------------------------------------------------------------------------
@@ -470,7 +503,9 @@ def test_refs_hold_no_secret(acts, core, namespace, unique):
     assert '--hostname="$NODE_NAME"' in script
 
 
-def test_tailscale_secret_in_other_namespace(acts, core, namespace, unique):
+def test_tailscale_secret_in_another_namespace_is_refused_unread(
+    acts, core, kubeapi, namespace, unique
+):
     other = f"{namespace}-ts"
     core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=other)))
     core.create_namespaced_secret(
@@ -480,11 +515,18 @@ def test_tailscale_secret_in_other_namespace(acts, core, namespace, unique):
             data={"key": base64.b64encode(TS_KEY.encode()).decode()},
         ),
     )
+    claim = f"burst-{unique}"
     spec = node_class(
         tailscale={"authKeySecretRef": {"name": "ts", "key": "key", "namespace": other}}
     )
-    refs = run(acts.prepare_bootstrap, make_input(namespace, f"burst-{unique}", node_class=spec))
-    assert TS_KEY in read_user_data(core, refs)
+    since = kubeapi.audit_mark()
+    with pytest.raises(ApplicationError) as info:
+        run(acts.prepare_bootstrap, make_input(namespace, claim, node_class=spec))
+    assert info.value.type == "InvalidConfiguration" and info.value.non_retryable
+    assert f"{other}/ts" in str(info.value) and "own namespace" in str(info.value)
+    assert TS_KEY not in str(info.value)
+    assert not [r for r in kubeapi.audit(after=since) if r.namespace == other]  # never read
+    assert token_secrets(core, claim) == []
 
 
 def test_missing_tailscale_secret_names_it(acts, core, namespace, unique):
@@ -521,7 +563,7 @@ def test_missing_tailscale_key_names_secret_not_value(acts, core, namespace, uni
 def test_delete_removes_both_secrets_and_is_idempotent(acts, core, namespace, unique):
     refs: BootstrapRefs = run(acts.prepare_bootstrap, make_input(namespace, f"burst-{unique}"))
     run(acts.delete_bootstrap_secrets, refs)
-    for name, ns in ((refs.token_secret, "kube-system"), (refs.script_secret, namespace)):
+    for name, ns in ((refs.token_secret, "kube-system"), (refs.script_secret, WORKER_NAMESPACE)):
         with pytest.raises(ApiException) as info:
             core.read_namespaced_secret(name, ns)
         assert info.value.status == 404
@@ -531,3 +573,33 @@ def test_delete_removes_both_secrets_and_is_idempotent(acts, core, namespace, un
 def test_activities_lists_bound_methods(acts):
     names = {fn.__name__ for fn in acts.activities()}
     assert names == {"prepare_bootstrap", "delete_bootstrap_secrets"}
+
+
+def test_an_older_claims_script_in_the_pools_namespace_is_left_when_forbidden(
+    acts, core, kubeapi, namespace, unique
+):
+    """Histories from before the move name the pool's namespace for the script, where the
+    worker may read but not delete: its token still goes (the script joins nothing then)."""
+    refs: BootstrapRefs = run(acts.prepare_bootstrap, make_input(namespace, f"burst-{unique}"))
+    old_style = refs.model_copy(update={"namespace": namespace})
+    core.create_namespaced_secret(
+        namespace,
+        client.V1Secret(
+            metadata=client.V1ObjectMeta(name=refs.script_secret), string_data={"userdata": "x"}
+        ),
+    )
+    kubeapi.forbid("delete", "secrets", namespace)
+    try:
+        run(acts.delete_bootstrap_secrets, old_style)
+        with pytest.raises(ApiException) as gone:
+            core.read_namespaced_secret(refs.token_secret, "kube-system")
+        assert gone.value.status == 404
+        assert core.read_namespaced_secret(refs.script_secret, namespace)  # left, logged
+        # Where the worker must be able to delete, a refusal is an error, not a shrug.
+        kubeapi.forbid("delete", "secrets", WORKER_NAMESPACE)
+        with pytest.raises(ApplicationError) as refused:
+            run(acts.delete_bootstrap_secrets, refs)
+        assert refused.value.type == "KubeApi403"
+    finally:
+        kubeapi.allow_all()
+    run(acts.delete_bootstrap_secrets, refs)

@@ -13,6 +13,7 @@ from temporalio.testing import ActivityEnvironment
 
 from activities.bootstrap import BootstrapActivities, read_user_data
 from activities.kube import STARTUP_TAINT, KubeActivities
+from activities.tenancy import Tenancy
 from api import labels
 from api.messages import BootstrapInput, LabelNodeInput
 from api.nodeclaim import Offering
@@ -21,6 +22,8 @@ from api.nodepool import Taint
 from sim.cloud import FakeCloud
 from sim.kubeapi import KubeApiServer
 from sim.kubelet import Kubelets
+from sim.tailscale import TailnetStandin
+from tests.activities.conftest import WORKER_NAMESPACE
 
 STARTUP = {"key": STARTUP_TAINT, "value": "true", "effect": "NoExecute"}
 
@@ -100,49 +103,50 @@ def test_label_node_without_startup_taint_leaves_taints_alone(kube_acts, core, u
 
 
 class Sim:
-    def __init__(self, server: KubeApiServer, cloud: FakeCloud, kubelets: Kubelets) -> None:
+    def __init__(
+        self, server: KubeApiServer, cloud: FakeCloud, kubelets: Kubelets, tailnet: TailnetStandin
+    ) -> None:
         self.api = server.api_client()
         self.core = client.CoreV1Api(self.api)
         self.cloud = cloud
         self.kubelets = kubelets
+        self.tailnet = tailnet
 
 
 @pytest.fixture
 def sim() -> Iterator[Sim]:
     server = KubeApiServer(port=0)
     server.start()
+    server.ensure_namespace(WORKER_NAMESPACE)
     cloud = FakeCloud(boot_delay_s=0.05, delete_delay_s=0.05)
-    kubelets = Kubelets(server.api_client(), cloud, ready_delay_s=0.2, poll_s=0.05)
-    kubelets.start()
-    try:
-        yield Sim(server, cloud, kubelets)
-    finally:
-        kubelets.stop()
-        server.stop()
-
-
-@pytest.mark.parametrize("tailscale", [False, True])
-def test_sim_kubelet_joins_a_vm_booted_with_the_script(sim: Sim, tailscale: bool) -> None:
-    claim = "burst-j0in" + ("t" if tailscale else "d")
-    spec: dict[str, Any] = {
-        "fake": {},
-        "join": {"hostApiServer": "https://100.64.0.1:6443", "tokenTtlMinutes": 30},
-        "bootstrap": {"kubernetesVersion": "1.34.3"},
-    }
-    if tailscale:
-        sim.core.create_namespaced_secret(
-            "default",
-            client.V1Secret(metadata=client.V1ObjectMeta(name="ts"), string_data={"k": "tskey-x"}),
+    with TailnetStandin() as tailnet:
+        kubelets = Kubelets(
+            server.api_client(), cloud, ready_delay_s=0.2, poll_s=0.05, tailnet=tailnet
         )
-        spec["tailscale"] = {"authKeySecretRef": {"name": "ts", "key": "k"}}
+        kubelets.start()
+        try:
+            yield Sim(server, cloud, kubelets, tailnet)
+        finally:
+            kubelets.stop()
+            server.stop()
+
+
+def boot(sim: Sim, claim: str, spec: dict[str, Any]) -> str:
+    """prepare_bootstrap (the worker allows the fake cloud and the tailnet's API), then a VM
+    with the script."""
+    node_class = NodeClassSpec.model_validate(spec)
+    assert node_class.fake is not None and node_class.fake.endpoint
+    tenancy = Tenancy(
+        allowed_endpoints={"tailscale": (sim.tailnet.url,), "fake": (node_class.fake.endpoint,)}
+    )
     refs = run(
-        BootstrapActivities(sim.api).prepare_bootstrap,
+        BootstrapActivities(sim.api, tenancy).prepare_bootstrap,
         BootstrapInput(
             claim_name=claim,
             namespace="default",
             node_pool="burst",
             node_class_name="default",
-            node_class=NodeClassSpec.model_validate(spec),
+            node_class=node_class,
             labels={"team": "ml"},
             taints=[Taint(key="gpu", value="true", effect="NoSchedule")],
             offering=Offering(provider="fake", region="sim-2", instance_type="fk-medium"),
@@ -152,11 +156,40 @@ def test_sim_kubelet_joins_a_vm_booted_with_the_script(sim: Sim, tailscale: bool
     inst = sim.cloud.create_instance(
         name=claim, region="sim-2", instance_type="fk-medium", user_data=script
     )
+    return str(inst["id"])
+
+
+def class_spec(sim: Sim, tailscale: str) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "fake": {},
+        "join": {"hostApiServer": "https://100.64.0.1:6443", "tokenTtlMinutes": 30},
+        "bootstrap": {"kubernetesVersion": "1.34.3"},
+    }
+    if tailscale == "reusable":
+        key = sim.tailnet.admin_key(reusable=True, tags=["tag:cloudburst"])
+        put(sim, "ts", {"k": key})
+        spec["tailscale"] = {"authKeySecretRef": {"name": "ts", "key": "k"}}
+    elif tailscale == "minted":
+        put(sim, "ts-oauth", sim.tailnet.oauth_secret_data())
+        spec["tailscale"] = sim.tailnet.nodeclass_block("ts-oauth")
+    return spec
+
+
+def put(sim: Sim, name: str, data: dict[str, str]) -> None:
+    sim.core.create_namespaced_secret(
+        "default", client.V1Secret(metadata=client.V1ObjectMeta(name=name), string_data=data)
+    )
+
+
+@pytest.mark.parametrize("tailscale", ["off", "reusable", "minted"])
+def test_sim_kubelet_joins_a_vm_booted_with_the_script(sim: Sim, tailscale: str) -> None:
+    claim = "burst-j0in" + tailscale[0]
+    iid = boot(sim, claim, class_spec(sim, tailscale))
 
     def registered() -> Any:
-        failure = sim.kubelets.join_failures.get(str(inst["id"]))
+        failure = sim.kubelets.join_failures.get(iid)
         assert failure is None, failure
-        return sim.kubelets.node_for(str(inst["id"]))
+        return sim.kubelets.node_for(iid)
 
     assert wait_for(registered) == claim
     node = sim.core.read_node(claim)
@@ -168,6 +201,14 @@ def test_sim_kubelet_joins_a_vm_booted_with_the_script(sim: Sim, tailscale: bool
         {"key": "gpu", "value": "true", "effect": "NoSchedule"},
         STARTUP,
     ]
+    devices = [d for d in sim.tailnet.devices() if d["hostname"] == claim]
+    internal_ip = next(a.address for a in node.status.addresses if a.type == "InternalIP")
+    if tailscale == "off":
+        assert devices == []
+    else:
+        # On the tailnet, tagged, reached on its tailnet address.
+        assert [d["tags"] for d in devices] == [["tag:cloudburst"]]
+        assert internal_ip == devices[0]["addresses"][0]
 
     # What the claim does once the node is Ready: sync labels, lift the startup taint.
     run(
@@ -175,3 +216,17 @@ def test_sim_kubelet_joins_a_vm_booted_with_the_script(sim: Sim, tailscale: bool
         LabelNodeInput(node_name=claim, labels={labels.PROVIDER: "fake"}),
     )
     assert taints_of(sim.core, claim) == [{"key": "gpu", "value": "true", "effect": "NoSchedule"}]
+
+
+def test_a_minted_key_joins_one_node_only(sim: Sim) -> None:
+    """Single-use: the key in one VM's user data joins no second machine."""
+    spec = class_spec(sim, "minted")
+    iid = boot(sim, "burst-once", spec)
+    assert wait_for(lambda: sim.kubelets.node_for(iid)) == "burst-once"
+    script = sim.cloud.peek(iid)["user_data"]
+    copy = sim.cloud.create_instance(
+        name="burst-copy", region="sim-2", instance_type="fk-medium", user_data=script
+    )
+    failure = wait_for(lambda: sim.kubelets.join_failures.get(str(copy["id"])))
+    assert "tailscale up failed" in failure and "single-use" in failure
+    assert sim.kubelets.node_for(str(copy["id"])) is None

@@ -20,6 +20,7 @@ from temporalio.testing import ActivityEnvironment
 from activities.compute import INVALID_CONFIGURATION, PROVIDER_FATAL, ComputeActivities
 from activities.providers import provider_class
 from activities.providers.base import Instance, InstanceSpec, Provider, split_instance_id
+from activities.tenancy import Tenancy
 from api import labels as L
 from api.messages import InstanceRef
 from api.nodeclass import NodeClassSpec
@@ -93,8 +94,14 @@ def scaleway() -> Iterator[Cloud]:
 
 
 @pytest.fixture
-def acts(kube_api_client: client.ApiClient) -> ComputeActivities:
-    return ComputeActivities(kube_api_client)
+def acts(kube_api_client: client.ApiClient, request: pytest.FixtureRequest) -> ComputeActivities:
+    """The worker, with the test's stand-in allowed as an endpoint override (as the dev
+    stack's operator allows its stand-ins)."""
+    clouds = [
+        request.getfixturevalue(n) for n in ("cloud", "scaleway") if n in request.fixturenames
+    ]
+    allowed = {c.name: (c.standin.url,) for c in clouds}
+    return ComputeActivities(kube_api_client, Tenancy(allowed_endpoints=allowed))
 
 
 def put_secret(core: client.CoreV1Api, namespace: str, value: str) -> None:

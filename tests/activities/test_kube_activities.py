@@ -140,9 +140,14 @@ def test_read_secret_value(core, namespace):
         ),
     )
     assert read_secret_value(core, namespace, SecretKeyRef(name="creds", key="token")) == value
-    # The ref's namespace overrides the default one.
+    # A ref may spell out its own namespace...
     ref = SecretKeyRef(name="creds", key="token", namespace=namespace)
-    assert read_secret_value(core, "default", ref) == value
+    assert read_secret_value(core, namespace, ref) == value
+    # ...but never reach into another one: refused before anything is read.
+    with pytest.raises(ApplicationError) as elsewhere:
+        read_secret_value(core, "default", ref)
+    assert elsewhere.value.type == "InvalidConfiguration" and elsewhere.value.non_retryable
+    assert f"{namespace}/creds" in str(elsewhere.value) and "own namespace" in str(elsewhere.value)
 
     with pytest.raises(ApplicationError) as missing_key:
         read_secret_value(core, namespace, SecretKeyRef(name="creds", key="nope"))

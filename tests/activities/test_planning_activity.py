@@ -14,6 +14,7 @@ from temporalio.testing import ActivityEnvironment
 
 from activities.planning.activity import PlanningActivities
 from activities.planning.config import PlanningConfig
+from activities.tenancy import Tenancy
 from api.nodeclass import NodeClassSpec
 from api.nodepool import NodePoolSpec
 from api.planning import PlanRequest, PodDemand, Resources
@@ -123,7 +124,12 @@ def daemonset(name: str, cpu: str, **spec: Any) -> k8s.V1DaemonSet:
 
 
 def plan(planning_kube: k8s.ApiClient, request: PlanRequest) -> Any:
-    activities = PlanningActivities(planning_kube, config=PlanningConfig())
+    # The operator allows the fake cloud's address (as the dev stack does).
+    fake = request.node_class.fake if request.node_class else None
+    allowed = {"fake": (fake.endpoint,)} if fake and fake.endpoint else {}
+    activities = PlanningActivities(
+        planning_kube, config=PlanningConfig(), tenancy=Tenancy(allowed_endpoints=allowed)
+    )
     return ActivityEnvironment().run(activities.plan_capacity, request)
 
 

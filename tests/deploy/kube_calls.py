@@ -57,6 +57,8 @@ class Need:
     resource: str
     verb: str
     where: str  # file:line, for the failure message
+    # file:[Class.]function around the call: where a namespace-scoped grant is decided.
+    function: str = ""
 
     @property
     def rule(self) -> tuple[str, str, str]:
@@ -146,10 +148,11 @@ class _Scan:
                 plural = self._plural(method, parent if called else None, node, parents)
                 resource = resource.replace("<plural>", plural)
             where = f"{self.path.relative_to(ROOT)}:{node.lineno}"
-            found.add(Need(group, resource, verb, where))
+            function = f"{self.path.relative_to(ROOT)}:{_enclosing(node, parents)}"
+            found.add(Need(group, resource, verb, where, function))
             if not called and verb == "list":
                 # A list function handed to a watch loop: list, then watch from its version.
-                found.add(Need(group, resource, "watch", where))
+                found.add(Need(group, resource, "watch", where, function))
         return found
 
     def _plural(
@@ -182,6 +185,17 @@ class _Scan:
         if isinstance(node, ast.Name) and node.id in self.constants:
             return self.constants[node.id]
         raise AssertionError(f"{self.path}:{getattr(node, 'lineno', '?')}: not a known string")
+
+
+def _enclosing(node: ast.AST, parents: dict[ast.AST, ast.AST]) -> str:
+    """`Class.method` or `function` around a node (within one top-level statement)."""
+    names: list[str] = []
+    current: ast.AST | None = node
+    while current is not None:
+        if isinstance(current, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.append(current.name)
+        current = parents.get(current)
+    return ".".join(reversed(names)) or "<module>"
 
 
 @functools.cache

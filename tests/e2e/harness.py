@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -81,13 +82,21 @@ async def in_process_worker(stack: Stack) -> AsyncIterator[None]:
 class WorkerProcess:
     """`cloudburst worker` as a real OS process, so a test can SIGKILL it mid-activity."""
 
-    def __init__(self, temporal_address: str, kubeconfig: Path, task_queue: str) -> None:
+    def __init__(
+        self,
+        temporal_address: str,
+        kubeconfig: Path,
+        task_queue: str,
+        allowed_endpoints: dict[str, list[str]] | None = None,
+    ) -> None:
         self._env = {
             **os.environ,
             "CLOUDBURST_TEMPORAL_ADDRESS": temporal_address,
             "CLOUDBURST_KUBECONFIG": str(kubeconfig),
             "CLOUDBURST_TASK_QUEUE": task_queue,
             "CLOUDBURST_CLUSTER_ID": CLUSTER_ID,
+            # The operator allows the simulated clouds (as the ConfigMap would).
+            "CLOUDBURST_ALLOWED_ENDPOINTS": json.dumps(allowed_endpoints or {}),
         }
         self.process: subprocess.Popen[bytes] | None = None
 
@@ -221,7 +230,12 @@ def stack_on(
 ) -> Stack:
     """A stack on this Temporal client (e.g. a test's own server), with its own task queue."""
     queue = new_task_queue()
-    settings = Settings(kubeconfig=kubeconfig, task_queue=queue, cluster_id=CLUSTER_ID)
+    settings = Settings(
+        kubeconfig=kubeconfig,
+        task_queue=queue,
+        cluster_id=CLUSTER_ID,
+        allowed_endpoints=cluster.endpoints(),
+    )
     return Stack(client, kube, cluster, queue, settings)
 
 
@@ -243,6 +257,7 @@ async def running_trigger(
         cluster_id=CLUSTER_ID,
         windows=BatchWindows(idle_s=idle_s, max_s=max_s),
         claim_timings=timings,
+        tenancy=stack.settings.tenancy(),
     )
     task = asyncio.create_task(trigger.run(stop))
     try:

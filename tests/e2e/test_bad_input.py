@@ -46,7 +46,12 @@ async def stack(
     temporal_client: Client, kube: k8s.ApiClient, sim_cluster: SimulatedCluster, kubeconfig: Path
 ) -> AsyncIterator[Stack]:
     queue = new_task_queue()
-    settings = Settings(kubeconfig=kubeconfig, task_queue=queue, cluster_id=CLUSTER_ID)
+    settings = Settings(
+        kubeconfig=kubeconfig,
+        task_queue=queue,
+        cluster_id=CLUSTER_ID,
+        allowed_endpoints=sim_cluster.endpoints(),
+    )
     stack = Stack(temporal_client, kube, sim_cluster, queue, settings)
     async with (
         in_process_worker(stack),
@@ -345,7 +350,12 @@ async def test_a_malformed_pending_pod_never_stops_the_trigger(
     core = k8s.CoreV1Api(kube)
     await in_thread(core.create_namespaced_pod, "default", pool_pod("sturdy-0", "sturdy"))
     queue = new_task_queue()
-    settings = Settings(kubeconfig=kubeconfig, task_queue=queue, cluster_id=CLUSTER_ID)
+    settings = Settings(
+        kubeconfig=kubeconfig,
+        task_queue=queue,
+        cluster_id=CLUSTER_ID,
+        allowed_endpoints=sim_cluster.endpoints(),
+    )
     stack = Stack(temporal_client, kube, sim_cluster, queue, settings)
     # Started after both pods exist: its first list meets the unreadable one.
     async with (

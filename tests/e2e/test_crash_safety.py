@@ -35,7 +35,12 @@ async def stack(
     temporal_client: Client, kube: k8s.ApiClient, sim_cluster: SimulatedCluster, kubeconfig: Path
 ) -> Stack:
     queue = new_task_queue()
-    settings = Settings(kubeconfig=kubeconfig, task_queue=queue, cluster_id=CLUSTER_ID)
+    settings = Settings(
+        kubeconfig=kubeconfig,
+        task_queue=queue,
+        cluster_id=CLUSTER_ID,
+        allowed_endpoints=sim_cluster.endpoints(),
+    )
     return Stack(temporal_client, kube, sim_cluster, queue, settings)
 
 
@@ -52,7 +57,7 @@ async def workers(
 def spawn_worker(
     workers: list[WorkerProcess], address: str, kubeconfig: Path, stack: Stack
 ) -> WorkerProcess:
-    process = WorkerProcess(address, kubeconfig, stack.task_queue)
+    process = WorkerProcess(address, kubeconfig, stack.task_queue, stack.settings.allowed_endpoints)
     process.start()
     workers.append(process)
     return process

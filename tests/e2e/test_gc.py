@@ -53,6 +53,8 @@ from worker.settings import Settings
 from workflows.gc import OrphanGcWorkflow
 from workflows.nodeclaim import NodeClaimWorkflow
 
+WORKER_NS = "cloudburst-system"
+
 
 @pytest_asyncio.fixture(loop_scope="session")
 async def stack(
@@ -60,7 +62,12 @@ async def stack(
 ) -> Stack:
     queue = new_task_queue()
     cluster_id = f"gc-{uuid.uuid4().hex[:8]}"
-    settings = Settings(kubeconfig=kubeconfig, task_queue=queue, cluster_id=cluster_id)
+    settings = Settings(
+        kubeconfig=kubeconfig,
+        task_queue=queue,
+        cluster_id=cluster_id,
+        allowed_endpoints=sim_cluster.endpoints(),
+    )
     return Stack(temporal_client, kube, sim_cluster, queue, settings)
 
 
@@ -112,17 +119,14 @@ def make_secret(
     purpose: str,
     claim: str,
     expires_at: datetime | None = None,
+    annotations: dict[str, str] | None = None,
 ) -> None:
     data = {"userdata": _b64("#!/bin/sh\n")}
     if purpose == "bootstrap-token":
         data = {
             "token-id": _b64(uuid.uuid4().hex[:6]),
             "token-secret": _b64(uuid.uuid4().hex[:16]),
-            "expiration": _b64(
-                (expires_at or datetime.now(UTC) + timedelta(hours=1)).strftime(
-                    "%Y-%m-%dT%H:%M:%SZ"
-                )
-            ),
+            "expiration": _b64(_rfc3339(expires_at)),
         }
     stack.core.create_namespaced_secret(
         namespace,
@@ -131,10 +135,28 @@ def make_secret(
                 name=name,
                 namespace=namespace,
                 labels={labels.SECRET_PURPOSE: purpose, labels.NODECLAIM: claim},
+                annotations=annotations,
             ),
             data=data,
         ),
     )
+
+
+def _rfc3339(at: datetime | None) -> str:
+    return (at or datetime.now(UTC) + timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def leftover_bootstrap(
+    stack: Stack, claim: str, token: str, expires_at: datetime | None = None
+) -> str:
+    """What a claim that died before its cleanup leaves: its token in kube-system (which the
+    worker may not read or list) and its script Secret, naming the token, in the worker's
+    namespace. Returns the script Secret's name."""
+    make_secret(stack, "kube-system", token, "bootstrap-token", claim, expires_at)
+    script = f"{claim}-bootstrap"
+    annotations = {labels.TOKEN_SECRET: token, labels.TOKEN_EXPIRES: _rfc3339(expires_at)}
+    make_secret(stack, WORKER_NS, script, "bootstrap-script", claim, annotations=annotations)
+    return script
 
 
 def secret_exists(stack: Stack, namespace: str, name: str) -> bool:
@@ -196,11 +218,13 @@ async def test_gc_removes_orphans_and_leaves_live_claims_alone(stack: Stack) -> 
         await asyncio.wait_for(handle.result(), timeout=60)
         assert not vm_exists(stack, live_vm)
         token = f"bootstrap-token-gc{uuid.uuid4().hex[:4]}"
-        await in_thread(make_secret, stack, "kube-system", token, "bootstrap-token", live)
+        script = await in_thread(leftover_bootstrap, stack, live, token)
         leftover = labelled_vm(stack, live)
         report = await run_gc(stack, grace_s=3600)
         assert deleted_secrets(report).get(f"kube-system/{token}") == "claim workflow closed"
+        assert deleted_secrets(report).get(f"{WORKER_NS}/{script}") == "claim workflow closed"
         assert not await in_thread(secret_exists, stack, "kube-system", token)
+        assert not await in_thread(secret_exists, stack, WORKER_NS, script)
         assert deleted_ids(report) == set() and report.vms_kept_young == 1
         assert vm_exists(stack, leftover)
         report = await run_gc(stack, grace_s=0)
@@ -230,13 +254,12 @@ async def test_stale_bootstrap_secrets_are_removed(stack: Stack) -> None:
     gone_claim = f"gc-gone-{suffix}"
     expired = f"bootstrap-token-x{suffix[:5]}"
     fresh = f"bootstrap-token-f{suffix[:5]}"
-    script = f"{gone_claim}-bootstrap"
     past = datetime.now(UTC) - timedelta(minutes=5)
-    await in_thread(
-        make_secret, stack, "kube-system", expired, "bootstrap-token", f"gc-x-{suffix}", past
-    )
-    await in_thread(make_secret, stack, "kube-system", fresh, "bootstrap-token", gone_claim)
-    await in_thread(make_secret, stack, "default", script, "bootstrap-script", gone_claim)
+    expired_script = await in_thread(leftover_bootstrap, stack, f"gc-x-{suffix}", expired, past)
+    script = await in_thread(leftover_bootstrap, stack, gone_claim, fresh)
+    # What an older worker left in a pool's namespace is not the worker's to read any more.
+    legacy = f"gc-legacy-{suffix}-bootstrap"
+    await in_thread(make_secret, stack, "default", legacy, "bootstrap-script", gone_claim)
     try:
         async with in_process_worker(stack):
             # Inside the grace period only the expired token goes.
@@ -244,7 +267,7 @@ async def test_stale_bootstrap_secrets_are_removed(stack: Stack) -> None:
             removed = deleted_secrets(report)
             assert removed.get(f"kube-system/{expired}") == "token expired"
             assert f"kube-system/{fresh}" not in removed
-            assert f"default/{script}" not in removed
+            assert f"{WORKER_NS}/{script}" not in removed
             assert not await in_thread(secret_exists, stack, "kube-system", expired)
             assert await in_thread(secret_exists, stack, "kube-system", fresh)
 
@@ -252,11 +275,18 @@ async def test_stale_bootstrap_secrets_are_removed(stack: Stack) -> None:
             report = await run_gc(stack, grace_s=0)
             removed = deleted_secrets(report)
             assert removed.get(f"kube-system/{fresh}") == "no claim workflow"
-            assert removed.get(f"default/{script}") == "no claim workflow"
+            assert removed.get(f"{WORKER_NS}/{script}") == "no claim workflow"
             assert not await in_thread(secret_exists, stack, "kube-system", fresh)
-            assert not await in_thread(secret_exists, stack, "default", script)
+            assert not await in_thread(secret_exists, stack, WORKER_NS, script)
+            assert f"default/{legacy}" not in removed
     finally:
-        for ns, name in (("kube-system", expired), ("kube-system", fresh), ("default", script)):
+        for ns, name in (
+            ("kube-system", expired),
+            ("kube-system", fresh),
+            (WORKER_NS, script),
+            (WORKER_NS, expired_script),
+            ("default", legacy),
+        ):
             with contextlib.suppress(k8s.ApiException):
                 await in_thread(stack.core.delete_namespaced_secret, name, ns)
 
@@ -325,8 +355,16 @@ async def test_gc_reaches_every_configured_provider(stack: Stack) -> None:
                     )
                 )
                 made.append(inst.id)
-            async with in_process_worker(stack):
-                report = await run_gc(stack, grace_s=0)
+            # The operator allows these two stand-ins as well.
+            allowed = {
+                **stack.settings.allowed_endpoints,
+                "digitalocean": [do.url],
+                "ovh": [ovh.url],
+            }
+            settings = stack.settings.model_copy(update={"allowed_endpoints": allowed})
+            allowing = Stack(stack.temporal, stack.kube, stack.cluster, stack.task_queue, settings)
+            async with in_process_worker(allowing):
+                report = await run_gc(allowing, grace_s=0)
             assert deleted_ids(report) == set(made), report
             assert do.instance_states() == {} and ovh.instance_states() == {}
             assert {f"digitalocean (default/{node_class})", f"ovh (default/{node_class})"} <= set(

@@ -90,6 +90,7 @@ async def traced_stack(
         kubeconfig=kubeconfig,
         task_queue=queue,
         cluster_id=CLUSTER_ID,
+        allowed_endpoints=sim_cluster.endpoints(),
     )
     # Built like every process builds it: the tracing interceptor and the SDK runtime come
     # from the telemetry setup; the worker inherits both from this client.

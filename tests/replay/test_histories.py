@@ -11,7 +11,6 @@ import asyncio
 import base64
 import json
 import os
-import secrets
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -51,7 +50,9 @@ async def test_no_secret_in_any_history(
     kubeconfig: Path,
     secret_recorder: SecretRecorder,
 ) -> None:
-    auth_key = f"tskey-auth-{secrets.token_hex(12)}"
+    # The seed's reusable key, made in the (simulated) tailnet's admin console.
+    assert sim_cluster.tailnet is not None
+    auth_key = sim_cluster.tailnet.admin_key(reusable=True, tags=["tag:cloudburst"])
     await in_thread(_tailnet_pool, kube, auth_key)
     queue = new_task_queue()
     stack = Stack(
@@ -59,7 +60,12 @@ async def test_no_secret_in_any_history(
         kube,
         sim_cluster,
         queue,
-        Settings(kubeconfig=kubeconfig, task_queue=queue, cluster_id=CLUSTER_ID),
+        Settings(
+            kubeconfig=kubeconfig,
+            task_queue=queue,
+            cluster_id=CLUSTER_ID,
+            allowed_endpoints=sim_cluster.endpoints(),
+        ),
     )
     async with in_process_worker(stack), running_watcher(temporal_client, kube):
         _, handle = await start_test_claim(stack, "tailnet")

@@ -425,6 +425,9 @@ def test_what_only_the_model_judges(field: str, path: tuple[str, ...], value: An
 
 # --- every CEL rule, listed and tested -------------------------------------------------------
 
+_TS_KEY = {"name": "tailscale-auth", "key": "authkey"}
+_TS_OAUTH = {"name": "tailscale-oauth"}
+
 # Per rule (by its message): a document it lets through and one it refuses, and the model
 # agrees on both. A new rule in the CRDs without a case here fails the test below.
 RULE_CASES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
@@ -468,6 +471,33 @@ RULE_CASES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "configure at least one provider block (e.g. hetzner, scaleway, fake)": (
         NODE_CLASS,
         {**NODE_CLASS, "spec": {k: v for k, v in NODE_CLASS["spec"].items() if k != "hetzner"}},
+    ),
+    "set exactly one of authKeySecretRef (a reusable key) and oauthClientSecretRef "
+    "(a per-node key minted through the Tailscale API)": (
+        with_value(NODE_CLASS, ("spec", "tailscale"), {"authKeySecretRef": _TS_KEY}),
+        with_value(
+            NODE_CLASS,
+            ("spec", "tailscale"),
+            {"authKeySecretRef": _TS_KEY, "oauthClientSecretRef": _TS_OAUTH, "tags": ["tag:a"]},
+        ),
+    ),
+    "oauthClientSecretRef needs tags: a key minted by an OAuth client must be tagged": (
+        with_value(
+            NODE_CLASS,
+            ("spec", "tailscale"),
+            {"oauthClientSecretRef": _TS_OAUTH, "tags": ["tag:a"]},
+        ),
+        with_value(NODE_CLASS, ("spec", "tailscale"), {"oauthClientSecretRef": _TS_OAUTH}),
+    ),
+    "tags, tailnet and apiEndpoint go with oauthClientSecretRef": (
+        with_value(
+            NODE_CLASS,
+            ("spec", "tailscale"),
+            {"oauthClientSecretRef": _TS_OAUTH, "tags": ["tag:a"], "tailnet": "example.com"},
+        ),
+        with_value(
+            NODE_CLASS, ("spec", "tailscale"), {"authKeySecretRef": _TS_KEY, "tailnet": "-"}
+        ),
     ),
 }
 # NodeClaims are written by our own code, not by users: their rules are tested on the claim.

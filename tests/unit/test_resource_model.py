@@ -5,9 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
 from api import NodeClass, NodePool
 from api.nodeclaim import NodeClaimStatus
+from api.problems import summary
 from api.quantity import cpu_millis, format_cpu, format_memory, memory_bytes
 from cli.manifests import load_manifests
 
@@ -131,3 +133,48 @@ def test_quantities_format_back() -> None:
 def test_nonsense_quantity_is_refused() -> None:
     with pytest.raises(ValueError, match="not a Kubernetes quantity"):
         cpu_millis("two cores")
+
+
+def test_a_node_class_reads_secrets_of_its_own_namespace_only() -> None:
+    """A namespace is a trust boundary: a reference into another namespace is refused,
+    naming the field (the CRD cannot see metadata.namespace: the model is the judge)."""
+
+    def node_class(ref: dict[str, str]) -> dict[str, object]:
+        return {
+            "apiVersion": "cloudburst.io/v1alpha1",
+            "kind": "NodeClass",
+            "metadata": {"name": "c", "namespace": "team-a"},
+            "spec": {
+                "hetzner": {"location": "fsn1", "apiTokenSecretRef": ref},
+                "join": {"hostApiServer": "https://10.0.0.1:6443"},
+            },
+        }
+
+    own = {"name": "t", "key": "k", "namespace": "team-a"}
+    assert NodeClass.model_validate(node_class(own)).spec.hetzner is not None
+    with pytest.raises(ValidationError) as caught:
+        NodeClass.model_validate(node_class({**own, "namespace": "kube-system"}))
+    message = summary(caught.value)
+    assert "spec.hetzner.apiTokenSecretRef.namespace: kube-system" in message
+    assert "only reference Secrets in its own namespace" in message
+
+
+def test_tailscale_takes_one_of_two_modes() -> None:
+    from api.nodeclass import TailscaleSettings
+
+    reusable = TailscaleSettings.model_validate({"authKeySecretRef": {"name": "t", "key": "k"}})
+    assert not reusable.minted
+    minted = TailscaleSettings.model_validate(
+        {"oauthClientSecretRef": {"name": "ts-oauth"}, "tags": ["tag:cloudburst"]}
+    )
+    assert minted.minted and minted.oauth_client_secret_ref is not None
+    assert minted.oauth_client_secret_ref.client_secret_key == "client_secret"
+    for bad, words in (
+        ({}, "exactly one"),
+        ({"oauthClientSecretRef": {"name": "o"}}, "needs tags"),
+        ({"oauthClientSecretRef": {"name": "o"}, "tags": ["cloudburst"]}, "Tailscale tag"),
+        ({"authKeySecretRef": {"name": "t", "key": "k"}, "tags": ["tag:a"]}, "go with"),
+    ):
+        with pytest.raises(ValidationError) as caught:
+            TailscaleSettings.model_validate(bad)
+        assert words in summary(caught.value)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -101,4 +102,45 @@ def test_wrong_tls_settings_name_the_setting(tmp_path: Path) -> None:
 def test_missing_settings_file_is_an_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("CLOUDBURST_CONFIG_FILE", str(tmp_path / "absent.yaml"))
     with pytest.raises(FileNotFoundError, match="CLOUDBURST_CONFIG_FILE"):
+        Settings()
+
+
+def test_who_may_reach_what_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CLOUDBURST_TENANT_NAMESPACES", "team-a, team-b")
+    monkeypatch.setenv(
+        "CLOUDBURST_ALLOWED_ENDPOINTS", '{"hetzner": ["https://hcloud-proxy.internal/v1"]}'
+    )
+    tenancy = Settings().tenancy()
+    assert tenancy.worker_namespace == "cloudburst-system"
+    assert tenancy.namespaces == frozenset({"team-a", "team-b"})
+    assert tenancy.endpoint_allowed("hetzner", "https://hcloud-proxy.internal/v1")
+    assert not tenancy.endpoint_allowed("scaleway", "https://hcloud-proxy.internal/v1")
+    # As the base ConfigMap sets them: no namespace served, no endpoint override allowed.
+    monkeypatch.setenv("CLOUDBURST_TENANT_NAMESPACES", "")
+    monkeypatch.setenv("CLOUDBURST_ALLOWED_ENDPOINTS", "{}")
+    tenancy = Settings().tenancy()
+    assert tenancy.namespaces == frozenset() and not tenancy.serves("default")
+    assert dict(tenancy.allowed_endpoints) == {}
+
+
+def test_unset_tenant_namespaces_serve_every_namespace() -> None:
+    """A single-tenant cluster (and the dev stack); the shipped manifests always set it."""
+    assert Settings().tenancy().serves("anything")
+    assert dict(Settings().tenancy().allowed_endpoints) == {}
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "message"),
+    [
+        ("CLOUDBURST_TENANT_NAMESPACES", "team-a,Not_A_Namespace", "not a namespace name"),
+        ("CLOUDBURST_ALLOWED_ENDPOINTS", '{"hetznr": ["https://x"]}', "is not one of"),
+        ("CLOUDBURST_ALLOWED_ENDPOINTS", '{"aws": ["https://u:p@x"]}', "no user info"),
+        ("CLOUDBURST_ALLOWED_ENDPOINTS", '{"aws": ["x.example.com"]}', "plain http(s) URL"),
+    ],
+)
+def test_bad_reach_settings_are_refused_with_the_reason(
+    monkeypatch: pytest.MonkeyPatch, name: str, value: str, message: str
+) -> None:
+    monkeypatch.setenv(name, value)
+    with pytest.raises(ValueError, match=re.escape(message)):
         Settings()
