@@ -49,6 +49,8 @@ class LifecycleReport:
     pods_bound: int = 0
     seconds_to_ready: float | None = None
     seconds_to_deleted: float | None = None
+    # Events in the claim's whole history: what Temporal stores, replays and bills for.
+    history_events: int | None = None
     problems: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
@@ -142,6 +144,9 @@ async def _lifecycle(
     else:
         report.problems.append(f"claim ended in phase {final.phase}")
 
+    history = await handle.fetch_history()
+    report.history_events = len(history.events)
+    say(f"the claim's whole life took {report.history_events} history events")
     report.vms_created, report.vms_leaked = _vm_counts(stack, provider, claim.metadata.name)
     if report.vms_created != 1:
         report.problems.append(f"expected exactly one VM, the cloud made {report.vms_created}")

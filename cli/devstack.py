@@ -8,6 +8,11 @@ the cloud API over HTTP, as in production.
 NodeClass then has one block per started cloud (its `endpoint` pointing at the stand-in, its
 credential in a Secret `cloud-<name>-credential`), and the sample pool allows them all, so
 the product's real provider modules and SDKs do the work.
+
+As the operator of this stack, it allows the stand-ins' addresses as endpoint overrides
+(`Settings.allowed_endpoints`, what `CLOUDBURST_ALLOWED_ENDPOINTS` sets in a cluster): a
+production worker allows none, and refuses the fake cloud and any NodeClass pointing a
+credential elsewhere.
 """
 
 from __future__ import annotations
@@ -23,14 +28,17 @@ import subprocess
 import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
 from kubernetes import client as k8s
 from temporalio.client import Client
+from temporalio.service import RPCError
 
 from activities.providers import provider_class
 from api import Offering, search_attributes
+from api.messages import NodeObservation, claim_name_of
 from api.nodeclass import NodeClassSpec
 from sim.cluster import SimulatedCluster
 from trigger.nodes import NodeWatcher
@@ -38,6 +46,7 @@ from trigger.pending import PendingPodTrigger
 from worker.client import connect_temporal, kube_api_client
 from worker.main import run_worker
 from worker.settings import Settings
+from workflows.nodeclaim import NodeClaimWorkflow
 
 log = logging.getLogger(__name__)
 
@@ -128,8 +137,11 @@ async def embedded_stack(options: StackOptions) -> AsyncIterator[EmbeddedStack]:
             temporal_address=f"127.0.0.1:{options.temporal_port}",
             kubeconfig=kubeconfig,
             cluster_id=options.cluster_id,
+            allowed_endpoints=cluster.endpoints(),
         )
         temporal = await _connect(settings, server)
+        if options.persistent:
+            await tell_claims_their_cluster_is_new(temporal)
         api_client = kube_api_client(settings)
         seed_sample_resources(api_client, cluster, options.empty_ttl_s)
         watcher = NodeWatcher(temporal, api_client)
@@ -138,6 +150,7 @@ async def embedded_stack(options: StackOptions) -> AsyncIterator[EmbeddedStack]:
             api_client,
             task_queue=settings.task_queue,
             cluster_id=settings.cluster_id,
+            tenancy=settings.tenancy(),
         )
         tasks += [
             asyncio.create_task(run_worker(settings, stop), name="worker"),
@@ -156,6 +169,30 @@ async def embedded_stack(options: StackOptions) -> AsyncIterator[EmbeddedStack]:
             server.wait(timeout=10)
         except subprocess.TimeoutExpired:
             server.kill()
+
+
+async def tell_claims_their_cluster_is_new(temporal: Client) -> int:
+    """The simulated cluster and its clouds live in memory, Temporal on disk: after a restart
+    the claims of the last run have no node and no VM any more. Each is told its node is gone
+    (what the node watcher would say), so it ends NodeLost through its own cleanup instead
+    of showing Ready with no node. Returns how many were told."""
+    told = 0
+    gone_at = datetime.now(UTC)
+    async for execution in temporal.list_workflows(
+        "WorkflowType = 'NodeClaimWorkflow' AND ExecutionStatus = 'Running'"
+    ):
+        handle = temporal.get_workflow_handle_for(NodeClaimWorkflow.run, execution.id)
+        with contextlib.suppress(RPCError):
+            await handle.signal(
+                NodeClaimWorkflow.observe_node,
+                NodeObservation(
+                    node_name=claim_name_of(execution.id), exists=False, observed_at=gone_at
+                ),
+            )
+            told += 1
+    if told:
+        log.info("%d claims of the previous dev cluster told their node is gone", told)
+    return told
 
 
 def seed_sample_resources(api_client: k8s.ApiClient, cluster: SimulatedCluster, ttl: int) -> None:

@@ -1,8 +1,13 @@
-"""The node watcher: claim-owned Nodes and the pods on them → `observe_node` signals.
+"""The node watcher: claim-owned Nodes and the pods on them → `observe_node` signals to each
+claim, and `workload_left` to its pool when pods leave a node that still runs some (news for
+consolidation, which otherwise looks only on its periodic safety net).
 
 It holds no state that matters. On start (and after any watch error) it re-lists and re-sends
 every claim's current observation; the workflow treats repeats as no-ops, so a restart, a
-second replica or a lost signal costs nothing.
+second replica or a lost signal costs nothing. A node deleted while no watcher ran has no
+DELETED event to send: a NodeClaim resource that says Ready with no Node in the list is
+looked up once more (a direct read, so a list older than the claim cannot mislead it) and its
+claim told the node is gone, instead of learning it at its next slow poll.
 """
 
 from __future__ import annotations
@@ -22,7 +27,9 @@ from temporalio.service import RPCError, RPCStatusCode
 from activities.kube import is_do_not_disrupt, is_left_alone
 from api import labels
 from api.messages import NodeObservation, ScaleDownRequest, claim_workflow_id
+from api.pool import pool_workflow_id
 from trigger.watch import start_watches
+from workflows.nodepool import NodePoolWorkflow
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +67,13 @@ class NodeWatcher:
         # node -> (exists, ready, empty, do-not-disrupt pods) last sent: a change is a transition
         self._sent: dict[str, tuple[bool, bool, bool, tuple[str, ...]]] = {}
         self._empty_since: dict[str, datetime] = {}
+        # NodeClaim resource name -> its status.phase and its pool (namespace, name), and
+        # whether Nodes have been listed.
+        self._claim_phases: dict[str, str] = {}
+        self._claim_pools: dict[str, tuple[str, str]] = {}
+        # node -> workload pods last counted: fewer is news for the pool's consolidation.
+        self._workload: dict[str, int] = {}
+        self._nodes_listed = False
         self.signals_sent = 0
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -98,10 +112,12 @@ class NodeWatcher:
                 touched: set[str] = set()
                 for kind, event, obj in items:
                     if kind == "nodeclaim":
+                        self._note_claim_phases(event, obj)
                         await self._claim_resource(event, obj)
                     else:
                         touched |= self._apply(kind, event, obj)
                 await self._signal(touched)
+                await self._tell_nodes_gone_unseen()
         finally:
             halt.set()
             stopper.cancel()
@@ -129,6 +145,46 @@ class NodeWatcher:
                 else:
                     log.warning("scale-down of %s failed: %s", metadata["name"], err)
 
+    def _note_claim_phases(self, event: str, obj: Any) -> None:
+        if event == "SYNC":
+            self._claim_phases.clear()
+            self._claim_pools.clear()
+        for claim in obj if event == "SYNC" else [obj]:
+            metadata = claim.get("metadata") or {}
+            name = metadata.get("name")
+            if not name:
+                continue
+            if event == "DELETED":
+                self._claim_phases.pop(name, None)
+                self._claim_pools.pop(name, None)
+                continue
+            self._claim_phases[name] = str((claim.get("status") or {}).get("phase") or "")
+            pool = (claim.get("spec") or {}).get("nodePool")
+            if pool:
+                self._claim_pools[name] = (str(metadata.get("namespace") or "default"), pool)
+
+    async def _tell_nodes_gone_unseen(self) -> None:
+        """Ready claims whose Node the list does not have, confirmed by a direct read."""
+        if not self._nodes_listed:
+            return
+        for name, phase in sorted(self._claim_phases.items()):
+            if phase != "Ready" or name in self._view.nodes:
+                continue
+            if name in self._sent and not self._sent[name][0]:
+                continue  # already told
+            try:
+                await asyncio.to_thread(self._core.read_node, name)
+                continue  # it exists: its watch event is on its way
+            except k8s.ApiException as err:
+                if err.status != 404:
+                    log.warning("could not look up node %s: %s", name, err.reason)
+                    continue
+            observation = NodeObservation(
+                node_name=name, exists=False, observed_at=datetime.now(UTC)
+            )
+            if await self._send(name, observation):
+                self._sent[name] = (False, False, True, ())
+
     def _release(self, metadata: dict[str, Any]) -> None:
         finalizers = [
             f for f in metadata.get("finalizers", []) if f != labels.TERMINATION_FINALIZER
@@ -148,6 +204,7 @@ class NodeWatcher:
         if kind == "node":
             if event == "SYNC":
                 listed = {n.metadata.name: _node_view(n) for n in obj}
+                self._nodes_listed = True
                 touched = set(view.nodes) | set(listed)
                 view.nodes = {k: v for k, v in listed.items() if v is not None}
                 # A re-list re-sends everything: the workflow ignores repeats.
@@ -191,6 +248,7 @@ class NodeWatcher:
         for name in sorted(touched):
             node = self._view.nodes.get(name)
             if node is None:
+                self._workload.pop(name, None)
                 if name in self._sent and self._sent[name][0]:
                     claim = name  # node name == claim name
                     await self._send(
@@ -201,6 +259,9 @@ class NodeWatcher:
                 continue
             pods = self._view.pods.get(name, {}).values()
             workload = sum(1 for p in pods if p.workload)
+            if 0 < workload < self._workload.get(name, 0):
+                await self._tell_pool_workload_left(node.claim)
+            self._workload[name] = workload
             protected = tuple(sorted(p.do_not_disrupt for p in pods if p.do_not_disrupt))
             empty = workload == 0
             if empty:
@@ -222,6 +283,21 @@ class NodeWatcher:
             )
             if await self._send(node.claim, observation):
                 self._sent[name] = key
+
+    async def _tell_pool_workload_left(self, claim: str) -> None:
+        """Pods left a node that still runs some: the pool may consolidate it (an empty node
+        is its claim's business). Best effort: the pool's periodic look covers a lost one."""
+        pool = self._claim_pools.get(claim)
+        if pool is None:
+            return
+        handle = self._temporal.get_workflow_handle_for(
+            NodePoolWorkflow.run, pool_workflow_id(*pool)
+        )
+        try:
+            await handle.signal(NodePoolWorkflow.workload_left, claim)
+        except RPCError as err:
+            if err.status != RPCStatusCode.NOT_FOUND:
+                log.warning("could not tell pool %s/%s pods left %s: %s", *pool, claim, err)
 
     async def _send(self, claim: str, observation: NodeObservation) -> bool:
         handle = self._temporal.get_workflow_handle(claim_workflow_id(claim))

@@ -3,6 +3,11 @@
 Stateless in every way that matters: the pool workflow keys demand by pod UID, so a restart
 (which re-lists and re-sends everything) or a second replica sending the same pods changes
 nothing. Pods no pool can host get a `NoMatchingNodePool` Event saying why.
+
+Only what the operator lets this Cloudburst serve is served (activities/tenancy.py): a
+NodePool or NodeClass outside the tenant namespaces, or a NodeClass whose endpoint override
+is not allowed, is refused like an invalid one (condition, Event; its pods are told why) and
+never reaches a workflow, so nothing reads its Secrets or calls its endpoint.
 """
 
 from __future__ import annotations
@@ -25,13 +30,14 @@ from temporalio.service import RPCError, RPCStatusCode
 from activities import metrics
 from activities.events import record_event
 from activities.planning.requirements import pod_demand, pool_can_host
+from activities.tenancy import Refusal, Tenancy
 from api import NodeClass, NodePool, events
 from api.events import KubeEvent, ObjectRef
 from api.messages import ClaimTimings
 from api.planning import PodDemand
 from api.pool import DemandUpdate, NodePoolInput, PoolSpecs, PoolState, pool_workflow_id
 from api.problems import summary
-from trigger.verdicts import SpecVerdicts
+from trigger.verdicts import INVALID_SPEC, SpecVerdicts
 from trigger.watch import start_watches
 from worker.telemetry import tracer
 from workflows.nodepool import NodePoolWorkflow
@@ -78,8 +84,10 @@ class PendingPodTrigger:
         cluster_id: str,
         windows: BatchWindows | None = None,
         claim_timings: ClaimTimings | None = None,
+        tenancy: Tenancy | None = None,
     ) -> None:
         self._temporal = temporal
+        self._tenancy = tenancy or Tenancy()
         self._core = k8s.CoreV1Api(api_client)
         self._custom = k8s.CustomObjectsApi(api_client)
         self._task_queue = task_queue
@@ -99,8 +107,8 @@ class PendingPodTrigger:
         # Which of "nodepool" and "nodeclass" have been listed: until both have, a pod that
         # matches nothing may only be waiting for the rest of the list (no Event yet).
         self._specs_listed: set[str] = set()
-        # kind -> (namespace, name) -> what is wrong with it (field paths), for invalid ones.
-        self._invalid: dict[str, dict[PoolKey, str]] = {"nodepool": {}, "nodeclass": {}}
+        # kind -> (namespace, name) -> why it is not served: invalid (field paths) or refused.
+        self._invalid: dict[str, dict[PoolKey, Refusal]] = {"nodepool": {}, "nodeclass": {}}
         self._verdicts = SpecVerdicts(api_client)
         self.updates_sent = 0
 
@@ -167,6 +175,8 @@ class PendingPodTrigger:
             store.clear()
             invalid.clear()
             self._specs_listed.add(kind)
+            if kind == "nodepool" and self._pods_synced:
+                self._resync_all_pools()
         plural = f"{kind}s" if kind == "nodepool" else "nodeclasses"
         for raw in listed:
             # Each object on its own: one that cannot be read never hides the others.
@@ -180,11 +190,18 @@ class PendingPodTrigger:
             if event == "DELETED":
                 continue
             try:
-                store[key] = model.model_validate(raw)
+                parsed = model.model_validate(raw)
             except ValidationError as err:
-                invalid[key] = summary(err)
+                invalid[key] = Refusal(INVALID_SPEC, summary(err))
             except Exception as err:  # a model bug must not stop the trigger either
-                invalid[key] = f"could not be read: {type(err).__name__}"
+                invalid[key] = Refusal(INVALID_SPEC, f"could not be read: {type(err).__name__}")
+            else:
+                spec = parsed.spec if isinstance(parsed, NodeClass) else None
+                refusal = self._tenancy.refusal(key[0], spec)
+                if refusal is None:
+                    store[key] = parsed
+                else:
+                    invalid[key] = refusal
             await self._tell_verdict(plural, key, raw)
         # A pod that matched nothing may match now (a pool created after it went pending).
         for pod in list(self._unmatched_pods.values()):
@@ -195,13 +212,15 @@ class PendingPodTrigger:
         """Condition and Event on the object itself; failures only logged (told again on the
         next event or re-list)."""
         kind = "nodepool" if plural == "nodepools" else "nodeclass"
-        message = self._invalid[kind].get(key)
+        refusal = self._invalid[kind].get(key)
         try:
-            if message is None:
+            if refusal is None:
                 await asyncio.to_thread(self._verdicts.valid, plural, raw)
             else:
-                log.warning("%s %s/%s is invalid: %s", kind, *key, message)
-                await asyncio.to_thread(self._verdicts.invalid, plural, raw, message)
+                log.warning("%s %s/%s is not served: %s", kind, *key, _described(refusal))
+                await asyncio.to_thread(
+                    self._verdicts.invalid, plural, raw, refusal.message, refusal.reason
+                )
         except Exception as err:
             log.warning("could not mark %s %s/%s: %s", kind, *key, err)
 
@@ -220,6 +239,16 @@ class PendingPodTrigger:
         for uid in [uid for uid in self._pending_since if uid not in self._pending]:
             del self._pending_since[uid]
         self._pods_synced = True
+        self._resync_all_pools()
+
+    def _resync_all_pools(self) -> None:
+        """Every known pool hears its full set of pending pods, none for most: a pod deleted
+        while no trigger ran (a restart, a crash) must not stay pending in its pool for good,
+        where it would be planned a node again once its nomination lapsed."""
+        if not self._pods_synced:
+            return
+        for key in self._pools:
+            self._batch(key).full_resync = True
 
     def _apply_pod_logged(self, event: str, pod: Any) -> None:
         """One pod the trigger cannot read (a malformed quantity the API server let through
@@ -261,8 +290,8 @@ class PendingPodTrigger:
         """The highest-weight pool that can host the pod (ties by name), else None + Event."""
         matching: list[tuple[int, PoolKey]] = []
         reasons: dict[str, str] = {}
-        for key, invalid in self._invalid["nodepool"].items():
-            reasons[f"{key[0]}/{key[1]}"] = f"the NodePool is invalid: {invalid}"
+        for key, refusal in self._invalid["nodepool"].items():
+            reasons[f"{key[0]}/{key[1]}"] = f"the NodePool {_described(refusal)}"
         for key, pool in self._pools.items():
             if self._node_class_of(key) is None:
                 reasons[f"{key[0]}/{key[1]}"] = self._class_problem(key)
@@ -355,7 +384,10 @@ class PendingPodTrigger:
         )
         try:
             with span:
-                await self._start_or_signal(key, specs, update)
+                if update.pods or not update.full_resync:
+                    await self._start_or_signal(key, specs, update)
+                else:
+                    await self._signal_if_running(key, update)
         except Exception as err:  # kept and sent again with the next batch
             log.warning("demand for pool %s/%s not delivered: %s", *key, err)
             return False
@@ -364,6 +396,15 @@ class PendingPodTrigger:
             "pool %s/%s: %d pending pods, %d resolved", *key, len(update.pods), len(update.resolved)
         )
         return True
+
+    async def _signal_if_running(self, key: PoolKey, update: DemandUpdate) -> None:
+        """Nothing pending for a pool: tell it if it runs, never start it for that."""
+        handle = self._temporal.get_workflow_handle(pool_workflow_id(*key))
+        try:
+            await handle.signal("demand", update)
+        except RPCError as err:
+            if err.status != RPCStatusCode.NOT_FOUND:
+                raise
 
     async def _start_or_signal(self, key: PoolKey, specs: PoolSpecs, update: DemandUpdate) -> None:
         namespace, name = key
@@ -429,7 +470,7 @@ class PendingPodTrigger:
         if ref:
             why = self._invalid["nodeclass"].get((namespace, ref))
             if why is not None:
-                return f"its NodeClass {ref} is invalid: {why}"
+                return f"its NodeClass {ref} {_described(why)}"
             return f"its NodeClass {ref} (spec.nodeClassRef) does not exist in {namespace}"
         names = sorted(
             k[1] for k in (*self._classes, *self._invalid["nodeclass"]) if k[0] == namespace
@@ -441,7 +482,7 @@ class PendingPodTrigger:
                 f"it has no spec.nodeClassRef and namespace {namespace} has "
                 f"{len(names)} NodeClasses ({', '.join(names)}): name one"
             )
-        return f"its NodeClass {names[0]} is invalid: {self._invalid['nodeclass'][(namespace, names[0])]}"
+        return f"its NodeClass {names[0]} {_described(self._invalid['nodeclass'][(namespace, names[0])])}"
 
     def _node_class_of(self, key: PoolKey) -> PoolKey | None:
         pool = self._pools.get(key)
@@ -453,6 +494,13 @@ class PendingPodTrigger:
             return ref if ref in self._classes else None
         in_namespace = [k for k in self._classes if k[0] == namespace]
         return in_namespace[0] if len(in_namespace) == 1 else None
+
+
+def _described(refusal: Refusal) -> str:
+    """`is invalid: <field paths>`, or `is refused (<reason>): <what to change>`."""
+    if refusal.reason == INVALID_SPEC:
+        return f"is invalid: {refusal.message}"
+    return f"is refused ({refusal.reason}): {refusal.message}"
 
 
 def is_unschedulable(pod: Any) -> bool:

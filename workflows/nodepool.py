@@ -197,6 +197,13 @@ class NodePoolWorkflow:
         self._dirty = True
 
     @workflow.signal
+    def workload_left(self, node_name: str) -> None:
+        """The watcher saw pods leave one of our nodes: news for consolidation, which looks
+        again (by its alarm, after consolidateAfter) rather than on a timer of its own."""
+        if node_name in self._state.claims:
+            self._dirty = True
+
+    @workflow.signal
     def request_disruption(self, request: DisruptionRequest) -> None:
         if request.claim_name in self._state.claims:
             self._state.disruption_queue[request.claim_name] = request.reason
@@ -285,12 +292,11 @@ class NodePoolWorkflow:
             )
         if state.plan_retry_at is not None:
             alarms.reached("retry planning", state.plan_retry_at)  # a wake-up, nothing more
-        if state.safety_net_at is None:
-            state.safety_net_at = workflow.now() + timedelta(
-                seconds=self._input.reconcile_interval_s
-            )
-        if alarms.reached("periodic look", state.safety_net_at):
-            state.safety_net_at = None  # re-armed from now at the next round
+        if state.safety_net_at is None or alarms.reached("periodic look", state.safety_net_at):
+            # This round is the look; the next one is armed from now.
+            interval = timedelta(seconds=self._input.reconcile_interval_s)
+            state.safety_net_at = workflow.now() + interval
+            alarms.reached("periodic look", state.safety_net_at)
         alarms.settle()
         return facts
 
@@ -384,7 +390,9 @@ class NodePoolWorkflow:
             # A configuration error (e.g. the recommender refuses our credentials) must not
             # end the pool: the pods wait, say why, and the next look tries again.
             if self._alarmed:
+                # Armed now: nothing else may wake the pool before the retry is due.
                 state.plan_retry_at = workflow.now() + timedelta(seconds=_PLANNING_RETRY_S)
+                self._alarms.reached("retry planning", state.plan_retry_at)
             await self._record_events(
                 self._waiting(uncovered, f"{_PLANNING_FAILED}: {_cause(err)}")
             )
@@ -660,7 +668,9 @@ class NodePoolWorkflow:
             return
         state.last_consolidation = now
         if self._alarmed:
-            state.consolidate_at = now + after  # the next look; stored, so it keeps its meaning
+            # The next look, once something changes (news wakes the pool, which then arms
+            # it): an idle pool does not look again and again at the same nodes.
+            state.consolidate_at = now + after
         try:
             decision = await self._find_consolidation(candidates, ready)
         except ActivityError as err:

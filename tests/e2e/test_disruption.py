@@ -45,7 +45,12 @@ async def stack(
     temporal_client: Client, kube: k8s.ApiClient, sim_cluster: SimulatedCluster, kubeconfig: Path
 ) -> AsyncIterator[Stack]:
     queue = new_task_queue()
-    settings = Settings(kubeconfig=kubeconfig, task_queue=queue, cluster_id=CLUSTER_ID)
+    settings = Settings(
+        kubeconfig=kubeconfig,
+        task_queue=queue,
+        cluster_id=CLUSTER_ID,
+        allowed_endpoints=sim_cluster.endpoints(),
+    )
     stack = Stack(temporal_client, kube, sim_cluster, queue, settings)
     async with (
         in_process_worker(stack),
@@ -65,7 +70,12 @@ async def expiring(
     """The same stack on a server where each workflow has its own virtual clock: a claim's
     expiry (ten minutes at least, the model's floor) comes when the test moves its clock on."""
     queue = new_task_queue()
-    settings = Settings(kubeconfig=kubeconfig, task_queue=queue, cluster_id=CLUSTER_ID)
+    settings = Settings(
+        kubeconfig=kubeconfig,
+        task_queue=queue,
+        cluster_id=CLUSTER_ID,
+        allowed_endpoints=sim_cluster.endpoints(),
+    )
     stack = Stack(skipping_env.client, kube, sim_cluster, queue, settings)
     # Rare safety-net polls: each is real work that stops the claim's clock from skipping.
     timings = FAST.model_copy(update={"ready_poll_interval_s": 1800})
@@ -214,10 +224,14 @@ async def test_do_not_disrupt_blocks_a_voluntary_scale_down_until_forced(stack: 
     )
     assert "default/guarded-0" in status.disruption_blocked[claim.name]
     assert (await handle.query(NodeClaimWorkflow.status)).phase == NodeClaimPhase.READY
-    events = await in_thread(
-        stack.core.list_namespaced_event, "default", field_selector="reason=DisruptionBlocked"
+    # The Event is recorded by an activity after the status changed: it follows shortly.
+    await eventually(
+        lambda: in_thread(
+            stack.core.list_namespaced_event, "default", field_selector="reason=DisruptionBlocked"
+        ),
+        lambda events: any(e.involved_object.name == claim.name for e in events.items),
+        30,
     )
-    assert any(e.involved_object.name == claim.name for e in events.items)
 
     await handle.signal(
         NodeClaimWorkflow.scale_down, ScaleDownRequest(reason="operator", force=True)
@@ -565,7 +579,15 @@ async def test_consolidation_replaces_a_node_with_a_cheaper_one_replacement_firs
         node = await node_of(stack, "shrink-big")
         await deployment(stack, "shrink-small", "shrink", cpu="300m")
         assert await node_of(stack, "shrink-small") == node
-        [before] = (await status_of(stack, "shrink")).claims
+        # The pool has looked with both apps there and found nothing to do; it then sleeps
+        # (no timer of its own): the big app leaving must be what wakes it.
+        status = await eventually(
+            lambda: status_of(stack, "shrink"),
+            lambda s: "no node is underutilized" in s.consolidation,
+            60,
+        )
+        [before] = status.claims
+        await asyncio.sleep(2)  # past consolidateAfter: any look already due has been had
         # The big app leaves: a node sized for it now carries 300m.
         await in_thread(apps.delete_namespaced_deployment, "shrink-big", "default")
 

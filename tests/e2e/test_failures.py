@@ -43,7 +43,12 @@ async def stack(
     temporal_client: Client, kube: k8s.ApiClient, sim_cluster: SimulatedCluster, kubeconfig: Path
 ) -> AsyncIterator[Stack]:
     queue = new_task_queue()
-    settings = Settings(kubeconfig=kubeconfig, task_queue=queue, cluster_id=CLUSTER_ID)
+    settings = Settings(
+        kubeconfig=kubeconfig,
+        task_queue=queue,
+        cluster_id=CLUSTER_ID,
+        allowed_endpoints=sim_cluster.endpoints(),
+    )
     stack = Stack(temporal_client, kube, sim_cluster, queue, settings)
     async with (
         in_process_worker(stack),
@@ -185,3 +190,51 @@ async def test_a_claim_failing_on_a_missing_secret_ends_visibly_and_the_pool_car
     status = await pool_status(stack, "wedge")
     assert len(status.claims) == 1 and not status.config_error
     await in_thread(stack.core.delete_namespaced_pod, "wedge-0", "default")
+
+
+async def test_a_plan_that_failed_is_tried_again_without_news(stack: Stack) -> None:
+    """The cloud's token Secret is missing, so planning fails; the operator creates it — no
+    spec changes, nothing tells the pool — and the pool plans again on its own, soon."""
+    custom = stack.custom
+    sample = await in_thread(
+        custom.get_namespaced_custom_object,
+        "cloudburst.io",
+        "v1alpha1",
+        "default",
+        "nodeclasses",
+        "sample",
+    )
+    spec = copy.deepcopy(sample["spec"])
+    spec["fake"]["apiTokenSecretRef"] = {"name": "token-later", "key": "token"}
+    body = {
+        "apiVersion": "cloudburst.io/v1alpha1",
+        "kind": "NodeClass",
+        "metadata": {"name": "tokenless", "namespace": "default"},
+        "spec": spec,
+    }
+    await in_thread(
+        custom.create_namespaced_custom_object,
+        "cloudburst.io",
+        "v1alpha1",
+        "default",
+        "nodeclasses",
+        body,
+    )
+    make_pool(stack.kube, "patient")
+    await patch(stack, "nodepools", "patient", {"spec": {"nodeClassRef": "tokenless"}})
+    await in_thread(stack.core.create_namespaced_pod, "default", pool_pod("patient-0", "patient"))
+    await eventually(
+        lambda: events_about(stack, "patient-0"),
+        lambda found: any("planning failed" in (e.message or "") for e in found),
+    )
+    secret = k8s.V1Secret(
+        metadata=k8s.V1ObjectMeta(name="token-later", namespace="default"),
+        string_data={"token": stack.cluster.cloud.token or ""},
+    )
+    await in_thread(stack.core.create_namespaced_secret, "default", secret)
+    await eventually(
+        lambda: in_thread(stack.core.read_namespaced_pod, "patient-0", "default"),
+        lambda pod: pod.status.phase == "Running",
+        timeout_s=60,
+    )
+    await in_thread(stack.core.delete_namespaced_pod, "patient-0", "default")

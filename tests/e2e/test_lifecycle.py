@@ -15,6 +15,7 @@ from temporalio.exceptions import CancelledError
 
 from api import NodeClaimPhase, labels
 from api.messages import ScaleDownRequest
+from cli.devstack import tell_claims_their_cluster_is_new
 from sim.cluster import SimulatedCluster
 from tests.e2e.harness import (
     CLUSTER_ID,
@@ -40,7 +41,12 @@ async def stack(
     temporal_client: Client, kube: k8s.ApiClient, sim_cluster: SimulatedCluster, kubeconfig: Path
 ) -> Stack:
     queue = new_task_queue()
-    settings = Settings(kubeconfig=kubeconfig, task_queue=queue, cluster_id=CLUSTER_ID)
+    settings = Settings(
+        kubeconfig=kubeconfig,
+        task_queue=queue,
+        cluster_id=CLUSTER_ID,
+        allowed_endpoints=sim_cluster.endpoints(),
+    )
     return Stack(temporal_client, kube, sim_cluster, queue, settings)
 
 
@@ -138,6 +144,44 @@ async def test_kubectl_delete_nodeclaim_scales_the_node_down(stack: Stack) -> No
         await eventually(
             lambda: in_thread(read_claim_resource, stack.kube, name), lambda r: r is None
         )
+
+
+async def test_a_node_deleted_while_no_watcher_ran_is_noticed_when_one_starts(
+    stack: Stack,
+) -> None:
+    """No DELETED event reaches a watcher that was down: the next one must still tell the
+    claim at once, not leave it Ready with no node until its slow safety-net poll."""
+    make_pool(stack.kube, "unseen", empty_ttl=3600)
+    slow_poll = FAST.model_copy(update={"ready_poll_interval_s": 3600})
+    async with in_process_worker(stack):
+        async with running_watcher(stack.temporal, stack.kube):
+            name, handle = await start_test_claim(stack, "unseen", timings=slow_poll)
+            await wait_for_phase(handle, NodeClaimPhase.READY)
+            await eventually(
+                lambda: in_thread(read_claim_resource, stack.kube, name),
+                lambda r: r is not None and r.get("status", {}).get("phase") == "Ready",
+            )
+        await in_thread(stack.core.delete_node, name)  # as `kubectl delete node` would
+        async with running_watcher(stack.temporal, stack.kube):
+            final = await asyncio.wait_for(handle.result(), timeout=60)
+    assert final.phase == NodeClaimPhase.DELETED
+    assert final.deletion_reason == "NodeLost"
+    assert live_vms(stack.cluster, name) == []
+
+
+async def test_a_restarted_dev_stack_ends_the_claims_of_its_last_run(stack: Stack) -> None:
+    """`make dev` keeps Temporal's db but not the simulated cluster: what it does on start
+    ends a claim of the last run through its own cleanup instead of leaving it Ready."""
+    make_pool(stack.kube, "lastrun", empty_ttl=3600)
+    slow_poll = FAST.model_copy(update={"ready_poll_interval_s": 3600})
+    async with in_process_worker(stack):
+        name, handle = await start_test_claim(stack, "lastrun", timings=slow_poll)
+        await wait_for_phase(handle, NodeClaimPhase.READY)
+        assert await tell_claims_their_cluster_is_new(stack.temporal) >= 1
+        final = await asyncio.wait_for(handle.result(), timeout=60)
+    assert final.phase == NodeClaimPhase.DELETED
+    assert final.deletion_reason == "NodeLost"
+    assert live_vms(stack.cluster, name) == []
 
 
 def read_claim_resource(kube: k8s.ApiClient, name: str) -> dict[str, Any] | None:

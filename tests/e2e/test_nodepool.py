@@ -39,7 +39,12 @@ async def stack(
     temporal_client: Client, kube: k8s.ApiClient, sim_cluster: SimulatedCluster, kubeconfig: Path
 ) -> Stack:
     queue = new_task_queue()
-    settings = Settings(kubeconfig=kubeconfig, task_queue=queue, cluster_id=CLUSTER_ID)
+    settings = Settings(
+        kubeconfig=kubeconfig,
+        task_queue=queue,
+        cluster_id=CLUSTER_ID,
+        allowed_endpoints=sim_cluster.endpoints(),
+    )
     return Stack(temporal_client, kube, sim_cluster, queue, settings)
 
 
@@ -391,3 +396,31 @@ def test_burst_demo_end_to_end() -> None:
     assert report["vms_leaked"] == 0
     assert report["nodes_peak"] >= 1
     assert report["decision_p50_s"] is not None
+
+
+async def test_a_pod_deleted_while_no_trigger_runs_is_not_planned_again(stack: Stack) -> None:
+    """The pool hears a full resync when a trigger starts: a pod deleted meanwhile does not
+    stay pending in the pool (where, its nomination lapsed, it would get a node again)."""
+    make_pool(stack.kube, "phantom", empty_ttl=3600)
+    async with in_process_worker(stack), running_watcher(stack.temporal, stack.kube):
+        async with running_trigger(stack):
+            await in_thread(
+                stack.core.create_namespaced_pod, "default", pool_pod("phantom-0", "phantom")
+            )
+            await eventually(
+                lambda: pool_status(stack, "phantom"), lambda s: len(s.claims) == 1, timeout_s=60
+            )
+        # No trigger now: the pod goes before its node is Ready, and nobody tells the pool.
+        await in_thread(
+            stack.core.delete_namespaced_pod, "phantom-0", "default", grace_period_seconds=0
+        )
+        status = await pool_status(stack, "phantom")
+        assert status.pending_pods == 1
+        async with running_trigger(stack):
+            status = await eventually(
+                lambda: pool_status(stack, "phantom"), lambda s: s.pending_pods == 0
+            )
+            # Past the nomination grace (15 s): still the one claim, for no pod.
+            await asyncio.sleep(17)
+            status = await pool_status(stack, "phantom")
+            assert len(status.claims) == 1, [c.name for c in status.claims]

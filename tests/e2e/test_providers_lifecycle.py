@@ -52,7 +52,12 @@ async def stack(
     multicloud_kubeconfig: Path,
 ) -> Stack:
     queue = new_task_queue()
-    settings = Settings(kubeconfig=multicloud_kubeconfig, task_queue=queue, cluster_id=CLUSTER_ID)
+    settings = Settings(
+        kubeconfig=multicloud_kubeconfig,
+        task_queue=queue,
+        cluster_id=CLUSTER_ID,
+        allowed_endpoints=multicloud_cluster.endpoints(),
+    )
     return Stack(temporal_client, multicloud_kube, multicloud_cluster, queue, settings)
 
 
@@ -209,3 +214,5 @@ def test_demo_lifecycle_through_hetzner_exits_0() -> None:
     assert report["ok"] and report["provider"] == "hetzner"
     assert report["offering"].startswith("hetzner/") and report["vms_created"] == 1
     assert report["vms_leaked"] == 0 and report["pods_bound"] == 1
+    # What the claim's life costs in history (180 events before the quiet-by-default work).
+    assert 0 < report["history_events"] < 180
