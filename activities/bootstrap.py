@@ -32,7 +32,6 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.kube import (
-    INVALID_CONFIGURATION,
     MERGE_PATCH,
     STARTUP_TAINT,
     discard,
@@ -43,6 +42,7 @@ from activities.tailscale import MintedKey, open_api, reusable_key
 from activities.tenancy import Tenancy
 from api import labels
 from api._base import SecretKeyRef
+from api.errors import INVALID_CONFIGURATION, KUBE_CONFLICT, kube_api_error
 from api.messages import BootstrapInput, BootstrapRefs
 from api.nodeclaim import Offering
 from api.nodeclass import NodeClassSpec
@@ -307,7 +307,7 @@ def _secret_write_error(err: ApiException, what: str) -> ApplicationError:
     permanent = err.status in (400, 422)
     return ApplicationError(
         f"{what} failed: HTTP {err.status} {err.reason or ''}".strip(),
-        type=INVALID_CONFIGURATION if permanent else f"KubeApi{err.status or 'Error'}",
+        type=INVALID_CONFIGURATION if permanent else kube_api_error(err.status),
         non_retryable=permanent,
     )
 
@@ -438,7 +438,7 @@ class BootstrapActivities:
             token = _Token.new(spec.join.token_ttl_minutes)
         else:
             raise ApplicationError(
-                "could not find a free bootstrap token id in kube-system", type="KubeApi409"
+                "could not find a free bootstrap token id in kube-system", type=KUBE_CONFLICT
             )
         log.info(
             "bootstrap material for %s/%s ready (token secret %s/%s, script secret %s/%s%s)",

@@ -34,16 +34,17 @@ from activities.providers.base import (
 )
 from activities.tenancy import Tenancy
 from api import labels
+from api.errors import (
+    CAPACITY_ERROR,
+    INVALID_CONFIGURATION,
+    PROVIDER_ERROR,
+    PROVIDER_FATAL,
+    PROVIDER_RETRYABLE,
+)
 from api.messages import CreateInstanceInput, InstanceInfo, InstanceRef
 from api.nodeclass import NodeClassSpec
 
 log = logging.getLogger(__name__)
-
-# Error types the workflow reacts to; they cross Temporal as ApplicationError.type.
-CAPACITY_ERROR = "CapacityError"
-PROVIDER_FATAL = "ProviderFatal"
-INVALID_CONFIGURATION = "InvalidConfiguration"
-NON_RETRYABLE_TYPES = [CAPACITY_ERROR, PROVIDER_FATAL, INVALID_CONFIGURATION]
 
 _DELETE_POLL_S = 0.5
 _DELETE_REREQUEST_S = 30.0
@@ -227,7 +228,7 @@ def _classified(*, retry_everything: bool = False) -> Iterator[None]:
     except RetryableError as exc:
         delay = timedelta(seconds=exc.retry_after_s) if exc.retry_after_s else None
         raise ApplicationError(
-            exc.message, exc.provider, type="ProviderRetryable", next_retry_delay=delay
+            exc.message, exc.provider, type=PROVIDER_RETRYABLE, next_retry_delay=delay
         ) from exc
     except ProviderError as exc:
-        raise ApplicationError(exc.message, exc.provider, type="ProviderError") from exc
+        raise ApplicationError(exc.message, exc.provider, type=PROVIDER_ERROR) from exc

@@ -23,12 +23,10 @@ from temporalio.exceptions import ApplicationError
 from activities.heartbeat import heartbeating, heartbeats_itself, raise_if_cancelled
 from api import labels
 from api._base import SecretKeyRef
+from api.errors import INVALID_CONFIGURATION, KUBE_CONFLICT, NODE_NOT_FOUND, kube_api_error
 from api.messages import DrainInput, DrainResult, LabelNodeInput, NodeRef, NodeState
 
 log = logging.getLogger(__name__)
-
-INVALID_CONFIGURATION = "InvalidConfiguration"
-NODE_NOT_FOUND = "NodeNotFound"
 
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 STRATEGIC_PATCH = "application/strategic-merge-patch+json"
@@ -95,7 +93,7 @@ def _sanitized(err: ApiException, what: str) -> ApplicationError:
     """
     return ApplicationError(
         f"{what} failed: HTTP {err.status} {err.reason or ''}".strip(),
-        type=f"KubeApi{err.status or 'Error'}",
+        type=kube_api_error(err.status),
     )
 
 
@@ -295,7 +293,7 @@ class KubeActivities:
                 if err.status != 409:
                     raise
                 log.info("node %s changed while %s it; trying again", name, doing)
-        raise ApplicationError(f"node {name} kept changing while {doing} it", type="KubeApi409")
+        raise ApplicationError(f"node {name} kept changing while {doing} it", type=KUBE_CONFLICT)
 
     @activity.defn(name="delete_node")
     def delete_node(self, input: NodeRef) -> None:

@@ -19,6 +19,7 @@ from temporalio.exceptions import ApplicationError
 from activities import metrics
 from activities.events import record_event
 from api import labels
+from api.errors import KUBE_CONFLICT
 from api.events import ObjectRef
 from api.messages import MirrorInput
 from api.nodepool_status import READY, VALIDATION_SUCCEEDED, NodePoolStatusUpdate
@@ -106,7 +107,7 @@ class MirrorActivities:
                     return
                 if err.status != 409:
                     raise
-        raise ApplicationError(f"NodePool {pool} kept changing", type="KubeApi409")
+        raise ApplicationError(f"NodePool {pool} kept changing", type=KUBE_CONFLICT)
 
     def _read_pool(self, namespace: str, name: str) -> dict[str, Any] | None:
         try:

@@ -34,9 +34,10 @@ from kubernetes import client as k8s
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.kube import INVALID_CONFIGURATION, read_secret_value
+from activities.kube import read_secret_value
 from activities.tenancy import Tenancy
 from api._base import SecretKeyRef
+from api.errors import INVALID_CONFIGURATION
 from api.messages import TailnetDeviceRef, TailnetDeviceRemoval
 from api.nodeclass import TailscaleSettings
 

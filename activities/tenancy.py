@@ -24,7 +24,7 @@ from urllib.parse import urlsplit
 
 from temporalio.exceptions import ApplicationError
 
-from activities.kube import INVALID_CONFIGURATION
+from api.errors import INVALID_CONFIGURATION
 from api.nodeclass import NodeClassSpec
 from api.nodepool import PROVIDERS
 

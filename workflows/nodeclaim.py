@@ -22,7 +22,7 @@ with workflow.unsafe.imports_passed_through():
     from activities.kube import KubeActivities
     from activities.mirror import MirrorActivities
     from activities.tailscale import TailscaleActivities
-    from api import events, labels
+    from api import errors, events, labels
     from api import search_attributes as sa
     from api.events import KubeEvent, ObjectRef
     from api.messages import (
@@ -49,7 +49,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.timeouts import HEARTBEAT, KUBE_CALL, VM_CALL
 
 # Errors an activity raises that no retry can fix (see activities/compute.py).
-_NON_RETRYABLE = ["CapacityError", "ProviderFatal", "InvalidConfiguration", "NodeNotFound"]
+_NON_RETRYABLE = errors.CLAIM_NON_RETRYABLE
 _RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=1),
     backoff_coefficient=2.0,
@@ -255,13 +255,13 @@ class NodeClaimWorkflow:
                     raise
                 failures.append(f"{offering.key}: {_cause(err)}")
                 self._event(f"create failed on {offering.key}: {_cause(err)}")
-                if _error_type(err) == "CapacityError":
+                if _error_type(err) == errors.CAPACITY_ERROR:
                     await self._publish(
                         failed_offering=offering.key,
                         reason=_cause(err),
                         events=[self._warning(events.FAILED_PROVISIONING, _cause(err))],
                     )
-                if _error_type(err) == "InvalidConfiguration":
+                if _error_type(err) == errors.INVALID_CONFIGURATION:
                     raise ClaimFailed(FailureReason.INVALID_CONFIG, _cause(err)) from err
                 continue
             self._launched(offering, instance)

@@ -23,7 +23,7 @@ with workflow.unsafe.imports_passed_through():
     from activities.mirror import MirrorActivities
     from activities.planning.activity import PlanningActivities
     from activities.planning.consolidation import ConsolidationActivities
-    from api import events
+    from api import errors, events
     from api import search_attributes as sa
     from api.claims import (
         CLAIM_SUFFIX_ALPHABET,
@@ -66,7 +66,7 @@ with workflow.unsafe.imports_passed_through():
 _ACTIVITY_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=1),
     maximum_interval=timedelta(seconds=30),
-    non_retryable_error_types=["InvalidConfiguration"],
+    non_retryable_error_types=errors.POOL_NON_RETRYABLE,
 )
 _PLANNING_FAILED = "planning failed"
 # A plan that failed (a bad credential, the recommender down for good) is tried this often.

@@ -39,14 +39,13 @@ from activities.planning.requirements import (
 from activities.providers.base import FatalError, ProviderError
 from activities.providers.fake import FakeProvider
 from activities.tenancy import Tenancy
+from api.errors import INVALID_CONFIGURATION, RECOMMENDER_UNAVAILABLE
 from api.nodeclaim import Offering
 from api.nodepool import NodePoolSpec
 from api.planning import NodeSelectorTerm, Plan, PlanRequest, Resources
 
 log = logging.getLogger(__name__)
 
-INVALID_CONFIGURATION = "InvalidConfiguration"
-RECOMMENDER_UNAVAILABLE = "RecommenderUnavailable"
 # How many offerings to ask a recommender for: enough for packing and for failover lists.
 OFFERING_LIMIT = 500
 
