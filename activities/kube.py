@@ -25,10 +25,10 @@ from api import labels
 from api._base import SecretKeyRef
 from api.errors import INVALID_CONFIGURATION, KUBE_CONFLICT, NODE_NOT_FOUND, kube_api_error
 from api.messages import DrainInput, DrainResult, LabelNodeInput, NodeRef, NodeState
+from cluster.pods import is_do_not_disrupt, is_left_alone
 
 log = logging.getLogger(__name__)
 
-MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 STRATEGIC_PATCH = "application/strategic-merge-patch+json"
 MERGE_PATCH = "application/merge-patch+json"
 # The taint a new node registers with (see activities/bootstrap.sh.tmpl) until its claim has
@@ -106,28 +106,6 @@ def discard(response: Any) -> None:
         log.debug("could not release response", exc_info=True)
 
 
-# --- pod classification ---------------------------------------------------------------------
-
-
-def is_daemonset_pod(pod: client.V1Pod) -> bool:
-    owners = (pod.metadata.owner_references if pod.metadata else None) or []
-    return any(owner.kind == "DaemonSet" for owner in owners)
-
-
-def is_mirror_pod(pod: client.V1Pod) -> bool:
-    annotations = (pod.metadata.annotations if pod.metadata else None) or {}
-    return MIRROR_ANNOTATION in annotations
-
-
-def is_finished_pod(pod: client.V1Pod) -> bool:
-    phase = pod.status.phase if pod.status else None
-    return phase in ("Succeeded", "Failed")
-
-
-# Pods annotated with either (value "true") hold voluntary disruption of their node back.
-DO_NOT_DISRUPT_ANNOTATIONS = ("cloudburst.io/do-not-disrupt", "karpenter.sh/do-not-disrupt")
-
-
 def _pod_name(pod: Any) -> str:
     return f"{pod.metadata.namespace}/{pod.metadata.name}"
 
@@ -142,16 +120,6 @@ def _merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
     for key, value in extra.items():
         merged.setdefault(key, {}).update(value)
     return merged
-
-
-def is_do_not_disrupt(pod: Any) -> bool:
-    annotations = (pod.metadata.annotations if pod.metadata else None) or {}
-    return any(annotations.get(key) == "true" for key in DO_NOT_DISRUPT_ANNOTATIONS)
-
-
-def is_left_alone(pod: client.V1Pod) -> bool:
-    """Pods a drain never evicts and that do not make a node busy (kubectl drain's rules)."""
-    return is_daemonset_pod(pod) or is_mirror_pod(pod) or is_finished_pod(pod)
 
 
 def _is_terminating(pod: client.V1Pod) -> bool:

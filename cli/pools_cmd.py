@@ -17,7 +17,6 @@ from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 from urllib3.exceptions import HTTPError
 
-from activities.kube import is_left_alone
 from api.pool import PoolStatus, pool_workflow_id
 from cli.connect import (
     UNREACHABLE,
@@ -37,6 +36,7 @@ from cli.output import (
     print_table,
     stdout_console,
 )
+from cluster.pods import is_left_alone
 from worker.client import kube_api_client
 from workflows.nodepool import NodePoolWorkflow
 

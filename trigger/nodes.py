@@ -24,10 +24,10 @@ from kubernetes import client as k8s
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
-from activities.kube import is_do_not_disrupt, is_left_alone
 from api import labels
 from api.messages import NodeObservation, ScaleDownRequest, claim_workflow_id
 from api.pool import pool_workflow_id
+from cluster.pods import is_do_not_disrupt, is_left_alone
 from trigger.watch import start_watches
 from workflows.nodepool import NodePoolWorkflow
 

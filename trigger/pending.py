@@ -37,6 +37,7 @@ from api.messages import ClaimTimings
 from api.planning import PodDemand
 from api.pool import DemandUpdate, NodePoolInput, PoolSpecs, PoolState, pool_workflow_id
 from api.problems import summary
+from cluster.pods import is_unschedulable
 from trigger.verdicts import INVALID_SPEC, SpecVerdicts
 from trigger.watch import start_watches
 from worker.telemetry import tracer
@@ -501,19 +502,6 @@ def _described(refusal: Refusal) -> str:
     if refusal.reason == INVALID_SPEC:
         return f"is invalid: {refusal.message}"
     return f"is refused ({refusal.reason}): {refusal.message}"
-
-
-def is_unschedulable(pod: Any) -> bool:
-    """Marked Unschedulable by the scheduler, unbound, not terminating, not a DaemonSet's."""
-    if pod.spec.node_name or pod.metadata.deletion_timestamp:
-        return False
-    if any(owner.kind == "DaemonSet" for owner in pod.metadata.owner_references or []):
-        return False
-    conditions = (pod.status.conditions if pod.status else None) or []
-    return any(
-        c.type == "PodScheduled" and c.status == "False" and c.reason == "Unschedulable"
-        for c in conditions
-    )
 
 
 def _unschedulable_since(pod: Any) -> float:

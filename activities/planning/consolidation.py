@@ -15,12 +15,12 @@ from typing import Any
 from kubernetes import client as k8s
 from temporalio import activity
 
-from activities.kube import DO_NOT_DISRUPT_ANNOTATIONS, is_left_alone
 from activities.planning.activity import PlanningActivities
 from activities.planning.requirements import pod_demand
 from api.planning import PlanRequest, PodDemand, Resources
 from api.pool import ConsolidationDecision, ConsolidationInput
 from api.quantity import cpu_millis, memory_bytes
+from cluster.pods import has_do_not_disrupt, is_left_alone
 
 log = logging.getLogger(__name__)
 
@@ -183,4 +183,4 @@ def _sum(demands: Any) -> Resources:
 
 
 def _protected(annotations: dict[str, str]) -> bool:
-    return any(annotations.get(key) == "true" for key in DO_NOT_DISRUPT_ANNOTATIONS)
+    return has_do_not_disrupt(annotations)
