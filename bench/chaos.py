@@ -28,6 +28,7 @@ import asyncio
 import contextlib
 import ctypes
 import json
+import logging
 import os
 import random
 import secrets
@@ -49,6 +50,7 @@ from kubernetes import config as k8s_config
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.runtime import LogForwardingConfig, LoggingConfig, Runtime, TelemetryConfig
 
 from api import search_attributes
 from api.pool import pool_workflow_id
@@ -210,12 +212,23 @@ class Topology:
             process.stop()
 
 
+def _quiet_runtime() -> Runtime:
+    """The SDK core's own warnings (a query retried while Temporal is down, as this soak
+    intends) go to Python logging, so stderr: stdout carries nothing but the report."""
+    forwarding = LogForwardingConfig(logger=logging.getLogger("temporalio.core"))
+    logging_config = LoggingConfig(filter=LoggingConfig.default.filter, forwarding=forwarding)
+    return Runtime(telemetry=TelemetryConfig(logging=logging_config))
+
+
 async def connect(topology: Topology) -> Client:
     last: Exception | None = None
+    runtime = _quiet_runtime()
     for _ in range(150):
         try:
             return await Client.connect(
-                f"127.0.0.1:{topology.temporal_port}", data_converter=pydantic_data_converter
+                f"127.0.0.1:{topology.temporal_port}",
+                data_converter=pydantic_data_converter,
+                runtime=runtime,
             )
         except RuntimeError as err:
             last = err
