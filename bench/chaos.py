@@ -79,6 +79,8 @@ class Report:
     pods_never_bound: int = 0
     bind_latency_p50_s: float | None = None
     bind_latency_max_s: float | None = None
+    # The slowest pods and what was killed while each waited: what a latency is made of.
+    slowest_binds: list[dict[str, Any]] = field(default_factory=list)
     queries: int = 0
     seconds: float = 0.0
     problems: list[str] = field(default_factory=list)
@@ -349,6 +351,7 @@ class Chaos:
     def __init__(self, topology: Topology, rng: random.Random, args: argparse.Namespace) -> None:
         self.topology, self.rng, self.args = topology, rng, args
         self.kills: Counter[str] = Counter()
+        self.timeline: list[tuple[float, str]] = []  # (monotonic time, process killed)
 
     async def run(self, stop: asyncio.Event) -> None:
         server_kills_left = self.args.server_kills
@@ -368,6 +371,7 @@ class Chaos:
     async def _bounce(self, process: Process, pause: tuple[float, float]) -> None:
         process.kill()
         self.kills[process.name] += 1
+        self.timeline.append((time.monotonic(), process.name))
         await asyncio.sleep(self.rng.uniform(*pause))
         process.start()
 
@@ -375,6 +379,24 @@ class Chaos:
     async def _sleep(stop: asyncio.Event, seconds: float) -> None:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), timeout=seconds)
+
+
+def slowest_binds(
+    watch: BindWatch, timeline: list[tuple[float, str]], count: int = 5
+) -> list[dict[str, Any]]:
+    """The `count` slowest pods to bind, each with the kills that fell while it waited."""
+    waits = sorted(
+        ((watch.bound[n] - watch.created[n], n) for n in watch.created if n in watch.bound),
+        reverse=True,
+    )[:count]
+    rows = []
+    for seconds, name in waits:
+        start, end = watch.created[name], watch.bound[name]
+        during = Counter(process for at, process in timeline if start <= at <= end)
+        rows.append(
+            {"pod": name, "seconds": round(seconds, 2), "kills_while_waiting": dict(during)}
+        )
+    return rows
 
 
 async def operator(client: Client, stop: asyncio.Event, report: Report) -> None:
@@ -542,6 +564,7 @@ async def soak(args: argparse.Namespace) -> Report:
         if latencies:
             report.bind_latency_p50_s = round(statistics.median(latencies), 2)
             report.bind_latency_max_s = round(max(latencies), 2)
+        report.slowest_binds = slowest_binds(watch, chaos.timeline)
     finally:
         topology.stop()
     report.seconds = round(time.monotonic() - started, 1)
