@@ -74,6 +74,8 @@ class NodeWatcher:
         # node -> workload pods last counted: fewer is news for the pool's consolidation.
         self._workload: dict[str, int] = {}
         self._nodes_listed = False
+        # Read directly and found since the last Node list (not looked up again until then).
+        self._found_by_reading: set[str] = set()
         self.signals_sent = 0
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -168,13 +170,14 @@ class NodeWatcher:
         if not self._nodes_listed:
             return
         for name, phase in sorted(self._claim_phases.items()):
-            if phase != "Ready" or name in self._view.nodes:
+            if phase != "Ready" or name in self._view.nodes or name in self._found_by_reading:
                 continue
             if name in self._sent and not self._sent[name][0]:
                 continue  # already told
             try:
                 await asyncio.to_thread(self._core.read_node, name)
-                continue  # it exists: its watch event is on its way
+                self._found_by_reading.add(name)  # it exists: its watch event is on its way
+                continue
             except k8s.ApiException as err:
                 if err.status != 404:
                     log.warning("could not look up node %s: %s", name, err.reason)
@@ -205,6 +208,7 @@ class NodeWatcher:
             if event == "SYNC":
                 listed = {n.metadata.name: _node_view(n) for n in obj}
                 self._nodes_listed = True
+                self._found_by_reading.clear()
                 touched = set(view.nodes) | set(listed)
                 view.nodes = {k: v for k, v in listed.items() if v is not None}
                 # A re-list re-sends everything: the workflow ignores repeats.

@@ -98,6 +98,7 @@ class PendingPodTrigger:
         self._pools: dict[PoolKey, NodePool] = {}
         self._classes: dict[PoolKey, NodeClass] = {}
         self._pending: dict[str, PoolKey] = {}  # pod uid -> pool it was sent to
+        self._pending_demand: dict[str, PodDemand] = {}  # pod uid -> what was sent
         # pod uid -> since when it waits for capacity (epoch seconds), for the latency metric
         self._pending_since: dict[str, float] = {}
         self._batches: dict[PoolKey, _Batch] = {}
@@ -176,8 +177,6 @@ class PendingPodTrigger:
             store.clear()
             invalid.clear()
             self._specs_listed.add(kind)
-            if kind == "nodepool" and self._pods_synced:
-                self._resync_all_pools()
         plural = f"{kind}s" if kind == "nodepool" else "nodeclasses"
         for raw in listed:
             # Each object on its own: one that cannot be read never hides the others.
@@ -204,6 +203,10 @@ class PendingPodTrigger:
                 else:
                     invalid[key] = refusal
             await self._tell_verdict(plural, key, raw)
+        if event == "SYNC" and kind == "nodepool":
+            # Pools listed after the pods: each hears its full pending set now (the pods'
+            # own re-list could not reach pools not yet known).
+            self._resync_all_pools()
         # A pod that matched nothing may match now (a pool created after it went pending).
         for pod in list(self._unmatched_pods.values()):
             self._apply_pod_logged("MODIFIED", pod)
@@ -229,6 +232,7 @@ class PendingPodTrigger:
         """After a (re)list: every pool gets its full set of pending pods."""
         previously = dict(self._pending)
         self._pending.clear()
+        self._pending_demand.clear()
         self._unmatched_pods.clear()
         for pod in pods:
             self._apply_pod_logged("ADDED", pod)
@@ -250,6 +254,10 @@ class PendingPodTrigger:
             return
         for key in self._pools:
             self._batch(key).full_resync = True
+        # A full resync replaces the pool's pending set: it carries every pod still pending.
+        for uid, key in self._pending.items():
+            if key in self._pools:
+                self._batch(key).add(self._pending_demand[uid])
 
     def _apply_pod_logged(self, event: str, pod: Any) -> None:
         """One pod the trigger cannot read (a malformed quantity the API server let through
@@ -264,6 +272,7 @@ class PendingPodTrigger:
         uid = pod.metadata.uid
         if event == "DELETED" or not is_unschedulable(pod):
             pool = self._pending.pop(uid, None)
+            self._pending_demand.pop(uid, None)
             since = self._pending_since.pop(uid, None)
             self._unmatched.pop(uid, None)
             self._unmatched_pods.pop(uid, None)
@@ -280,10 +289,12 @@ class PendingPodTrigger:
             self._batch(previous).resolve(uid)
         if pool is None:
             self._pending.pop(uid, None)
+            self._pending_demand.pop(uid, None)
             self._unmatched_pods[uid] = pod
             return
         self._unmatched_pods.pop(uid, None)
         self._pending[uid] = pool
+        self._pending_demand[uid] = demand
         self._pending_since.setdefault(uid, _unschedulable_since(pod))
         self._batch(pool).add(demand)
 

@@ -424,3 +424,22 @@ async def test_a_pod_deleted_while_no_trigger_runs_is_not_planned_again(stack: S
             await asyncio.sleep(17)
             status = await pool_status(stack, "phantom")
             assert len(status.claims) == 1, [c.name for c in status.claims]
+
+
+async def test_pools_listed_again_keep_the_pods_still_pending(stack: Stack) -> None:
+    """A NodePool re-list (a watch error, hours later) resyncs every pool: the resync must
+    carry the pods still pending, not tell the pool it has none."""
+    make_pool(stack.kube, "relisted", limits={"cpu": "1"})  # the pod below can never fit
+    async with in_process_worker(stack), running_trigger(stack) as trigger:
+        pod = pool_pod("relisted-0", "relisted", cpu="1500m")
+        await in_thread(stack.core.create_namespaced_pod, "default", pod)
+        await eventually(lambda: pool_status(stack, "relisted"), lambda s: s.pending_pods == 1)
+        listed = await in_thread(
+            stack.custom.list_cluster_custom_object, "cloudburst.io", "v1alpha1", "nodepools"
+        )
+        await trigger._apply("nodepool", "SYNC", listed["items"])  # as its watch does
+        sent = trigger.updates_sent
+        await eventually(lambda: asyncio.sleep(0, trigger.updates_sent), lambda n: n > sent)
+        status = await pool_status(stack, "relisted")
+        assert status.pending_pods == 1
+    await in_thread(stack.core.delete_namespaced_pod, "relisted-0", "default")
