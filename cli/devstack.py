@@ -40,6 +40,7 @@ from activities.providers import provider_class
 from api import Offering, search_attributes
 from api.messages import NodeObservation, claim_name_of
 from api.nodeclass import NodeClassSpec
+from api.nodepool import API_VERSION
 from sim.cluster import SimulatedCluster
 from trigger.nodes import NodeWatcher
 from trigger.pending import PendingPodTrigger
@@ -226,7 +227,7 @@ def seed_sample_resources(api_client: k8s.ApiClient, cluster: SimulatedCluster, 
             lambda b=secret, n=secret_name: core.replace_namespaced_secret(n, "default", b),
         )
     node_class = {
-        "apiVersion": "cloudburst.io/v1alpha1",
+        "apiVersion": API_VERSION,
         "kind": "NodeClass",
         "metadata": {"name": SAMPLE_CLASS, "namespace": "default"},
         "spec": {
@@ -241,7 +242,7 @@ def seed_sample_resources(api_client: k8s.ApiClient, cluster: SimulatedCluster, 
         },
     }
     node_pool = {
-        "apiVersion": "cloudburst.io/v1alpha1",
+        "apiVersion": API_VERSION,
         "kind": "NodePool",
         "metadata": {"name": SAMPLE_POOL, "namespace": "default"},
         "spec": {

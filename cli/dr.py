@@ -19,6 +19,7 @@ from kubernetes import client as k8s
 
 from api import labels
 from api.messages import ScaleDownRequest, claim_workflow_id
+from api.nodepool import API_VERSION
 from cli.devstack import SAMPLE_CLASS, EmbeddedStack, StackOptions, embedded_stack, free_port
 from workflows.nodeclaim import NodeClaimWorkflow
 
@@ -130,13 +131,13 @@ def _apply_seed_manifests(api_client: k8s.ApiClient) -> None:
     )
     spec: dict[str, Any] = sample["spec"]  # type: ignore[index]
     node_class = {
-        "apiVersion": "cloudburst.io/v1alpha1",
+        "apiVersion": API_VERSION,
         "kind": "NodeClass",
         "metadata": {"name": CLASS, "namespace": "default"},
         "spec": {"hetzner": spec["hetzner"], "scaleway": spec["scaleway"], "join": spec["join"]},
     }
     node_pool = {
-        "apiVersion": "cloudburst.io/v1alpha1",
+        "apiVersion": API_VERSION,
         "kind": "NodePool",
         "metadata": {"name": POOL, "namespace": "default"},
         "spec": {

@@ -18,6 +18,7 @@ from yaml.constructor import ConstructorError
 from yaml.nodes import MappingNode, Node, ScalarNode
 
 from api import NodeClaim, NodeClass, NodePool
+from api.nodepool import API_VERSION
 from api.problems import field_errors, printable, shown
 
 KINDS: dict[str, type[BaseModel]] = {
@@ -26,7 +27,7 @@ KINDS: dict[str, type[BaseModel]] = {
     "NodeClaim": NodeClaim,
 }
 GROUP = "cloudburst.io"
-GROUP_VERSION = "cloudburst.io/v1alpha1"
+GROUP_VERSION = API_VERSION
 # The API server refuses requests over 3 MiB; a manifest is far smaller.
 MAX_FILE_BYTES = 3 * 2**20
 # Nesting and size after aliases are expanded: a few anchors must not make a billion nodes

@@ -43,6 +43,7 @@ with workflow.unsafe.imports_passed_through():
         TailnetDeviceRef,
     )
     from api.nodeclaim import ConditionType, NodeClaimPhase, NodeClaimStatus, Offering
+    from api.nodepool import API_VERSION
     from api.pool import ClaimReport, DisruptionPermit, DisruptionRequest
     from workflows.alarms import Alarms
     from workflows.decisions import disruption
@@ -874,7 +875,7 @@ class NodeClaimWorkflow:
             kind="NodeClaim",
             name=self._name,
             namespace=self._namespace,
-            api_version="cloudburst.io/v1alpha1",
+            api_version=API_VERSION,
         )
 
     def _scale_requested_reason(self) -> str:

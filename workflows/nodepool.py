@@ -36,7 +36,7 @@ with workflow.unsafe.imports_passed_through():
     from api.events import EventBatch, KubeEvent, ObjectRef
     from api.messages import FailureReason, NodeClaimInput, claim_workflow_id
     from api.nodeclaim import NodeClaimPhase
-    from api.nodepool import Budget, Limits, parse_duration
+    from api.nodepool import API_VERSION, Budget, Limits, parse_duration
     from api.nodepool_status import (
         LIMIT_REACHED,
         NodePoolStatus,
@@ -803,7 +803,7 @@ class NodePoolWorkflow:
                             kind="NodePool",
                             name=self._input.name,
                             namespace=self._input.namespace,
-                            api_version="cloudburst.io/v1alpha1",
+                            api_version=API_VERSION,
                         ),
                         reason=events.LIMIT_REACHED,
                         message=limit_reached.message,
