@@ -29,7 +29,6 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from activities import metrics
 from activities.events import record_event
-from activities.planning.requirements import pod_demand, pool_can_host
 from activities.tenancy import Refusal, Tenancy
 from api import NodeClass, NodePool, events
 from api.events import KubeEvent, ObjectRef
@@ -38,6 +37,7 @@ from api.planning import PodDemand
 from api.pool import DemandUpdate, NodePoolInput, PoolSpecs, PoolState, pool_workflow_id
 from api.problems import summary
 from cluster.pods import is_unschedulable
+from cluster.requirements import pod_demand, pool_can_host
 from trigger.verdicts import INVALID_SPEC, SpecVerdicts
 from trigger.watch import start_watches
 from worker.telemetry import tracer
@@ -443,7 +443,7 @@ class PendingPodTrigger:
 
     async def _specs_changed(self) -> None:
         """Pools hear about spec changes; a pool with a minNodes floor is started."""
-        for key, pool in self._pools.items():
+        for key, pool in list(self._pools.items()):  # it awaits: a snapshot
             specs = self._specs(key)
             if specs is None:
                 continue

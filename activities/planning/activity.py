@@ -29,13 +29,6 @@ from activities.planning.cloudbroker import (
 from activities.planning.config import PlanningConfig
 from activities.planning.plan import kube_reserved, plan_capacity
 from activities.planning.recommend import CatalogRecommender, Recommender
-from activities.planning.requirements import (
-    node_labels_match,
-    offering_labels,
-    pod_demand,
-    static_labels,
-    tolerates,
-)
 from activities.providers.base import FatalError, ProviderError
 from activities.providers.fake import FakeProvider
 from activities.tenancy import Tenancy
@@ -43,6 +36,13 @@ from api.errors import INVALID_CONFIGURATION, RECOMMENDER_UNAVAILABLE
 from api.nodeclaim import Offering
 from api.nodepool import NodePoolSpec
 from api.planning import NodeSelectorTerm, Plan, PlanRequest, Resources
+from cluster.requirements import (
+    node_labels_match,
+    offering_labels,
+    pod_demand,
+    static_labels,
+    tolerates,
+)
 
 log = logging.getLogger(__name__)
 

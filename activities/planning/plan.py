@@ -22,10 +22,10 @@ from activities.planning.packing import (
     pack,
 )
 from activities.planning.regions import offering_allowed
-from activities.planning.requirements import offering_filter, pool_can_host
 from api.nodeclaim import Offering
 from api.planning import Plan, PlannedNode, PlanRequest, PodDemand, Resources
 from api.quantity import format_cpu, format_memory
+from cluster.requirements import offering_filter, pool_can_host
 
 MAX_PODS_PER_NODE = 110  # the kubelet's default --max-pods
 EVICTION_THRESHOLD_BYTES = 100 * 2**20  # kubelet's default memory.available<100Mi

@@ -5,15 +5,15 @@ from __future__ import annotations
 import pytest
 from kubernetes import client as k8s
 
-from activities.planning.requirements import (
+from api.nodeclaim import Offering
+from api.nodepool import NodePoolSpec
+from api.planning import NodeSelectorRequirement, NodeSelectorTerm, PodDemand, Resources, Toleration
+from cluster.requirements import (
     offering_filter,
     pod_demand,
     pool_can_host,
     rank_pools,
 )
-from api.nodeclaim import Offering
-from api.nodepool import NodePoolSpec
-from api.planning import NodeSelectorRequirement, NodeSelectorTerm, PodDemand, Resources, Toleration
 
 
 def pool(
