@@ -21,6 +21,8 @@ from api.nodepool import Requirements
 
 SHIPPED_PATH = Path(__file__).with_name("catalog.json")
 CATALOG_ENV = "CLOUDBURST_CATALOG"
+# Optional per-entry maps left out of the file when empty (most entries have none).
+_OMITTED_WHEN_EMPTY = ("zones", "spot_prices", "spot_prices_eur")
 
 
 @dataclass(frozen=True)
@@ -36,6 +38,9 @@ class CatalogEntry:
     source: str
     as_of: str
     zones: dict[str, str] = field(default_factory=dict)  # region -> zone to launch in
+    # Spot/preemptible prices where the provider sells them (AWS, GCP, Azure), same units.
+    spot_prices: dict[str, float] = field(default_factory=dict)  # region -> in `currency`
+    spot_prices_eur: dict[str, float] = field(default_factory=dict)  # region -> EUR
 
 
 class Catalog:
@@ -64,6 +69,10 @@ class Catalog:
                 source=raw.get("source", ""),
                 as_of=raw.get("as_of", ""),
                 zones=dict(raw.get("zones") or {}),
+                spot_prices={k: float(v) for k, v in (raw.get("spot_prices") or {}).items()},
+                spot_prices_eur={
+                    k: float(v) for k, v in (raw.get("spot_prices_eur") or {}).items()
+                },
             )
             for raw in data.get("instance_types", [])
         ]
@@ -73,7 +82,8 @@ class Catalog:
     def save(self, path: Path | str) -> None:
         data = dict(self.header)
         data["instance_types"] = [
-            {k: v for k, v in asdict(e).items() if k != "zones" or v} for e in self.entries
+            {k: v for k, v in asdict(e).items() if k not in _OMITTED_WHEN_EMPTY or v}
+            for e in self.entries
         ]
         Path(path).write_text(json.dumps(data, indent=1) + "\n")
 
