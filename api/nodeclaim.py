@@ -78,6 +78,10 @@ class Offering(CamelModel):
     memory_gib: Annotated[_Amount, Field(le=MAX_MEMORY_GIB)] | None = None
     arch: str = Field(default="x86_64", json_schema_extra={"enum": list(ARCHITECTURES)})
     price_eur_per_hour: Annotated[_Amount, Field(le=MAX_PRICE_EUR_PER_HOUR)] | None = None
+    # Where the price comes from (the provider's price API, its pricing page, CloudBroker)
+    # and when it was read (ISO-8601): what `catalog show` and a claim's details print.
+    price_source: Text | None = None
+    price_as_of: Text | None = None
 
     @field_validator("provider")
     @classmethod
@@ -181,6 +185,8 @@ class NodeClaimStatus(CamelModel):
     region: str | None = None
     instance_type: str | None = None
     price_eur_per_hour: float | None = None
+    price_source: str | None = None  # where that price was read, and when (ISO-8601)
+    price_as_of: str | None = None
     capacity: dict[str, str] = {}
     failure_reason: str | None = None
     failure_message: str | None = None

@@ -11,6 +11,9 @@ from api.nodeclaim import Condition
 
 # Condition types a pool reports (Karpenter's NodePool has Ready and ValidationSucceeded).
 LIMIT_REACHED = "LimitReached"
+# True (a warning) while the pool's latest new nodes were chosen by prices older than
+# CLOUDBURST_PRICES_MAX_AGE_HOURS; present once that has happened.
+PRICES_STALE = "PricesStale"
 READY = "Ready"
 # Written by the trigger, which validates the spec (trigger/verdicts.py); the pool's workflow
 # keeps it, and keeps Ready=False while it is False.

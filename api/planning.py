@@ -125,3 +125,6 @@ class Plan(BaseModel):
     # pods that fit an offering but a pool limit (maxNodes, cpu, memory) holds back
     limited: list[str] = []
     cost_eur_per_hour: float = 0.0
+    # One line per provider whose prices for the new nodes are older than the configured
+    # age (the pool's PricesStale condition says them).
+    stale_prices: list[str] = []

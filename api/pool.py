@@ -133,6 +133,9 @@ class PoolState(BaseModel):
     config_failures: int = 0
     # Scheduled budgets: the latest window start reached so far, by budget identity.
     budget_window_starts: dict[str, datetime] = {}
+    # Why the prices of the pool's latest new nodes may be out of date (one line per
+    # provider; empty: current), for the PricesStale condition.
+    stale_prices: list[str] = []
 
 
 class NodePoolInput(BaseModel):

@@ -1,24 +1,34 @@
-"""`cloudburst catalog`: show the offerings a pool would get, refresh prices from the APIs."""
+"""`cloudburst catalog`: show the offerings a pool would get (with each price's source and
+date), refresh prices from the providers' APIs, and show the scheduled refreshes' status."""
 
 from __future__ import annotations
 
 import os
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated
 
 import typer
+from kubernetes import client as k8s
+from kubernetes.client.exceptions import ApiException
 from rich.console import Console
 from rich.text import Text
+from urllib3.exceptions import HTTPError
 
 from activities.planning.catalog import CATALOG_ENV, SHIPPED_PATH, Catalog
+from activities.planning.config import REAL_PROVIDERS
 from activities.planning.plan import kube_reserved, usable_capacity
-from activities.planning.refresh import TOKEN_ENV, RefreshError, refresh_provider
+from activities.planning.price_store import live_catalog, read_store, statuses
+from activities.planning.refresh import REQUIRED_CREDENTIALS, RefreshError, refresh_provider
 from api._base import CamelModel
 from api.nodeclaim import Offering
 from api.nodepool import PROVIDERS, Requirements
+from api.prices import CATALOG_CONFIGMAP, ProviderPriceStatus
+from cli.connect import Kubeconfig, cli_settings, fail
 from cli.output import (
     Output,
     OutputFormat,
+    age,
     is_tty,
     items,
     new_table,
@@ -26,6 +36,7 @@ from cli.output import (
     print_table,
     stdout_console,
 )
+from worker.client import kube_api_client
 
 catalog_app = typer.Typer(help="The built-in instance-type catalog and its prices.")
 # Markup off: offerings and errors are data, never rich markup.
@@ -60,14 +71,24 @@ def show(
     providers: Annotated[str | None, typer.Option(help="comma-separated allowed providers")] = None,
     limit: Annotated[int, typer.Option(help="rows to print")] = 20,
     catalog: CatalogPath = None,
+    live: Annotated[
+        bool,
+        typer.Option(
+            "--live", help="with the prices the worker's scheduled refresh keeps in the cluster"
+        ),
+    ] = False,
+    kubeconfig: Kubeconfig = None,
     output: Output = OutputFormat.TABLE,
 ) -> None:
-    """Print the ranking a pool with these requirements would get (cheapest first).
+    """Print the ranking a pool with these requirements would get (cheapest first), with
+    each price's date (AS OF).
 
-    -o wide adds each offering's ZONE.
+    --live lays the cluster's refreshed prices (ConfigMap cloudburst-catalog) over the file,
+    as the planner does.
+    -o wide adds each offering's ZONE and price SOURCE.
     -o json|yaml prints an object with "items", each with its rank, the offering (provider,
-    region, instanceType, zone, vcpu, memoryGib, arch, priceEurPerHour), usableCpu and
-    usableMemoryGib."""
+    region, instanceType, zone, vcpu, memoryGib, arch, priceEurPerHour, priceSource,
+    priceAsOf), usableCpu and usableMemoryGib."""
     constraint: str | list[str] = (
         region_constraint
         if region_constraint.upper() in ("ANY", "EU", "US")
@@ -86,9 +107,12 @@ def show(
     # Sizes as the seed's CloudBroker reads them: the node's vCPUs and memory, not what is
     # left after kube-reserved (the USABLE columns show that).
     class_providers = [p for p in PROVIDERS if p != "fake"]
+    offerings = Catalog.load(catalog)
+    if live:
+        offerings = live_catalog(offerings, _read_cluster_store(kubeconfig))
     ranked = [
         o
-        for o in Catalog.load(catalog).offerings(requirements, class_providers)
+        for o in offerings.offerings(requirements, class_providers)
         if (o.vcpu or 0) >= min_vcpu and (o.memory_gib or 0) >= min_ram_gb
     ][:limit]
     rows = []
@@ -114,7 +138,7 @@ def show(
 
 @catalog_app.command("refresh")
 def refresh(
-    provider: Annotated[str, typer.Option(help="hetzner, scaleway, digitalocean or azure")],
+    provider: Annotated[str, typer.Option(help="one of " + ", ".join(REAL_PROVIDERS))],
     endpoint: Annotated[
         str | None, typer.Option(help="API base URL (a local stand-in in tests)")
     ] = None,
@@ -123,12 +147,19 @@ def refresh(
         Path | None, typer.Option(help="where to write (default: the input file)")
     ] = None,
 ) -> None:
-    """Rebuild one provider's part of the catalog from its own price API."""
+    """Rebuild one provider's part of the catalog file from its own price API.
+
+    The credentials a price API needs are read from the environment variables its SDK
+    documents. In a cluster the worker does this on a Schedule (see `catalog status`)."""
     source = catalog or Path(os.environ.get(CATALOG_ENV) or SHIPPED_PATH)
     current = Catalog.load(source)
-    token = os.environ.get(TOKEN_ENV[provider]) if provider in TOKEN_ENV else None
+    credentials = {
+        name: os.environ[name]
+        for name in REQUIRED_CREDENTIALS.get(provider, ())
+        if os.environ.get(name)
+    }
     try:
-        updated = refresh_provider(current, provider, endpoint=endpoint, token=token)
+        updated = refresh_provider(current, provider, endpoint=endpoint, credentials=credentials)
     except RefreshError as err:
         err_console.print(Text.assemble(("✗", "red"), f" {err}"))
         raise typer.Exit(1) from None
@@ -139,10 +170,66 @@ def refresh(
     stdout_console().print(f"{provider}: {before} → {after} instance types written to {target}")
 
 
+@catalog_app.command("status")
+def status(kubeconfig: Kubeconfig = None, output: Output = OutputFormat.TABLE) -> None:
+    """Each provider's last scheduled price refresh: outcome, when the prices in use were
+    fetched (AGE), how many instance types, and the error of the last attempt.
+
+    A provider never refreshed is planned with the shipped catalog's prices. Exit 1 when
+    the last attempt of any provider failed.
+    -o json|yaml prints an object with "items" (provider, outcome, attemptedAt, refreshedAt,
+    instanceTypes, source, error)."""
+    rows = statuses(_read_cluster_store(kubeconfig))
+    if output.is_data:
+        print_data(items(rows), output)
+    else:
+        print_statuses(rows, output)
+    if not rows:
+        err_console.print(
+            f"no refresh recorded yet (ConfigMap {CATALOG_CONFIGMAP}): the shipped prices are used"
+        )
+    if any(r.outcome == "failed" for r in rows):
+        raise typer.Exit(1)
+
+
+def _read_cluster_store(kubeconfig: Path | None) -> dict[str, str]:
+    settings = cli_settings(kubeconfig=kubeconfig)
+    try:
+        api_client = kube_api_client(settings)
+    except Exception as err:  # the kubeconfig loaders raise several unrelated types
+        raise fail(f"no Kubernetes configuration: {err}") from None
+    with api_client:
+        try:
+            return read_store(k8s.CoreV1Api(api_client), settings.worker_namespace)
+        except (ApiException, HTTPError) as err:
+            reason = getattr(err, "reason", None) or err
+            raise fail(
+                f"cannot read ConfigMap {settings.worker_namespace}/{CATALOG_CONFIGMAP}: {reason}"
+            ) from None
+
+
+def print_statuses(rows: list[ProviderPriceStatus], output: OutputFormat) -> None:
+    wide = output == OutputFormat.WIDE
+    now = datetime.now(UTC)
+    columns = ["PROVIDER", "OUTCOME", "AGE", "TYPES", "LAST ATTEMPT", "ERROR"]
+    table = new_table(*columns, *(["SOURCE"] if wide else []))
+    for row in rows:
+        table.add_row(
+            row.provider,
+            row.outcome,
+            age(now - row.refreshed_at) if row.refreshed_at else "never",
+            str(row.instance_types),
+            f"{age(now - row.attempted_at)} ago",
+            row.error or "—",
+            *([row.source or "—"] if wide else []),
+        )
+    print_table(table)
+
+
 def print_offerings(rows: list[RankedOffering], sizes: str, output: OutputFormat) -> None:
     wide = output == OutputFormat.WIDE
     columns = ["#", "PROVIDER", "REGION", "TYPE", "ARCH", "VCPU", "GIB"]
-    columns += ["USABLE CPU", "USABLE GIB", "EUR/H", *(["ZONE"] if wide else [])]
+    columns += ["USABLE CPU", "USABLE GIB", "EUR/H", "AS OF", *(["ZONE", "SOURCE"] if wide else [])]
     # The title only on a terminal: in a pipe the first line is the header, as in kubectl.
     title = f"{len(rows)} offerings with {sizes}, cheapest first" if is_tty() else None
     table = new_table(*columns, title=title)
@@ -159,6 +246,7 @@ def print_offerings(rows: list[RankedOffering], sizes: str, output: OutputFormat
             f"{row.usable_cpu:.2f}",
             f"{row.usable_memory_gib:.2f}",
             f"{o.price_eur_per_hour:.4f}",
+            (o.price_as_of or "—")[:10],  # the date; -o json has the whole timestamp
         ]
-        table.add_row(*cells, *([o.zone or "—"] if wide else []))
+        table.add_row(*cells, *([o.zone or "—", o.price_source or "—"] if wide else []))
     print_table(table)

@@ -45,6 +45,7 @@ from cli.output import (
     Output,
     OutputFormat,
     TableStream,
+    age,
     dump,
     is_tty,
     items,
@@ -107,7 +108,7 @@ class ClaimSummary(CamelModel):
             self.region,
             self.instance_type,
             self.phase,
-            _age(self.started_at),
+            age(datetime.now(UTC) - self.started_at),
         ]
         return [*cells, self.execution_status, self.workflow_id] if wide else cells
 
@@ -361,7 +362,7 @@ def print_claim(
             "Provider",
             f"{status.provider or '—'} / {status.region or '—'} / {status.instance_type or '—'}",
         ),
-        ("Price", f"€{price:.4f}/h" if price is not None else "—"),
+        ("Price", f"€{price:.4f}/h{_provenance(status)}" if price is not None else "—"),
         ("Instance", status.instance_id or "—"),
         ("Node", status.node_name or "—"),
         ("Capacity", ", ".join(f"{k}={v}" for k, v in status.capacity.items()) or "—"),
@@ -448,13 +449,10 @@ def _status_name(status: WorkflowExecutionStatus | None) -> str:
     return "".join(part.capitalize() for part in status.name.split("_"))
 
 
+def _provenance(status: NodeClaimStatus) -> str:
+    said = [status.price_source, f"as of {status.price_as_of}" if status.price_as_of else None]
+    return f" ({', '.join(s for s in said if s)})" if any(said) else ""
+
+
 def _when(moment: datetime | None) -> str:
     return moment.astimezone().strftime("%Y-%m-%d %H:%M:%S") if moment else "—"
-
-
-def _age(start: datetime) -> str:
-    seconds = int((datetime.now(UTC) - start).total_seconds())
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size:
-            return f"{seconds // size}{unit}"
-    return f"{seconds}s"

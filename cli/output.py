@@ -18,6 +18,7 @@ import json
 import os
 import sys
 from collections.abc import Iterable
+from datetime import timedelta
 from enum import StrEnum
 from typing import Annotated, Any
 
@@ -141,3 +142,12 @@ def write_lines(lines: Iterable[str]) -> None:
         # Python would report the broken pipe again when it flushes stdout at exit.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         raise typer.Exit(0) from None
+
+
+def age(elapsed: timedelta) -> str:
+    """kubectl's AGE: the largest whole unit (3d, 5h, 12m, 40s)."""
+    seconds = max(0, int(elapsed.total_seconds()))
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"

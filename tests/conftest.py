@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import os
 import secrets
 import shlex
 import sys
@@ -24,6 +25,9 @@ from cli.devstack import seed_sample_resources
 from sim.cluster import SimulatedCluster
 
 TEMPORAL_CLI = Path(sys.executable).parent / "temporal"
+# Workers started by tests (in-process or as `cloudburst worker`) must not fetch the real
+# clouds' prices when their schedule is created; the tests of the price schedule opt in.
+os.environ.setdefault("CLOUDBURST_PRICES_ENABLED", "false")
 # hypothesis is imported up front: otherwise its pytest plugin imports it while printing the
 # summary of a run that never used it, which trips a CPython 3.11.7 bug in `ast.parse`.
 

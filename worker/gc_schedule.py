@@ -1,9 +1,8 @@
 """The orphan-GC Schedule, created (or brought up to date) by the worker at start.
 
-`ensure_gc_schedule` is idempotent: the first worker creates `cloudburst-orphan-gc`; later
-ones (every replica, every restart) find it and update its spec and action to their
-settings, so changing the interval or grace period is a worker restart. Overlap is SKIP: a
-run still busy deleting makes the next tick a no-op rather than a second collector.
+`ensure_gc_schedule` is idempotent (worker/schedules.py): changing the interval or grace
+period is a worker restart. Overlap is SKIP: a run still busy deleting makes the next tick
+a no-op rather than a second collector.
 
 Settings (environment, beside the worker's `CLOUDBURST_*`):
 `CLOUDBURST_GC_ENABLED` (default true), `CLOUDBURST_GC_INTERVAL_SECONDS` (300),
@@ -21,16 +20,12 @@ from temporalio.client import (
     Client,
     Schedule,
     ScheduleActionStartWorkflow,
-    ScheduleAlreadyRunningError,
     ScheduleIntervalSpec,
     ScheduleOverlapPolicy,
     SchedulePolicy,
     ScheduleSpec,
     ScheduleState,
-    ScheduleUpdate,
-    ScheduleUpdateInput,
 )
-from temporalio.service import RPCError
 
 from api.gc import (
     DEFAULT_GC_INTERVAL_S,
@@ -39,6 +34,7 @@ from api.gc import (
     GC_WORKFLOW_ID,
     OrphanGcInput,
 )
+from worker.schedules import ensure_schedule
 from worker.settings import Settings
 from workflows.gc import OrphanGcWorkflow
 
@@ -83,29 +79,6 @@ async def ensure_gc_schedule(
     if not gc.enabled:
         log.info("orphan GC schedule not managed (CLOUDBURST_GC_ENABLED=false)")
         return
-    schedule = gc_schedule(settings, gc)
-
-    def update(current: ScheduleUpdateInput) -> ScheduleUpdate:
-        # Keep whatever an operator did to its state (paused, notes); own spec and action.
-        wanted = gc_schedule(settings, gc)
-        wanted.state = current.description.schedule.state
-        return ScheduleUpdate(schedule=wanted)
-
-    # The worker's real job does not depend on the schedule: a refusal (e.g. an API key
-    # without the right to manage schedules) is logged loudly, and the worker still starts.
-    try:
-        try:
-            await client.create_schedule(GC_SCHEDULE_ID, schedule)
-            log.info("created schedule %s (every %ss)", GC_SCHEDULE_ID, gc.interval_seconds)
-            return
-        except ScheduleAlreadyRunningError:
-            pass
-        await client.get_schedule_handle(GC_SCHEDULE_ID).update(update)
-        log.info("updated schedule %s (every %ss)", GC_SCHEDULE_ID, gc.interval_seconds)
-    except RPCError as err:
-        log.error(
-            "could not create or update schedule %s (%s: %s): orphan GC will not run",
-            GC_SCHEDULE_ID,
-            err.status.name,
-            err.message,
-        )
+    await ensure_schedule(
+        client, GC_SCHEDULE_ID, lambda: gc_schedule(settings, gc), "orphan GC will not run"
+    )

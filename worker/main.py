@@ -22,11 +22,13 @@ from activities.kube import KubeActivities
 from activities.mirror import MirrorActivities
 from activities.planning.activity import PlanningActivities
 from activities.planning.consolidation import ConsolidationActivities
+from activities.planning.prices import PriceActivities
 from activities.tailscale import TailscaleActivities
 from activities.tenancy import Tenancy
 from worker.client import connect_temporal, kube_api_client, register_search_attributes
 from worker.gc_schedule import ensure_gc_schedule
 from worker.health import serving_health
+from worker.price_schedule import ensure_price_schedule
 from worker.settings import Settings
 from workflows import WORKFLOWS
 
@@ -36,6 +38,7 @@ log = logging.getLogger(__name__)
 def build_activities(api_client: k8s.ApiClient, tenancy: Tenancy) -> list[Callable[..., Any]]:
     """Every activity; those that read a NodeClass's Secrets or call out keep to `tenancy`."""
     planning = PlanningActivities(api_client, tenancy=tenancy)
+    prices = PriceActivities(api_client, tenancy.worker_namespace)
     return [
         *BootstrapActivities(api_client, tenancy).activities(),
         *KubeActivities(api_client).activities(),
@@ -46,6 +49,7 @@ def build_activities(api_client: k8s.ApiClient, tenancy: Tenancy) -> list[Callab
         *TailscaleActivities(api_client, tenancy).activities(),
         *planning.activities(),
         *ConsolidationActivities(api_client, planning).activities(),
+        *prices.activities(),
     ]
 
 
@@ -68,6 +72,7 @@ async def run_worker(settings: Settings, stop: asyncio.Event | None = None) -> N
     client = await connect_temporal(settings)
     await register_search_attributes(client, settings.temporal_namespace)
     await ensure_gc_schedule(client, settings)
+    await ensure_price_schedule(client, settings)
     api_client = kube_api_client(settings)
     with (
         ThreadPoolExecutor(max_workers=settings.max_concurrent_activities) as executor,

@@ -336,6 +336,8 @@ class NodeClaimWorkflow:
         status.region = offering.region
         status.instance_type = offering.instance_type
         status.price_eur_per_hour = offering.price_eur_per_hour
+        status.price_source = offering.price_source
+        status.price_as_of = offering.price_as_of
         if offering.vcpu is not None:
             status.capacity["cpu"] = f"{offering.vcpu:g}"
         if offering.memory_gib is not None:

@@ -399,6 +399,8 @@ class NodePoolWorkflow:
             return
         state.plan_retry_at = None
         self._last_plan = plan
+        if plan.new_nodes:  # the prices a pool is judged by: those it launched with
+            state.stale_prices = plan.stale_prices
         # Signals handled while planning may have resolved pods or ended claims: only what
         # is still pending is nominated.
         notices: list[KubeEvent] = []

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from kubernetes import client as k8s
@@ -19,7 +20,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.kube import read_secret_value
-from activities.planning.catalog import Catalog
+from activities.planning.catalog import Catalog, stale_price_notes
 from activities.planning.cloudbroker import (
     CloudBrokerClient,
     CloudBrokerFatal,
@@ -28,6 +29,7 @@ from activities.planning.cloudbroker import (
 )
 from activities.planning.config import PlanningConfig
 from activities.planning.plan import kube_reserved, plan_capacity
+from activities.planning.price_store import LiveCatalog
 from activities.planning.recommend import CatalogRecommender, Recommender
 from activities.providers.base import FatalError, ProviderError
 from activities.providers.fake import FakeProvider
@@ -65,6 +67,10 @@ class PlanningActivities:
         self._apps = k8s.AppsV1Api(api_client)
         self._config = config or PlanningConfig.from_env()
         self._factory = recommender_factory or self._default_recommender
+        # The shipped (or configured) catalog with the scheduled refreshes laid over it.
+        self._catalog = LiveCatalog(
+            self._core, self._tenancy.worker_namespace, Catalog.load(self._config.catalog_path)
+        )
 
     def activities(self) -> list[Callable[..., Any]]:
         return [self.plan_capacity]
@@ -78,6 +84,11 @@ class PlanningActivities:
             return kube_reserved(offering) + daemonsets(offering)
 
         plan = plan_capacity(request, offerings, per_node_overhead)
+        plan.stale_prices = stale_price_notes(
+            [node.offerings[0] for node in plan.new_nodes if node.offerings],
+            datetime.now(UTC),
+            timedelta(hours=self._config.price_max_age_h),
+        )
         log.info(
             "pool %s: %d pods -> %d on in-flight nodes, %d new nodes (EUR %.4f/h), "
             "%d unschedulable, %d held by limits, from %d offerings",
@@ -151,7 +162,7 @@ class PlanningActivities:
         ]
 
     def _default_recommender(self) -> Recommender:
-        catalog = CatalogRecommender(Catalog.load(self._config.catalog_path))
+        catalog = CatalogRecommender(self._catalog.get())
         cfg = self._config
         if not cfg.cloudbroker_url:
             return catalog

@@ -9,16 +9,56 @@ Read from the worker's environment:
     CLOUDBURST_CLOUDBROKER_FALLBACK         "true" (default): use the catalog while it is down
     CLOUDBURST_CLOUDBROKER_TIMEOUT_S        per-request timeout, default 5
     CLOUDBURST_CATALOG                      a refreshed catalog.json instead of the shipped one
+
+Live prices (`PriceSettings`, read by the worker's price Schedule and the planner):
+    CLOUDBURST_PRICES_ENABLED               "true" (default): the worker keeps the Schedule
+    CLOUDBURST_PRICES_INTERVAL_HOURS        how often every provider's prices are fetched (6)
+    CLOUDBURST_PRICES_PROVIDERS             comma-separated (default: all seven)
+    CLOUDBURST_PRICES_ENDPOINTS             JSON {"hetzner": "https://proxy.internal/v1"}:
+                                            the price APIs' base URLs, an operator's choice
+    CLOUDBURST_PRICES_MAX_AGE_HOURS         older prices give the pools planning with them
+                                            a PricesStale condition (168)
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from typing import Annotated
 
-from pydantic import BaseModel, SecretStr
+from pydantic import BaseModel, Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from api._base import SecretKeyRef
+from api.nodepool import PROVIDERS
+from api.prices import DEFAULT_PRICE_MAX_AGE_H, DEFAULT_REFRESH_INTERVAL_H
+
+REAL_PROVIDERS = [p for p in PROVIDERS if p != "fake"]
+
+
+class PriceSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="CLOUDBURST_PRICES_", extra="ignore")
+
+    enabled: bool = True
+    interval_hours: float = Field(default=DEFAULT_REFRESH_INTERVAL_H, gt=0)
+    providers: Annotated[list[str], NoDecode] = REAL_PROVIDERS
+    endpoints: dict[str, str] = {}
+    max_age_hours: float = Field(default=DEFAULT_PRICE_MAX_AGE_H, gt=0)
+
+    @field_validator("providers", mode="before")
+    @classmethod
+    def _comma_separated(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [p.strip() for p in value.split(",") if p.strip()]
+        return value
+
+    @field_validator("providers", "endpoints")
+    @classmethod
+    def _known_providers(cls, value: list[str] | dict[str, str]) -> list[str] | dict[str, str]:
+        unknown = sorted(set(value) - set(REAL_PROVIDERS))
+        if unknown:
+            raise ValueError(f"unknown provider(s) {unknown}; use some of {REAL_PROVIDERS}")
+        return value
 
 
 class PlanningConfig(BaseModel):
@@ -28,6 +68,7 @@ class PlanningConfig(BaseModel):
     fallback_to_catalog: bool = True
     timeout_s: float = 5.0
     catalog_path: str | None = None
+    price_max_age_h: float = DEFAULT_PRICE_MAX_AGE_H
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> PlanningConfig:
@@ -51,4 +92,7 @@ class PlanningConfig(BaseModel):
             not in ("0", "false", "no"),
             timeout_s=float(env.get("CLOUDBURST_CLOUDBROKER_TIMEOUT_S", "5")),
             catalog_path=env.get("CLOUDBURST_CATALOG") or None,
+            price_max_age_h=float(
+                env.get("CLOUDBURST_PRICES_MAX_AGE_HOURS") or DEFAULT_PRICE_MAX_AGE_H
+            ),
         )

@@ -8,7 +8,7 @@ Every call goes through httpx with an endpoint override, so tests use local fake
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -22,10 +22,12 @@ DEFAULT_ENDPOINTS = {
     "digitalocean": "https://api.digitalocean.com",
     "azure": "https://prices.azure.com",
 }
-TOKEN_ENV = {
-    "hetzner": "HCLOUD_TOKEN",
-    "scaleway": "SCW_SECRET_KEY",
-    "digitalocean": "DIGITALOCEAN_TOKEN",
+# What each price API needs, by the environment variable its SDK documents.
+REQUIRED_CREDENTIALS: dict[str, tuple[str, ...]] = {
+    "hetzner": ("HCLOUD_TOKEN",),
+    "scaleway": ("SCW_SECRET_KEY",),
+    "digitalocean": ("DIGITALOCEAN_TOKEN",),
+    "azure": (),
 }
 SCALEWAY_ZONES = ("fr-par-1", "nl-ams-1", "pl-waw-1")
 AZURE_REGIONS = ("eastus", "westeurope")
@@ -37,7 +39,11 @@ class RefreshError(Exception):
 
 
 def refresh_provider(
-    catalog: Catalog, provider: str, *, endpoint: str | None = None, token: str | None = None
+    catalog: Catalog,
+    provider: str,
+    *,
+    endpoint: str | None = None,
+    credentials: Mapping[str, str] | None = None,
 ) -> Catalog:
     """A copy of `catalog` with `provider`'s instance types and prices fetched anew."""
     fetchers: dict[str, Callable[..., list[CatalogEntry]]] = {
@@ -51,8 +57,11 @@ def refresh_provider(
             f"{provider} has no public price API we can read; supported: {sorted(fetchers)}"
         )
     base = (endpoint or DEFAULT_ENDPOINTS[provider]).rstrip("/")
-    if provider in TOKEN_ENV and not token:
-        raise RefreshError(f"{provider} needs an API token: set {TOKEN_ENV[provider]}")
+    missing = [n for n in REQUIRED_CREDENTIALS[provider] if not (credentials or {}).get(n)]
+    if missing:
+        raise RefreshError(f"{provider} needs {' and '.join(missing)} for its price API")
+    names = REQUIRED_CREDENTIALS[provider]
+    token = (credentials or {})[names[0]] if names else None
     with httpx.Client(timeout=TIMEOUT_S, verify=base.startswith("https://")) as http:
         entries = fetchers[provider](http, base, token, catalog)
     if not entries:

@@ -41,6 +41,8 @@ SECRET_SCOPES: dict[str, set[str]] = {
     # A NodeClass's credential Secrets (tenant); the script create_instance reads, the
     # CloudBroker key (worker).
     "activities/kube.py:read_secret_value": {"tenant", "worker"},
+    # The price APIs' credentials an operator keeps beside the worker.
+    "activities/planning/prices.py:PriceActivities._credentials": {"worker"},
 }
 
 

@@ -46,22 +46,27 @@ def test_catalog_show_in_a_pipe_prints_whole_values_in_plain_columns() -> None:
     lines = show("--limit", "5").splitlines()
     assert lines[0].split() == [
         "#", "PROVIDER", "REGION", "TYPE", "ARCH", "VCPU", "GIB", "USABLE", "CPU", "USABLE",
-        "GIB", "EUR/H",
+        "GIB", "EUR/H", "AS", "OF",
     ]  # fmt: skip
     listed = json.loads(show("--limit", "5", "-o", "json"))["items"]
     for line, item in zip(lines[1:], listed, strict=True):
         offering = Offering.model_validate(item["offering"])
         assert line.split()[1:4] == [offering.provider, offering.region, offering.instance_type]
-        assert line.split()[-1] == f"{offering.price_eur_per_hour:.4f}"  # never "0.00…"
+        assert line.split()[-2] == f"{offering.price_eur_per_hour:.4f}"  # never "0.00…"
+        # Every price says when it was read (the shipped catalog's are dated too).
+        assert offering.price_as_of and line.split()[-1] == offering.price_as_of[:10]
+        assert offering.price_source
     for line in lines:
         assert line == line.rstrip()
         assert not set(line) & set("…│─┃━┏┡"), line  # no ellipsis, no box drawing
 
 
-def test_catalog_show_wide_adds_the_zone() -> None:
+def test_catalog_show_wide_adds_the_zone_and_the_price_source() -> None:
     header, *rows = show("--limit", "3", "--providers", "scaleway", "-o", "wide").splitlines()
-    assert header.split()[-2:] == ["EUR/H", "ZONE"]
-    assert all(re.fullmatch(r"[a-z]+-[a-z]+-\d", row.split()[-1]) for row in rows), rows
+    assert header.split()[-5:] == ["EUR/H", "AS", "OF", "ZONE", "SOURCE"]
+    assert all(re.fullmatch(r"[a-z]+-[a-z]+-\d", row.split()[11]) for row in rows), rows
+    shipped = {e.source for e in Catalog.load().entries if e.provider == "scaleway"}
+    assert all(" ".join(row.split()[12:]) in shipped for row in rows), rows
 
 
 def test_catalog_show_json_and_yaml_carry_the_full_offerings() -> None:

@@ -9,7 +9,13 @@ from typing import Literal
 
 from api.nodeclaim import Condition, NodeClaimPhase, Offering
 from api.nodepool import Limits
-from api.nodepool_status import LIMIT_REACHED, READY, NodePoolResources, NodePoolStatus
+from api.nodepool_status import (
+    LIMIT_REACHED,
+    PRICES_STALE,
+    READY,
+    NodePoolResources,
+    NodePoolStatus,
+)
 from api.planning import InFlightNode, PlanRequest, PodDemand, Resources
 from api.pool import PoolClaim, PoolState
 from api.quantity import cpu_millis, format_cpu, format_memory, memory_bytes
@@ -93,21 +99,37 @@ def pool_status(state: PoolState, now: datetime) -> NodePoolStatus:
         ready = (True, "Reconciled", "the pool's workflow is running")
     text = f"{limited} pods wait: {limit_text(state.specs.pool.limits)}" if limited else ""
     previous = state.published_status
+    conditions = [
+        _condition(previous, READY, *ready, now),
+        _condition(
+            previous,
+            LIMIT_REACHED,
+            limited > 0,
+            "PodsWaiting" if limited else "WithinLimits",
+            text,
+            now,
+        ),
+    ]
+    # Shown from the first stale plan on (not before: a pool whose prices were never old
+    # has nothing to say, and statuses written before the condition existed stay as they were).
+    earlier = previous.conditions if previous else []
+    if state.stale_prices or any(c.type == PRICES_STALE for c in earlier):
+        stale = "; ".join(state.stale_prices)
+        conditions.append(
+            _condition(
+                previous,
+                PRICES_STALE,
+                bool(state.stale_prices),
+                "OldPrices" if stale else "CurrentPrices",
+                f"{stale} (see `cloudburst catalog status`)" if stale else "",
+                now,
+            )
+        )
     return NodePoolStatus(
         nodes=len(claims),
         ready_nodes=sum(1 for c in claims if c.phase == NodeClaimPhase.READY),
         resources=NodePoolResources(cpu=format_cpu(cpu_m), memory=format_memory(memory)),
-        conditions=[
-            _condition(previous, READY, *ready, now),
-            _condition(
-                previous,
-                LIMIT_REACHED,
-                limited > 0,
-                "PodsWaiting" if limited else "WithinLimits",
-                text,
-                now,
-            ),
-        ],
+        conditions=conditions,
     )
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -113,6 +114,8 @@ class Catalog:
                 memory_gib=e.memory_gib,
                 arch=e.arch,
                 price_eur_per_hour=price,
+                price_source=e.source or None,
+                price_as_of=e.as_of or None,
             )
             for e in self.entries
             for region, price in e.prices_eur.items()
@@ -128,3 +131,30 @@ class Catalog:
             if offering_allowed(o, requirements, class_providers) is None
         ]
         return sorted(allowed, key=lambda o: (o.price_eur_per_hour or 0.0, o.key))
+
+
+def stale_price_notes(offerings: list[Offering], now: datetime, max_age: timedelta) -> list[str]:
+    """One line per provider whose price among `offerings` was read longer than `max_age`
+    ago (the oldest date said); prices without a date are not judged."""
+    oldest: dict[str, datetime] = {}
+    for offering in offerings:
+        as_of = _parse_as_of(offering.price_as_of)
+        if as_of is None or now - as_of <= max_age:
+            continue
+        if offering.provider not in oldest or as_of < oldest[offering.provider]:
+            oldest[offering.provider] = as_of
+    hours = max_age.total_seconds() / 3600
+    return [
+        f"{provider} prices as of {as_of.date().isoformat()} are older than {hours:g} h"
+        for provider, as_of in sorted(oldest.items())
+    ]
+
+
+def _parse_as_of(text: str | None) -> datetime | None:
+    if not text:
+        return None
+    try:
+        parsed = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)

@@ -104,3 +104,20 @@ def test_a_condition_keeps_its_transition_time_while_it_holds() -> None:
     assert (ready.status, ready.reason) == ("False", "ClaimsFailing")
     assert "tailscale-auth" in ready.message
     assert ready.last_transition_time == NOW + timedelta(minutes=6)
+
+
+def test_old_prices_raise_a_warning_that_stays_once_shown() -> None:
+    pool = state()
+    before = pool_status(pool, NOW)
+    # A pool whose prices were never old says nothing about them.
+    assert "PricesStale" not in {c.type for c in before.conditions}
+
+    pool.stale_prices = ["aws prices as of 2024-06-01 are older than 168 h"]
+    pool.published_status = pool_status(pool, NOW)
+    [stale] = [c for c in pool.published_status.conditions if c.type == "PricesStale"]
+    assert (stale.status, stale.reason) == ("True", "OldPrices")
+    assert "aws prices as of 2024-06-01" in stale.message and "catalog status" in stale.message
+
+    pool.stale_prices = []  # the next nodes were planned with fresh prices
+    [current] = [c for c in pool_status(pool, NOW).conditions if c.type == "PricesStale"]
+    assert (current.status, current.reason, current.message) == ("False", "CurrentPrices", "")

@@ -1,0 +1,79 @@
+"""PriceRefreshWorkflow: every configured provider's prices fetched anew, side by side.
+
+Run every few hours by the Schedule `cloudburst-price-refresh` (see `worker/price_schedule.py`,
+overlap SKIP). Each provider is its own `refresh_prices` activity, so one slow or broken
+price API neither delays nor spoils another's; each records its outcome in the catalog
+ConfigMap and keeps the last good prices on failure. The report (returned, queryable with
+`report`, summarised in the Web UI's current details) lists each provider's outcome.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError
+
+with workflow.unsafe.imports_passed_through():
+    from activities.planning.prices import PriceActivities
+    from api.prices import (
+        PriceRefreshInput,
+        PriceRefreshReport,
+        ProviderPriceRefresh,
+        ProviderPriceStatus,
+    )
+    from workflows.timeouts import HEARTBEAT, PLANNING
+
+# Retries cover the Kubernetes API (recording the outcome); a price API's failure is an
+# outcome, recorded by the activity, and waits for the next scheduled run.
+_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=2),
+    backoff_coefficient=2.0,
+    maximum_interval=timedelta(seconds=30),
+    maximum_attempts=3,
+)
+
+
+@workflow.defn(name="PriceRefreshWorkflow")
+class PriceRefreshWorkflow:
+    def __init__(self) -> None:
+        self._report = PriceRefreshReport()
+
+    @workflow.query
+    def report(self) -> PriceRefreshReport:
+        return self._report
+
+    @workflow.run
+    async def run(self, input: PriceRefreshInput) -> PriceRefreshReport:
+        workflow.set_current_details(f"refreshing prices of {', '.join(input.providers)}")
+        statuses = await asyncio.gather(
+            *(
+                self._refresh(provider, input.endpoints.get(provider))
+                for provider in input.providers
+            )
+        )
+        self._report = PriceRefreshReport(statuses=list(statuses))
+        lines = [f"{s.provider}: {s.outcome}{f' ({s.error})' if s.error else ''}" for s in statuses]
+        workflow.set_current_details("\n".join(lines))
+        return self._report
+
+    async def _refresh(self, provider: str, endpoint: str | None) -> ProviderPriceStatus:
+        try:
+            return await workflow.execute_activity_method(
+                PriceActivities.refresh_prices,
+                ProviderPriceRefresh(provider=provider, endpoint=endpoint),
+                start_to_close_timeout=PLANNING,
+                heartbeat_timeout=HEARTBEAT,
+                retry_policy=_RETRY,
+                summary=f"refresh {provider} prices",
+            )
+        except ActivityError as err:
+            cause = err.cause or err
+            return ProviderPriceStatus(
+                provider=provider,
+                outcome="failed",
+                attempted_at=workflow.now(),
+                error=f"not recorded: {cause}",
+            )
