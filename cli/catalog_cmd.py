@@ -1,4 +1,9 @@
-"""`cloudburst catalog`: show the offerings a pool would get, refresh prices from the APIs."""
+"""`cloudburst catalog`: show the offerings a pool would get, refresh prices from the APIs.
+
+`catalog refresh` reads each provider's price API (all seven; see
+`activities/planning/refresh.py`) with the credentials named in `REQUIRED_CREDENTIALS`, taken
+from the environment.
+"""
 
 from __future__ import annotations
 
@@ -12,7 +17,7 @@ from rich.text import Text
 
 from activities.planning.catalog import CATALOG_ENV, SHIPPED_PATH, Catalog
 from activities.planning.plan import kube_reserved, usable_capacity
-from activities.planning.refresh import TOKEN_ENV, RefreshError, refresh_provider
+from activities.planning.refresh import REQUIRED_CREDENTIALS, RefreshError, refresh_provider
 from api._base import CamelModel
 from api.nodeclaim import Offering
 from api.nodepool import PROVIDERS, Requirements
@@ -114,21 +119,31 @@ def show(
 
 @catalog_app.command("refresh")
 def refresh(
-    provider: Annotated[str, typer.Option(help="hetzner, scaleway, digitalocean or azure")],
+    provider: Annotated[
+        str,
+        typer.Option(help="aws, gcp, azure, hetzner, scaleway, digitalocean or ovh"),
+    ],
     endpoint: Annotated[
-        str | None, typer.Option(help="API base URL (a local stand-in in tests)")
+        str | None,
+        typer.Option(help="the price API's base URL, for all its calls (a local stand-in)"),
     ] = None,
     catalog: CatalogPath = None,
     output: Annotated[
         Path | None, typer.Option(help="where to write (default: the input file)")
     ] = None,
 ) -> None:
-    """Rebuild one provider's part of the catalog from its own price API."""
+    """Rebuild one provider's part of the catalog from its own price API.
+
+    Credentials come from the environment: HCLOUD_TOKEN (hetzner), SCW_SECRET_KEY
+    (scaleway), DIGITALOCEAN_TOKEN (digitalocean), AWS_ACCESS_KEY_ID and
+    AWS_SECRET_ACCESS_KEY (aws: pricing:GetProducts, ec2:DescribeSpotPriceHistory),
+    GOOGLE_API_KEY (gcp: Cloud Billing Catalog API); azure and ovh need none."""
     source = catalog or Path(os.environ.get(CATALOG_ENV) or SHIPPED_PATH)
     current = Catalog.load(source)
-    token = os.environ.get(TOKEN_ENV[provider]) if provider in TOKEN_ENV else None
+    names = REQUIRED_CREDENTIALS.get(provider, ())
+    credentials = {name: os.environ[name] for name in names if os.environ.get(name)}
     try:
-        updated = refresh_provider(current, provider, endpoint=endpoint, token=token)
+        updated = refresh_provider(current, provider, endpoint=endpoint, credentials=credentials)
     except RefreshError as err:
         err_console.print(Text.assemble(("✗", "red"), f" {err}"))
         raise typer.Exit(1) from None
