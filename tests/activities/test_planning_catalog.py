@@ -144,7 +144,9 @@ def test_refresh_hetzner_reads_server_types_and_prices_per_location(
     hetzner = part(catalog, "hetzner")
     assert set(hetzner) == {"cx23", "cax11"}  # replaced, deprecated dropped
     assert hetzner["cx23"].prices_eur == {"fsn1": 0.005, "ash": 0.008}
-    assert hetzner["cax11"].arch == "arm64" and hetzner["cax11"].source.startswith("hetzner cloud API")
+    assert hetzner["cax11"].arch == "arm64" and hetzner["cax11"].source.startswith(
+        "hetzner cloud API"
+    )
     assert part(catalog, "aws") == part(Catalog.load(SHIPPED_PATH), "aws")  # others untouched
     failed = runner.invoke(catalog_app, ["refresh", "--provider", "hetzner", "--endpoint", url,
                                          "--catalog", str(catalog_file)], env={"HCLOUD_TOKEN": "x"})  # fmt: skip
