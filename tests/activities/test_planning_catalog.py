@@ -95,7 +95,7 @@ def test_shipped_catalog_covers_seven_providers_with_sources_and_dates() -> None
         for region, price in e.prices.items():
             assert e.prices_eur[region] == catalog.to_eur(price, e.currency)
     names = {(e.provider, e.name) for e in catalog.entries}
-    for expected in [("hetzner", "cx22"), ("hetzner", "cpx31"), ("scaleway", "DEV1-S"),
+    for expected in [("hetzner", "cx23"), ("hetzner", "cpx32"), ("scaleway", "DEV1-S"),
                      ("scaleway", "PLAY2-NANO"), ("scaleway", "PRO2-XS"),
                      ("digitalocean", "s-2vcpu-4gb"), ("aws", "m7g.large"), ("gcp", "t2a-standard-2"),
                      ("azure", "Standard_D2s_v5"), ("ovh", "b3-8")]:  # fmt: skip
@@ -242,7 +242,7 @@ def test_show_prints_the_ranking_a_pool_would_get() -> None:
     header, *rows = result.output.splitlines()
     assert header.split()[:4] == ["#", "PROVIDER", "REGION", "TYPE"]
     assert len(rows) == 5
-    assert "cx22" in rows[0] and "0.0060" in rows[0]  # the cheapest first
+    assert "cx23" in rows[0] and "0.0060" in rows[0]  # the cheapest first
     assert all("hetzner" in r or "scaleway" in r for r in rows)
     nothing = runner.invoke(catalog_app, ["show", "--min-vcpu", "512"])
     assert nothing.exit_code == 1 and "0 offerings" in nothing.output
