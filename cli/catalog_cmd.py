@@ -1,5 +1,10 @@
 """`cloudburst catalog`: show the offerings a pool would get (with each price's source and
-date), refresh prices from the providers' APIs, and show the scheduled refreshes' status."""
+date), refresh prices from the providers' APIs, and show the scheduled refreshes' status.
+
+`catalog refresh` reads each provider's price API (all seven; see
+`activities/planning/refresh.py`) with the credentials named in `REQUIRED_CREDENTIALS`, taken
+from the environment.
+"""
 
 from __future__ import annotations
 
@@ -140,7 +145,8 @@ def show(
 def refresh(
     provider: Annotated[str, typer.Option(help="one of " + ", ".join(REAL_PROVIDERS))],
     endpoint: Annotated[
-        str | None, typer.Option(help="API base URL (a local stand-in in tests)")
+        str | None,
+        typer.Option(help="the price API's base URL, for all its calls (a local stand-in)"),
     ] = None,
     catalog: CatalogPath = None,
     output: Annotated[
@@ -149,15 +155,15 @@ def refresh(
 ) -> None:
     """Rebuild one provider's part of the catalog file from its own price API.
 
-    The credentials a price API needs are read from the environment variables its SDK
-    documents. In a cluster the worker does this on a Schedule (see `catalog status`)."""
+    Credentials come from the environment: HCLOUD_TOKEN (hetzner), SCW_SECRET_KEY
+    (scaleway), DIGITALOCEAN_TOKEN (digitalocean), AWS_ACCESS_KEY_ID and
+    AWS_SECRET_ACCESS_KEY (aws: pricing:GetProducts, ec2:DescribeSpotPriceHistory),
+    GOOGLE_API_KEY (gcp: Cloud Billing Catalog API); azure and ovh need none. In a cluster
+    the worker does this on a Schedule, with an operator's Secret (see `catalog status`)."""
     source = catalog or Path(os.environ.get(CATALOG_ENV) or SHIPPED_PATH)
     current = Catalog.load(source)
-    credentials = {
-        name: os.environ[name]
-        for name in REQUIRED_CREDENTIALS.get(provider, ())
-        if os.environ.get(name)
-    }
+    names = REQUIRED_CREDENTIALS.get(provider, ())
+    credentials = {name: os.environ[name] for name in names if os.environ.get(name)}
     try:
         updated = refresh_provider(current, provider, endpoint=endpoint, credentials=credentials)
     except RefreshError as err:

@@ -80,6 +80,13 @@ SERVER_TYPES: tuple[ServerType, ...] = (
     ServerType(14, "ccx13", 2, 8, "x86", 80, 0.02, "dedicated"),
     ServerType(15, "ccx23", 4, 16, "x86", 160, 0.0392, "dedicated"),
     ServerType(16, "ccx33", 8, 32, "x86", 240, 0.0777, "dedicated"),
+    # The 2025-10 types that replace cx22-cx52 and cpx11-cpx51 (kept above for older tests).
+    ServerType(108, "cx23", 2, 4, "x86", 40, 0.006),
+    ServerType(109, "cx33", 4, 8, "x86", 80, 0.011),
+    ServerType(116, "cx43", 8, 16, "x86", 160, 0.021),
+    ServerType(117, "cx53", 16, 32, "x86", 320, 0.036),
+    ServerType(110, "cpx22", 2, 4, "x86", 80, 0.008),
+    ServerType(111, "cpx32", 4, 8, "x86", 160, 0.016),
 )
 IMAGES = {"ubuntu-24.04": 161547269, "ubuntu-22.04": 67794396, "debian-12": 114690387}
 
@@ -192,7 +199,7 @@ class HetznerCloud:
         self.delete_delay_s = delete_delay_s
         self.types = {t.name: t for t in SERVER_TYPES}
         self.region = "fsn1"
-        self.instance_type = "cx22"
+        self.instance_type = "cx23"
         self.failures = Failures(OPS)
         self._lock = threading.Lock()
         self._servers: dict[int, _Server] = {}

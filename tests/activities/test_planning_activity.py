@@ -188,7 +188,7 @@ def test_catalog_offerings_for_real_providers_come_with_the_fake_ones(
     result = plan(planning_kube, request)
     keys = [o.key for o in result.new_nodes[0].offerings]
     assert {k.split("/")[0] for k in keys} == {"hetzner", "fake"}  # failover across providers
-    assert keys[0] == "hetzner/fsn1/cx22"  # the catalog's cheapest that holds the pod
+    assert keys[0] == "hetzner/fsn1/cx23"  # the catalog's cheapest that holds the pod
 
 
 def test_a_wrong_fake_cloud_token_is_a_configuration_error(

@@ -60,7 +60,7 @@ def test_claims_create_refuses_an_unknown_pool(kubeconfig: Path) -> None:
     [
         ("fk-small", "must be PROVIDER/REGION/INSTANCE-TYPE"),
         ("ibm/us-1/big", "unknown provider 'ibm'"),
-        ("hetzner/fsn1/cx22", "allows providers ['fake'], not 'hetzner'"),
+        ("hetzner/fsn1/cx23", "allows providers ['fake'], not 'hetzner'"),
     ],
 )
 def test_claims_create_refuses_an_invalid_offering(
@@ -92,7 +92,7 @@ def test_claims_create_refuses_a_provider_the_class_lacks(
     except k8s.ApiException as err:
         assert err.status == 409
     result = cloudburst(
-        "claims", "create", "--pool", "any-provider", "--offering", "hetzner/fsn1/cx22",
+        "claims", "create", "--pool", "any-provider", "--offering", "hetzner/fsn1/cx23",
         "--kubeconfig", str(kubeconfig),
     )  # fmt: skip
     assert result.returncode == 1

@@ -215,7 +215,7 @@ def context(max_price: float | None = None) -> PoolContext:
 
 
 def test_a_real_cloud_offering_is_priced_from_the_catalog() -> None:
-    wanted = Offering(provider="hetzner", region="fsn1", instance_type="cx22")
+    wanted = Offering(provider="hetzner", region="fsn1", instance_type="cx23")
     priced, note = price_offering(k8s.ApiClient(), context(), wanted)
     listed = next(o for o in Catalog.load().all_offerings() if o.key == wanted.key)
     assert note is None and priced == listed

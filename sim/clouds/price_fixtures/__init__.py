@@ -1,0 +1,1 @@
+"""Recorded, real-shaped answers of the providers' price APIs (see `sim/clouds/prices.py`)."""
