@@ -12,6 +12,10 @@ CLUSTER = "cloudburst.io/cluster"
 K8S_INSTANCE_TYPE = "node.kubernetes.io/instance-type"
 K8S_REGION = "topology.kubernetes.io/region"
 K8S_ARCH = "kubernetes.io/arch"
+# spot | on-demand: Karpenter's key, which tools and users already select on, and ours beside
+# it, like provider/region/instance-type.
+KARPENTER_CAPACITY_TYPE = "karpenter.sh/capacity-type"
+CAPACITY_TYPE = "cloudburst.io/capacity-type"
 # Put on a node when its claim starts deleting it, so that nothing new lands there.
 DISRUPTED_TAINT = "cloudburst.io/disrupted"
 # Secrets made for one claim carry this label so that leftovers can be found.

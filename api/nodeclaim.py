@@ -33,7 +33,15 @@ from api.limits import (
     cel,
     validations,
 )
-from api.nodepool import ARCHITECTURES, PROVIDERS, Taint, _valid_labels
+from api.nodepool import (
+    ARCHITECTURES,
+    ON_DEMAND,
+    PROVIDERS,
+    SPOT,
+    CapacityType,
+    Taint,
+    _valid_labels,
+)
 from api.quantity import parse_quantity
 
 # Catalog numbers arrive as ints or floats from many SDKs: lax, but finite and bounded.
@@ -78,6 +86,7 @@ class Offering(CamelModel):
     memory_gib: Annotated[_Amount, Field(le=MAX_MEMORY_GIB)] | None = None
     arch: str = Field(default="x86_64", json_schema_extra={"enum": list(ARCHITECTURES)})
     price_eur_per_hour: Annotated[_Amount, Field(le=MAX_PRICE_EUR_PER_HOUR)] | None = None
+    capacity_type: CapacityType = ON_DEMAND
 
     @field_validator("provider")
     @classmethod
@@ -95,7 +104,13 @@ class Offering(CamelModel):
 
     @property
     def key(self) -> str:
-        return f"{self.provider}/{self.region}/{self.instance_type}"
+        # On-demand keys are those recorded in running claims' histories: unchanged.
+        base = f"{self.provider}/{self.region}/{self.instance_type}"
+        return f"{base}/{SPOT}" if self.spot else base
+
+    @property
+    def spot(self) -> bool:
+        return self.capacity_type == SPOT
 
 
 class ResourceRequests(CamelModel):
@@ -181,6 +196,7 @@ class NodeClaimStatus(CamelModel):
     region: str | None = None
     instance_type: str | None = None
     price_eur_per_hour: float | None = None
+    capacity_type: CapacityType | None = None
     capacity: dict[str, str] = {}
     failure_reason: str | None = None
     failure_message: str | None = None

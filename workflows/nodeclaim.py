@@ -43,7 +43,7 @@ with workflow.unsafe.imports_passed_through():
         TailnetDeviceRef,
     )
     from api.nodeclaim import ConditionType, NodeClaimPhase, NodeClaimStatus, Offering
-    from api.nodepool import API_VERSION
+    from api.nodepool import API_VERSION, ON_DEMAND
     from api.pool import ClaimReport, DisruptionPermit, DisruptionRequest
     from workflows.alarms import Alarms
     from workflows.decisions import disruption
@@ -336,6 +336,7 @@ class NodeClaimWorkflow:
         status.region = offering.region
         status.instance_type = offering.instance_type
         status.price_eur_per_hour = offering.price_eur_per_hour
+        status.capacity_type = offering.capacity_type
         if offering.vcpu is not None:
             status.capacity["cpu"] = f"{offering.vcpu:g}"
         if offering.memory_gib is not None:
@@ -428,6 +429,8 @@ class NodeClaimWorkflow:
                     labels.INSTANCE_TYPE: status.instance_type or "",
                     labels.K8S_REGION: status.region or "",
                     labels.K8S_INSTANCE_TYPE: status.instance_type or "",
+                    labels.CAPACITY_TYPE: status.capacity_type or ON_DEMAND,
+                    labels.KARPENTER_CAPACITY_TYPE: status.capacity_type or ON_DEMAND,
                 },
             ),
             start_to_close_timeout=KUBE_CALL,

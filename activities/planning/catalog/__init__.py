@@ -17,7 +17,7 @@ from typing import Any
 
 from activities.planning.regions import offering_allowed
 from api.nodeclaim import Offering
-from api.nodepool import Requirements
+from api.nodepool import ON_DEMAND, SPOT, Requirements
 
 SHIPPED_PATH = Path(__file__).with_name("catalog.json")
 CATALOG_ENV = "CLOUDBURST_CATALOG"
@@ -103,6 +103,7 @@ class Catalog:
         return Catalog(dict(self.header), kept + sorted(entries, key=lambda e: e.name))
 
     def all_offerings(self) -> list[Offering]:
+        """Every on-demand offering, and a spot one where the entry has a spot price."""
         return [
             Offering(
                 provider=e.provider,
@@ -113,9 +114,11 @@ class Catalog:
                 memory_gib=e.memory_gib,
                 arch=e.arch,
                 price_eur_per_hour=price,
+                capacity_type=capacity_type,
             )
             for e in self.entries
-            for region, price in e.prices_eur.items()
+            for capacity_type, prices in ((ON_DEMAND, e.prices_eur), (SPOT, e.spot_prices_eur))
+            for region, price in prices.items()
         ]
 
     def offerings(
