@@ -135,6 +135,7 @@ class InstanceInfo(BaseModel):
     instance_type: str
     state: str
     created_at: datetime | None = None
+    capacity_type: str = "on-demand"
 
 
 class InstanceRef(BaseModel):
