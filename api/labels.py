@@ -18,6 +18,9 @@ KARPENTER_CAPACITY_TYPE = "karpenter.sh/capacity-type"
 CAPACITY_TYPE = "cloudburst.io/capacity-type"
 # Put on a node when its claim starts deleting it, so that nothing new lands there.
 DISRUPTED_TAINT = "cloudburst.io/disrupted"
+# Put on a node by the agent that receives its VM's spot interruption notice (value: what the
+# provider said, e.g. "spot-itn", "preempted", "evicted"); see cluster/interruption.py.
+INTERRUPTION_TAINT = "cloudburst.io/interruption"
 # Secrets made for one claim carry this label so that leftovers can be found.
 SECRET_PURPOSE = "cloudburst.io/purpose"
 # On a first-boot script Secret: the bootstrap-token Secret (in kube-system, which the worker

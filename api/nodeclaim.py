@@ -73,6 +73,7 @@ class ConditionType(StrEnum):
     EXPIRED = "Expired"
     DRIFTED = "Drifted"
     DISRUPTING = "Disrupting"
+    INTERRUPTED = "Interrupted"  # the provider reclaimed the (spot) VM
 
 
 class Offering(CamelModel):
