@@ -147,12 +147,14 @@ def registration_labels(
     claim_name: str, node_pool: str, labels_in: dict[str, str], offering: Offering | None
 ) -> dict[str, str]:
     """The labels a node registers with: the pool's template labels, pool and claim, and
-    (when the offering is known) provider, region and instance type."""
+    (when the offering is known) provider, region, instance type and capacity type."""
     result = {**labels_in, labels.NODEPOOL: node_pool, labels.NODECLAIM: claim_name}
     if offering is not None:
         result[labels.PROVIDER] = offering.provider
         result[labels.REGION] = offering.region
         result[labels.INSTANCE_TYPE] = offering.instance_type
+        result[labels.CAPACITY_TYPE] = offering.capacity_type
+        result[labels.KARPENTER_CAPACITY_TYPE] = offering.capacity_type
     return result
 
 

@@ -75,7 +75,14 @@ class ComputeActivities:
             image=block.image,
             user_data=read_user_data(self._core, input.bootstrap),
             labels=_ownership_labels(input.cluster_id, input.node_pool, input.claim_name),
+            capacity_type=offering.capacity_type,
         )
+        if offering.spot and not provider.supports_spot:
+            # As good as out of spot capacity: the claim goes on to its next offering.
+            with _classified():
+                raise CapacityError(
+                    offering.provider, f"{offering.key}: {offering.provider} sells no spot VMs"
+                )
         with (
             heartbeating(details=lambda: f"creating {offering.key}"),
             _classified(),
@@ -180,6 +187,7 @@ def _info(instance: Instance) -> InstanceInfo:
         instance_type=instance.instance_type,
         state=instance.state.value,
         created_at=instance.created_at,
+        capacity_type=instance.capacity_type,
     )
 
 

@@ -25,6 +25,7 @@ from api import labels
 from api._base import SecretKeyRef
 from api.errors import INVALID_CONFIGURATION, KUBE_CONFLICT, NODE_NOT_FOUND, kube_api_error
 from api.messages import DrainInput, DrainResult, LabelNodeInput, NodeRef, NodeState
+from cluster.interruption import interruption_notice
 from cluster.pods import is_do_not_disrupt, is_left_alone
 
 log = logging.getLogger(__name__)
@@ -295,6 +296,7 @@ class KubeActivities:
             capacity=dict(status.capacity or {}) if status else {},
             allocatable=dict(status.allocatable or {}) if status else {},
             observed_at=observed_at,
+            interruption=interruption_notice(node),
         )
 
     @activity.defn(name="drain_node")

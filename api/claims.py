@@ -16,7 +16,7 @@ from api.nodeclaim import (
     ResourceRequests,
 )
 from api.nodeclass import NodeClassSpec
-from api.nodepool import NodePoolSpec
+from api.nodepool import ON_DEMAND, NodePoolSpec
 from api.quantity import format_cpu, format_memory
 
 CLAIM_SUFFIX_ALPHABET = "abcdefghijklmnopqrstuvwxyz0123456789"
@@ -28,9 +28,14 @@ def drift_hash(pool: NodePoolSpec, node_class: NodeClassSpec) -> str:
 
     A node whose hash differs from its pool's current one has drifted and gets replaced.
     """
+    requirements = pool.requirements.model_dump(mode="json")
+    if pool.requirements.capacity_type == [ON_DEMAND]:
+        # The default, left out so that hashes from before the field existed stay the same
+        # (else every running node would look drifted after an upgrade).
+        del requirements["capacityType"]
     basis = {
         "template": pool.template.model_dump(mode="json"),
-        "requirements": pool.requirements.model_dump(mode="json"),
+        "requirements": requirements,
         "nodeClass": node_class.model_dump(mode="json"),
     }
     return hashlib.sha256(json.dumps(basis, sort_keys=True).encode()).hexdigest()[:16]

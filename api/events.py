@@ -15,6 +15,7 @@ FAILED_PROVISIONING = "FailedProvisioning"
 SCALE_DOWN_EMPTY = "ScaleDownEmpty"
 EXPIRED = "Expired"
 NODE_LOST = "NodeLost"
+INTERRUPTED = "Interrupted"  # the provider reclaims a spot VM: drained and deleted at once
 DISRUPTION_BLOCKED = "DisruptionBlocked"
 NO_MATCHING_NODEPOOL = "NoMatchingNodePool"
 LIMIT_REACHED = "LimitReached"

@@ -12,8 +12,15 @@ CLUSTER = "cloudburst.io/cluster"
 K8S_INSTANCE_TYPE = "node.kubernetes.io/instance-type"
 K8S_REGION = "topology.kubernetes.io/region"
 K8S_ARCH = "kubernetes.io/arch"
+# spot | on-demand: Karpenter's key, which tools and users already select on, and ours beside
+# it, like provider/region/instance-type.
+KARPENTER_CAPACITY_TYPE = "karpenter.sh/capacity-type"
+CAPACITY_TYPE = "cloudburst.io/capacity-type"
 # Put on a node when its claim starts deleting it, so that nothing new lands there.
 DISRUPTED_TAINT = "cloudburst.io/disrupted"
+# Put on a node by the agent that receives its VM's spot interruption notice (value: what the
+# provider said, e.g. "spot-itn", "preempted", "evicted"); see cluster/interruption.py.
+INTERRUPTION_TAINT = "cloudburst.io/interruption"
 # Secrets made for one claim carry this label so that leftovers can be found.
 SECRET_PURPOSE = "cloudburst.io/purpose"
 # On a first-boot script Secret: the bootstrap-token Secret (in kube-system, which the worker

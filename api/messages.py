@@ -58,6 +58,8 @@ class NodeObservation(BaseModel):
     # Pods ("namespace/name") annotated do-not-disrupt: they hold voluntary disruption back.
     do_not_disrupt: list[str] = []
     observed_at: datetime
+    # The provider is reclaiming the VM (spot interruption notice): the node must go now.
+    interruption: str | None = None
 
 
 class NodeClaimInput(BaseModel):
@@ -135,6 +137,7 @@ class InstanceInfo(BaseModel):
     instance_type: str
     state: str
     created_at: datetime | None = None
+    capacity_type: str = "on-demand"
 
 
 class InstanceRef(BaseModel):
@@ -214,6 +217,7 @@ class NodeState(BaseModel):
     # The activity's clock when it looked: the claim dates "empty since" / "not Ready since"
     # from here, a value in history, rather than from its own clock.
     observed_at: datetime | None = None
+    interruption: str | None = None  # a spot interruption notice on the node
 
 
 class FailureReason(StrEnum):

@@ -33,7 +33,15 @@ from api.limits import (
     cel,
     validations,
 )
-from api.nodepool import ARCHITECTURES, PROVIDERS, Taint, _valid_labels
+from api.nodepool import (
+    ARCHITECTURES,
+    ON_DEMAND,
+    PROVIDERS,
+    SPOT,
+    CapacityType,
+    Taint,
+    _valid_labels,
+)
 from api.quantity import parse_quantity
 
 # Catalog numbers arrive as ints or floats from many SDKs: lax, but finite and bounded.
@@ -65,6 +73,7 @@ class ConditionType(StrEnum):
     EXPIRED = "Expired"
     DRIFTED = "Drifted"
     DISRUPTING = "Disrupting"
+    INTERRUPTED = "Interrupted"  # the provider reclaimed the (spot) VM
 
 
 class Offering(CamelModel):
@@ -82,6 +91,7 @@ class Offering(CamelModel):
     # and when it was read (ISO-8601): what `catalog show` and a claim's details print.
     price_source: Text | None = None
     price_as_of: Text | None = None
+    capacity_type: CapacityType = ON_DEMAND
 
     @field_validator("provider")
     @classmethod
@@ -99,7 +109,13 @@ class Offering(CamelModel):
 
     @property
     def key(self) -> str:
-        return f"{self.provider}/{self.region}/{self.instance_type}"
+        # On-demand keys are those recorded in running claims' histories: unchanged.
+        base = f"{self.provider}/{self.region}/{self.instance_type}"
+        return f"{base}/{SPOT}" if self.spot else base
+
+    @property
+    def spot(self) -> bool:
+        return self.capacity_type == SPOT
 
 
 class ResourceRequests(CamelModel):
@@ -187,6 +203,7 @@ class NodeClaimStatus(CamelModel):
     price_eur_per_hour: float | None = None
     price_source: str | None = None  # where that price was read, and when (ISO-8601)
     price_as_of: str | None = None
+    capacity_type: CapacityType | None = None
     capacity: dict[str, str] = {}
     failure_reason: str | None = None
     failure_message: str | None = None

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import re
 from datetime import UTC, datetime, timedelta
-from typing import Annotated, Literal
+from typing import Annotated, Final, Literal
 
 from croniter import CroniterError, croniter
 from pydantic import ConfigDict, Field, ValidationInfo, field_validator, model_validator
@@ -49,6 +49,12 @@ from api.quantity import parse_quantity
 API_VERSION = "cloudburst.io/v1alpha1"
 PROVIDERS = ("aws", "gcp", "azure", "hetzner", "scaleway", "digitalocean", "ovh", "fake")
 ARCHITECTURES = ("x86_64", "amd64", "arm64", "aarch64")
+# Karpenter's `karpenter.sh/capacity-type` values: spot VMs are cheaper and may be reclaimed
+# by the provider at short notice (AWS interruption, GCP preemption, Azure eviction).
+CapacityType = Literal["spot", "on-demand"]
+SPOT: Final = "spot"
+ON_DEMAND: Final = "on-demand"
+CAPACITY_TYPES: tuple[CapacityType, ...] = (SPOT, ON_DEMAND)
 
 
 def _items_enum(values: tuple[str, ...]) -> JsonDict:
@@ -87,6 +93,14 @@ class Requirements(CamelModel):
     allowed_providers: list[str] = Field(
         default=[], max_length=MAX_SHORT_LIST, json_schema_extra=_items_enum(PROVIDERS)
     )
+    # Which capacity the pool may launch; with both, the cheaper spot first, on-demand as the
+    # fallback when spot capacity runs out.
+    capacity_type: list[str] = Field(
+        default=[ON_DEMAND],
+        min_length=1,
+        max_length=len(CAPACITY_TYPES),
+        json_schema_extra=_items_enum(CAPACITY_TYPES),
+    )
 
     @field_validator("arch")
     @classmethod
@@ -102,6 +116,14 @@ class Requirements(CamelModel):
         unknown = [p for p in value if p not in PROVIDERS]
         if unknown:
             raise ValueError(f"unknown provider {unknown}; use some of {list(PROVIDERS)}")
+        return value
+
+    @field_validator("capacity_type")
+    @classmethod
+    def _known_capacity_types(cls, value: list[str]) -> list[str]:
+        unknown = [c for c in value if c not in CAPACITY_TYPES]
+        if unknown:
+            raise ValueError(f"unknown capacity type {unknown}; use some of {list(CAPACITY_TYPES)}")
         return value
 
 

@@ -5,13 +5,15 @@ A pool's node carries two kinds of labels:
   `cloudburst.io/nodepool=<pool>`, `kubernetes.io/os=linux` (plus `kubernetes.io/hostname`
   and `cloudburst.io/nodeclaim`, which exist but whose value nobody can know in advance);
 - offering ones, set from the offering the claim launches: arch, instance type, region,
-  zone and provider (`kubernetes.io/arch`, `node.kubernetes.io/instance-type`,
-  `topology.kubernetes.io/region`, `topology.kubernetes.io/zone`, `cloudburst.io/*`).
+  zone, provider and capacity type (`kubernetes.io/arch`, `node.kubernetes.io/instance-type`,
+  `topology.kubernetes.io/region`, `topology.kubernetes.io/zone`, `karpenter.sh/capacity-type`,
+  `cloudburst.io/*`).
 
 Decision on offering labels: a selector on them is *satisfiable by filtering offerings*.
 `pool_can_host` accepts it when some offering the pool allows could satisfy it (arch against
 `requirements.arch`, region against an explicit region list, provider against
-`allowedProviders`; instance type and zone are assumed possible), and `offering_filter`
+`allowedProviders`, capacity type against `capacityType`; instance type and zone are assumed
+possible), and `offering_filter`
 then keeps, for that pod, only the offerings whose labels satisfy it; `plan_capacity`
 reports the pod unschedulable if none is left. Zones: our nodes carry a zone label only when
 the offering names one, so `In` on a zone needs zonal offerings.
@@ -46,7 +48,10 @@ _INSTANCE_TYPE_KEYS = frozenset(
 _REGION_KEYS = frozenset({L.K8S_REGION, "failure-domain.beta.kubernetes.io/region", L.REGION})
 _ZONE_KEYS = frozenset({"topology.kubernetes.io/zone", "failure-domain.beta.kubernetes.io/zone"})
 _PROVIDER_KEYS = frozenset({L.PROVIDER})
-OFFERING_KEYS: Final = _ARCH_KEYS | _INSTANCE_TYPE_KEYS | _REGION_KEYS | _ZONE_KEYS | _PROVIDER_KEYS
+_CAPACITY_TYPE_KEYS = frozenset({L.KARPENTER_CAPACITY_TYPE, L.CAPACITY_TYPE})
+OFFERING_KEYS: Final = (
+    _ARCH_KEYS | _INSTANCE_TYPE_KEYS | _REGION_KEYS | _ZONE_KEYS | _PROVIDER_KEYS
+) | _CAPACITY_TYPE_KEYS
 # Labels every node has but whose value is only known once it exists (random claim names).
 _OPAQUE_KEYS = frozenset({HOSTNAME_LABEL, L.NODECLAIM})
 # Kubernetes spells architectures the Go way; pools may use either spelling.
@@ -187,6 +192,8 @@ def offering_labels(offering: Offering) -> dict[str, str | None]:
         out[key] = offering.zone
     for key in _PROVIDER_KEYS:
         out[key] = offering.provider
+    for key in _CAPACITY_TYPE_KEYS:
+        out[key] = offering.capacity_type
     return out
 
 
@@ -286,7 +293,10 @@ def _abstract_nodes(pool_name: str, pool: NodePoolSpec) -> Iterable[dict[str, La
         else [ANY]
     )
     providers: list[str | _Any] = list(pool.requirements.allowed_providers) or [ANY]
-    for arch, region, provider in itertools.product(archs, regions, providers):
+    capacity_types = sorted(pool.requirements.capacity_type)
+    for arch, region, provider, capacity_type in itertools.product(
+        archs, regions, providers, capacity_types
+    ):
         node = dict(static)
         for key in OFFERING_KEYS:
             node[key] = ANY
@@ -296,6 +306,8 @@ def _abstract_nodes(pool_name: str, pool: NodePoolSpec) -> Iterable[dict[str, La
             node[key] = region
         for key in _PROVIDER_KEYS:
             node[key] = provider
+        for key in _CAPACITY_TYPE_KEYS:
+            node[key] = capacity_type
         yield node
 
 
@@ -345,6 +357,8 @@ def _why_not(
         return f"not among the pool's regions {pool.requirements.region_constraint}"
     if expr.key in _PROVIDER_KEYS:
         return f"not among the pool's allowedProviders {pool.requirements.allowed_providers}"
+    if expr.key in _CAPACITY_TYPE_KEYS:
+        return f"not among the pool's capacityType {pool.requirements.capacity_type}"
     value = nodes[0].get(expr.key) if nodes else None
     if expr.key in _OPAQUE_KEYS:
         return f"{expr.key} of a new node is not known in advance"

@@ -27,6 +27,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from api import labels
 from api.messages import NodeObservation, ScaleDownRequest, claim_workflow_id
 from api.pool import pool_workflow_id
+from cluster.interruption import interruption_notice
 from cluster.pods import is_do_not_disrupt, is_left_alone
 from trigger.watch import start_watches
 from workflows.nodepool import NodePoolWorkflow
@@ -39,6 +40,7 @@ class _NodeView:
     claim: str
     ready: bool
     not_ready_since: datetime | None
+    interruption: str | None = None
 
 
 @dataclass(frozen=True)
@@ -65,7 +67,7 @@ class NodeWatcher:
         self._view = _ClusterView()
         # Per node: the last (exists, ready, empty) sent and when the node became empty.
         # node -> (exists, ready, empty, do-not-disrupt pods) last sent: a change is a transition
-        self._sent: dict[str, tuple[bool, bool, bool, tuple[str, ...]]] = {}
+        self._sent: dict[str, tuple[bool, bool, bool, tuple[str, ...], str | None]] = {}
         self._empty_since: dict[str, datetime] = {}
         # NodeClaim resource name -> its status.phase and its pool (namespace, name), and
         # whether Nodes have been listed.
@@ -186,7 +188,7 @@ class NodeWatcher:
                 node_name=name, exists=False, observed_at=datetime.now(UTC)
             )
             if await self._send(name, observation):
-                self._sent[name] = (False, False, True, ())
+                self._sent[name] = (False, False, True, (), None)
 
     def _release(self, metadata: dict[str, Any]) -> None:
         finalizers = [
@@ -258,7 +260,7 @@ class NodeWatcher:
                     await self._send(
                         claim, NodeObservation(node_name=name, exists=False, observed_at=now)
                     )
-                    self._sent[name] = (False, False, True, ())
+                    self._sent[name] = (False, False, True, (), None)
                 self._empty_since.pop(name, None)
                 continue
             pods = self._view.pods.get(name, {}).values()
@@ -272,7 +274,7 @@ class NodeWatcher:
                 self._empty_since.setdefault(name, now)
             else:
                 self._empty_since.pop(name, None)
-            key = (True, node.ready, empty, protected)
+            key = (True, node.ready, empty, protected, node.interruption)
             if self._sent.get(name) == key:
                 continue
             observation = NodeObservation(
@@ -284,6 +286,7 @@ class NodeWatcher:
                 pod_count=workload,
                 do_not_disrupt=list(protected),
                 observed_at=now,
+                interruption=node.interruption,
             )
             if await self._send(node.claim, observation):
                 self._sent[name] = key
@@ -331,4 +334,9 @@ def _node_view(node: Any) -> _NodeView | None:
     ready = next((c for c in conditions if c.type == "Ready"), None)
     is_ready = ready is not None and ready.status == "True"
     since = None if is_ready or ready is None else ready.last_transition_time
-    return _NodeView(claim=claim, ready=is_ready, not_ready_since=since)
+    return _NodeView(
+        claim=claim,
+        ready=is_ready,
+        not_ready_since=since,
+        interruption=interruption_notice(node),
+    )

@@ -43,7 +43,7 @@ with workflow.unsafe.imports_passed_through():
         TailnetDeviceRef,
     )
     from api.nodeclaim import ConditionType, NodeClaimPhase, NodeClaimStatus, Offering
-    from api.nodepool import API_VERSION
+    from api.nodepool import API_VERSION, ON_DEMAND
     from api.pool import ClaimReport, DisruptionPermit, DisruptionRequest
     from workflows.alarms import Alarms
     from workflows.decisions import disruption
@@ -338,6 +338,7 @@ class NodeClaimWorkflow:
         status.price_eur_per_hour = offering.price_eur_per_hour
         status.price_source = offering.price_source
         status.price_as_of = offering.price_as_of
+        status.capacity_type = offering.capacity_type
         if offering.vcpu is not None:
             status.capacity["cpu"] = f"{offering.vcpu:g}"
         if offering.memory_gib is not None:
@@ -430,6 +431,8 @@ class NodeClaimWorkflow:
                     labels.INSTANCE_TYPE: status.instance_type or "",
                     labels.K8S_REGION: status.region or "",
                     labels.K8S_INSTANCE_TYPE: status.instance_type or "",
+                    labels.CAPACITY_TYPE: status.capacity_type or ON_DEMAND,
+                    labels.KARPENTER_CAPACITY_TYPE: status.capacity_type or ON_DEMAND,
                 },
             ),
             start_to_close_timeout=KUBE_CALL,
@@ -720,7 +723,19 @@ class NodeClaimWorkflow:
         status.deletion_reason = reason
         status.set_condition(ConditionType.DISRUPTING, True, reason, "", now)
         self._set_phase(NodeClaimPhase.DELETING, f"deleting: {reason}")
-        await self._publish(reason=reason, events=[self._deletion_event(reason)])
+        interrupted = reason == disruption.INTERRUPTED
+        if interrupted:
+            notice = self._node.interruption if self._node else None
+            status.set_condition(
+                ConditionType.INTERRUPTED, True, "Interrupted", f"provider notice: {notice}", now
+            )
+        await self._publish(
+            reason=reason,
+            events=[self._deletion_event(reason)],
+            # Spot capacity of this type is being reclaimed: the pool plans elsewhere for a
+            # while (its failed-offering cache), as Karpenter does after an interruption.
+            failed_offering=self._offering_key() if interrupted else None,
+        )
         node_reachable = self._node is None or (self._node.exists and reason != "NodeLost")
         if self._node is not None and node_reachable:
             await self._kube(
@@ -862,7 +877,7 @@ class NodeClaimWorkflow:
     def _deletion_event(self, reason: str) -> KubeEvent:
         event_reason = _DELETION_EVENTS.get(reason, "ScaleDown")
         message = f"Deleting node {self._name}: {reason}"
-        if event_reason == events.NODE_LOST:
+        if event_reason in (events.NODE_LOST, events.INTERRUPTED):
             return self._warning(event_reason, message)
         return self._notice(event_reason, message)
 
@@ -879,6 +894,17 @@ class NodeClaimWorkflow:
             namespace=self._namespace,
             api_version=API_VERSION,
         )
+
+    def _offering_key(self) -> str | None:
+        status = self._status
+        if not status.provider or not status.region or not status.instance_type:
+            return None
+        return Offering(
+            provider=status.provider,
+            region=status.region,
+            instance_type=status.instance_type,
+            capacity_type=status.capacity_type or ON_DEMAND,
+        ).key
 
     def _scale_requested_reason(self) -> str:
         return self._scale_down.reason if self._scale_down else "ScaleDown"
@@ -986,6 +1012,7 @@ class NodeClaimWorkflow:
             pod_count=state.pod_count,
             do_not_disrupt=state.do_not_disrupt,
             observed_at=now,
+            interruption=state.interruption,
         )
 
     async def _kube(
@@ -1065,7 +1092,12 @@ _FINAL_PHASES = (NodeClaimPhase.DELETED, NodeClaimPhase.FAILED)
 # Disruptions the pool starts itself, within its budgets.
 _POOL_CHOSEN_REASONS = disruption.POOL_CHOSEN_REASONS
 # Reason the claim is deleted -> the Event reason users filter on.
-_DELETION_EVENTS = {"Empty": "ScaleDownEmpty", "Expired": "Expired", "NodeLost": "NodeLost"}
+_DELETION_EVENTS = {
+    "Empty": "ScaleDownEmpty",
+    "Expired": "Expired",
+    "NodeLost": "NodeLost",
+    disruption.INTERRUPTED: events.INTERRUPTED,
+}
 
 
 def _offering_text(status: NodeClaimStatus) -> str:

@@ -198,7 +198,7 @@ class PlanningActivities:
             candidates.append(
                 (demand.node_selector, demand.required_affinity, demand.requests, name)
             )
-        cache: dict[tuple[str, str, str, str | None, str], Resources] = {}
+        cache: dict[tuple[str, str, str, str | None, str, str], Resources] = {}
 
         def overhead(offering: Offering) -> Resources:
             key = (
@@ -207,6 +207,7 @@ class PlanningActivities:
                 offering.instance_type,
                 offering.zone,
                 offering.arch,
+                offering.capacity_type,
             )
             if key not in cache:
                 labels = {**static, **offering_labels(offering)}

@@ -206,7 +206,7 @@ def _prepare(
         elif not eligible:
             prep.unschedulable[pod.uid] = (
                 f"no allowed offering ({len(usable)}) matches the pod's node selector/affinity "
-                "on instance type, region, zone, arch or provider"
+                "on instance type, region, zone, arch, provider or capacity type"
             )
         elif not any(_fits(shape, bin_types[i].cap) for i in eligible):
             prep.unschedulable[pod.uid] = _too_big_reason(
@@ -313,6 +313,10 @@ def _planned_node(
     ]
     providers = {prep.offerings[chosen.ref].provider}
     picked: list[int] = []
+    twin = _on_demand_twin(prep.offerings[chosen.ref], fitting, prep.offerings)
+    if twin is not None and want:
+        # A spot node falls back to the same shape on demand when spot capacity runs out.
+        picked.append(twin)
     for i in fitting:  # eligible is cheapest-first
         if len(picked) >= want:
             break
@@ -325,12 +329,32 @@ def _planned_node(
         if i not in picked:
             picked.append(i)
     ranked += sorted(picked, key=lambda i: (prep.bin_types[i].price, i))
+    if twin is not None and twin in ranked:
+        # Right after the spot offering, whatever cheaper alternatives were picked.
+        ranked.remove(twin)
+        ranked.insert(1, twin)
     return PlannedNode(
         offerings=[prep.offerings[i] for i in ranked],
         pod_uids=[pods[i].uid for i in b.items],
         requests=_res(b.used),
         # What the chosen offering leaves for pods: the pool fills the rest while it boots.
         allocatable=_res(chosen.cap),
+    )
+
+
+def _on_demand_twin(chosen: Offering, fitting: list[int], offerings: list[Offering]) -> int | None:
+    """The on-demand offering of a spot offering's provider, region and type, if usable."""
+    if not chosen.spot:
+        return None
+    return next(
+        (
+            i
+            for i in fitting
+            if not offerings[i].spot
+            and (offerings[i].provider, offerings[i].region, offerings[i].instance_type)
+            == (chosen.provider, chosen.region, chosen.instance_type)
+        ),
+        None,
     )
 
 
@@ -354,7 +378,8 @@ def _no_offering_reason(
     return (
         f"no usable offering among {len(offerings)} ({detail}); pool requirements: arch "
         f"{r.arch}, regionConstraint {r.region_constraint}, maxPriceEurPerHour "
-        f"{r.max_price_eur_per_hour}, allowedProviders {r.allowed_providers or 'any'}; "
+        f"{r.max_price_eur_per_hour}, allowedProviders {r.allowed_providers or 'any'}, "
+        f"capacityType {r.capacity_type}; "
         f"NodeClass providers {request.class_providers}"
     )
 

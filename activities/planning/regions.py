@@ -87,6 +87,8 @@ def offering_allowed(
         return "arch"
     if not in_region_constraint(offering, requirements.region_constraint):
         return "regionConstraint"
+    if offering.capacity_type not in requirements.capacity_type:
+        return "capacityType"
     price = offering.price_eur_per_hour
     if price is None:
         return "no price"

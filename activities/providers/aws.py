@@ -173,6 +173,7 @@ class AwsProvider(Provider):
     """EC2 in the NodeClass region (or the offering's region)."""
 
     name: ClassVar[str] = "aws"
+    supports_spot: ClassVar[bool] = True
     block: AwsClass
 
     def __init__(self, block: AwsClass, credential: str | None) -> None:
@@ -281,6 +282,7 @@ class AwsProvider(Provider):
             created_at=raw.get("LaunchTime"),
             private_ip=raw.get("PrivateIpAddress"),
             public_ip=raw.get("PublicIpAddress"),
+            capacity_type="spot" if raw.get("InstanceLifecycle") == "spot" else "on-demand",
         )
 
     def _describe(self, region: str, what: str, **kwargs: Any) -> list[dict[str, Any]]:
@@ -361,6 +363,16 @@ class AwsProvider(Provider):
                 }
             ],
         }
+        if spec.capacity_type == "spot":
+            # One-time, terminated on interruption: the claim replaces it, nothing restarts it.
+            # No MaxPrice: EC2 then caps the spot price at the on-demand price.
+            params["InstanceMarketOptions"] = {
+                "MarketType": "spot",
+                "SpotOptions": {
+                    "SpotInstanceType": "one-time",
+                    "InstanceInterruptionBehavior": "terminate",
+                },
+            }
         if spec.zone:
             params["Placement"] = {"AvailabilityZone": spec.zone}
         if self.block.subnet_id or self.block.security_group_ids:

@@ -241,6 +241,7 @@ class AzureProvider(Provider):
     """VMs in `spec.azure.resourceGroup` of `spec.azure.subscriptionId`."""
 
     name: ClassVar[str] = "azure"
+    supports_spot: ClassVar[bool] = True
     block: AzureClass
 
     def __init__(
@@ -391,6 +392,7 @@ class AzureProvider(Provider):
             labels={k: v for k, v in tags.items() if k.startswith(f"{L.GROUP}/")},
             created_at=created_at,
             private_ip=private_ip,
+            capacity_type="spot" if props.get("priority") == "Spot" else "on-demand",
         )
 
     def _get_raw(self, name: str, what: str, *, instance_view: bool) -> dict[str, Any] | None:
@@ -560,6 +562,12 @@ class AzureProvider(Provider):
                 },
             },
         }
+        if spec.capacity_type == "spot":
+            # Deleted on eviction (the claim replaces it); maxPrice -1: never evicted for
+            # price, only for capacity, and billed at most the pay-as-you-go price.
+            vm_body["properties"].update(
+                {"priority": "Spot", "evictionPolicy": "Delete", "billingProfile": {"maxPrice": -1}}
+            )
         if spec.zone:
             vm_body["zones"] = [spec.zone.rsplit("-", 1)[-1]]
         try:

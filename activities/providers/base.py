@@ -35,6 +35,8 @@ class InstanceSpec(BaseModel):
     image: str | None = None
     user_data: str
     labels: dict[str, str] = {}
+    # "spot": a VM the provider may reclaim (AWS spot, GCP Spot VM, Azure Spot priority).
+    capacity_type: str = "on-demand"
 
 
 class Instance(BaseModel):
@@ -48,6 +50,7 @@ class Instance(BaseModel):
     created_at: datetime | None = None
     private_ip: str | None = None
     public_ip: str | None = None
+    capacity_type: str = "on-demand"  # as the provider reports it
 
 
 class InstanceType(BaseModel):
@@ -73,6 +76,8 @@ class Provider(abc.ABC):
     """One cloud. Implementations are synchronous (every SDK is) and run in activity threads."""
 
     name: ClassVar[str]
+    # Whether create() can make spot VMs; the others refuse a spot offering.
+    supports_spot: ClassVar[bool] = False
 
     def __init__(self, block: ProviderBlock, credential: str | None) -> None:
         self.block = block

@@ -203,6 +203,7 @@ class GcpProvider(Provider):
     """Compute Engine instances in `spec.gcp.project`."""
 
     name: ClassVar[str] = "gcp"
+    supports_spot: ClassVar[bool] = True
     block: GcpClass
 
     def __init__(
@@ -373,6 +374,11 @@ class GcpProvider(Provider):
             created_at=created_at,
             private_ip=(nic.network_i_p or None) if nic is not None else None,
             public_ip=public_ip,
+            capacity_type=(
+                "spot"
+                if raw.scheduling and raw.scheduling.provisioning_model == "SPOT"
+                else "on-demand"
+            ),
         )
 
     def _get_raw(self, zone: str, name: str, what: str) -> compute_v1.Instance | None:
@@ -441,6 +447,15 @@ class GcpProvider(Provider):
             ],
             network_interfaces=[interface],
         )
+        if spec.capacity_type == "spot":
+            # Deleted (not stopped) on preemption: the claim replaces it. Spot VMs cannot
+            # restart automatically or live-migrate.
+            body.scheduling = compute_v1.Scheduling(
+                provisioning_model="SPOT",
+                instance_termination_action="DELETE",
+                automatic_restart=False,
+                on_host_maintenance="TERMINATE",
+            )
         if self.block.service_account:
             body.service_accounts = [
                 compute_v1.ServiceAccount(

@@ -84,6 +84,39 @@ def _error_xml(code: str, message: str) -> bytes:
     ).encode()
 
 
+def _refused_market_options(form: dict[str, list[str]]) -> tuple[str, str] | None:
+    """What EC2 answers to malformed InstanceMarketOptions (moto accepts anything): the
+    (code, message) of the error, or None. moto records a spot request's lifecycle itself."""
+    prefix = "InstanceMarketOptions."
+
+    def value(key: str) -> str | None:
+        values = form.get(prefix + key)
+        return values[-1] if values else None
+
+    market = value("MarketType")
+    if market is None:
+        if any(k.startswith(prefix) for k in form):
+            return "MissingParameter", "The request must contain the parameter MarketType"
+        return None
+    if market not in ("spot", "capacity-block"):
+        return "InvalidParameterValue", f"Value ({market}) for parameter MarketType is invalid."
+    kind = value("SpotOptions.SpotInstanceType") or "one-time"
+    behavior = value("SpotOptions.InstanceInterruptionBehavior") or "terminate"
+    if kind not in ("one-time", "persistent"):
+        return "InvalidParameterValue", f"Value ({kind}) for parameter SpotInstanceType is invalid."
+    if behavior not in ("hibernate", "stop", "terminate"):
+        return (
+            "InvalidParameterValue",
+            f"Value ({behavior}) for parameter InstanceInterruptionBehavior is invalid.",
+        )
+    if kind == "one-time" and behavior != "terminate":
+        return (
+            "InvalidParameterCombination",
+            "One-time Spot Instances can only be terminated on interruption.",
+        )
+    return None
+
+
 def _op_of(form: dict[str, list[str]]) -> str | None:
     action = (form.get("Action") or [""])[-1]
     match action:
@@ -346,6 +379,9 @@ class AwsStandin:
             with self._lock:
                 self._requests.append((action, _region_of_request(req)))
                 self._access_keys.add(_credential_scope(req)[0])
+            refused = _refused_market_options(form) if action == "RunInstances" else None
+            if refused is not None:
+                return Response(400, _error_xml(*refused), content_type="text/xml")
             kind = self.failures.take(op) if op else None
             if kind is not None:
                 status, code, message = _FAILURES[kind]

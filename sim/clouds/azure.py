@@ -121,6 +121,24 @@ _FAILURES: dict[str, tuple[int, str, str]] = {
 }
 
 
+def _refused_priority(props: dict[str, Any]) -> str | None:
+    """ARM's refusals of malformed Spot settings (priority, evictionPolicy, maxPrice)."""
+    priority = props.get("priority", "Regular")
+    if priority not in ("Regular", "Low", "Spot"):
+        return f"The value '{priority}' of parameter 'priority' is not allowed."
+    policy = props.get("evictionPolicy")
+    max_price = (props.get("billingProfile") or {}).get("maxPrice")
+    if priority == "Regular" and (policy is not None or max_price is not None):
+        return "Eviction policy and max price can be set only on Azure Spot Virtual Machines."
+    if policy is not None and policy not in ("Deallocate", "Delete"):
+        return f"The value '{policy}' of parameter 'evictionPolicy' is not allowed."
+    if max_price is not None and not (
+        isinstance(max_price, int | float) and (max_price == -1 or max_price > 0)
+    ):
+        return f"The value '{max_price}' of parameter 'billingProfile.maxPrice' is not allowed."
+    return None
+
+
 def _error(status: int, code: str, message: str, **headers: str) -> Response:
     return Response(status, {"error": {"code": code, "message": message}}, headers=dict(headers))
 
@@ -430,6 +448,11 @@ class AzureStandin:
                 "tags": dict(vm.tags),
                 "state": self._vm_state(vm, now),
                 "provisioning_state": vm.provisioning,
+                "spot_settings": {
+                    k: v
+                    for k, v in (vm.body.get("properties") or {}).items()
+                    if k in ("priority", "evictionPolicy", "billingProfile")
+                },
             }
 
     def instance_shape(self, instance_type: str) -> tuple[float, float, str] | None:
@@ -589,6 +612,9 @@ class AzureStandin:
                 "SkuNotAvailable",
                 f"The requested VM size {size} is not available in location '{location}'.",
             )
+        refused = _refused_priority(props)
+        if refused is not None:
+            return _error(400, "InvalidParameter", refused)
         os_profile = props.get("osProfile") or {}
         nic_refs = (props.get("networkProfile") or {}).get("networkInterfaces") or []
         with self._lock:

@@ -115,6 +115,34 @@ _STATUS_TEXT = {
 _TERM = re.compile(r'\(?\s*(labels\.[a-z0-9_-]+|name)\s*(=|eq)\s*"?([^")]*)"?\s*\)?', re.I)
 
 
+def _refused_scheduling(scheduling: Any) -> str | None:
+    """Compute Engine's refusals of a malformed `scheduling` block, or None."""
+    if not scheduling:
+        return None
+    model = scheduling.get("provisioningModel", "STANDARD")
+    if model not in ("STANDARD", "SPOT"):
+        return f"Invalid value for field 'resource.scheduling.provisioningModel': '{model}'."
+    action = scheduling.get("instanceTerminationAction")
+    if action is not None and action not in ("STOP", "DELETE"):
+        return (
+            f"Invalid value for field 'resource.scheduling.instanceTerminationAction': '{action}'."
+        )
+    if model == "SPOT":
+        if scheduling.get("automaticRestart") is True:
+            return (
+                "Invalid value for field 'resource.scheduling.automaticRestart': 'true'. "
+                "Spot VMs cannot be restarted automatically."
+            )
+        if scheduling.get("onHostMaintenance", "TERMINATE") != "TERMINATE":
+            return (
+                "Invalid value for field 'resource.scheduling.onHostMaintenance': "
+                f"'{scheduling['onHostMaintenance']}'. Spot VMs must terminate on maintenance."
+            )
+    elif action is not None:
+        return "instanceTerminationAction is only allowed with provisioningModel SPOT."
+    return None
+
+
 def _error(status: int, reason: str, message: str, **headers: str) -> Response:
     body = {
         "error": {
@@ -441,6 +469,7 @@ class GcpStandin:
                 "private_ip": vm.private_ip,
                 "labels": labels if isinstance(labels, dict) else {},
                 "gce_labels": dict(vm.labels),
+                "scheduling": vm.raw.get("scheduling"),
                 "state": self._vm_state(vm, now),
             }
 
@@ -586,6 +615,9 @@ class GcpStandin:
                     return _error(
                         400, "invalid", f"Invalid value for field 'resource.labels': '{k}'."
                     )
+            refused = _refused_scheduling(body.get("scheduling"))
+            if refused is not None:
+                return _error(400, "invalid", refused)
             if (zone, name) in self._vms:
                 return _error(
                     409,
@@ -626,7 +658,11 @@ class GcpStandin:
                         created_mono=done_mono,
                         created_at=rfc3339(),
                         private_ip=private_ip(n % 2**24),
-                        raw={k: body[k] for k in ("disks", "serviceAccounts") if k in body},
+                        raw={
+                            k: body[k]
+                            for k in ("disks", "serviceAccounts", "scheduling")
+                            if k in body
+                        },
                     )
                     self._created_by_name[name] += 1
 

@@ -23,6 +23,8 @@ POOL_CHOSEN_REASONS = ("Drifted", "Underutilized")
 EXPIRED = "Expired"
 NODE_LOST = "NodeLost"
 EMPTY = "Empty"
+# The provider is reclaiming the (spot) VM: drain and delete at once, before it goes.
+INTERRUPTED = "Interrupted"
 
 
 @dataclass(frozen=True)
@@ -41,13 +43,16 @@ class ClaimView:
 
 def involuntary_reason(claim: ClaimView, reached: Reached) -> str | None:
     """Reasons no budget holds back: a forced (or unbudgeted) request, the node or its VM
-    gone, the node not Ready past its grace period, expiry."""
+    gone, a spot interruption notice, the node not Ready past its grace period, expiry."""
     request = claim.scale_down
     if request and (request.force or not claim.budgeted):
         return request.reason
     node = claim.node
     if claim.instance_gone or (node and not node.exists):
         return NODE_LOST
+    if node and node.interruption:
+        # The VM has minutes at most: no budget, TTL or do-not-disrupt pod can keep it.
+        return INTERRUPTED
     disruption = claim.disruption
     if node and node.not_ready_since:
         grace = timedelta(seconds=disruption.node_unreachable_grace_period_seconds)

@@ -18,7 +18,7 @@ from typing import Any
 
 from activities.planning.regions import offering_allowed
 from api.nodeclaim import Offering
-from api.nodepool import Requirements
+from api.nodepool import ON_DEMAND, SPOT, Requirements
 
 SHIPPED_PATH = Path(__file__).with_name("catalog.json")
 CATALOG_ENV = "CLOUDBURST_CATALOG"
@@ -104,6 +104,7 @@ class Catalog:
         return Catalog(dict(self.header), kept + sorted(entries, key=lambda e: e.name))
 
     def all_offerings(self) -> list[Offering]:
+        """Every on-demand offering, and a spot one where the entry has a spot price."""
         return [
             Offering(
                 provider=e.provider,
@@ -116,9 +117,11 @@ class Catalog:
                 price_eur_per_hour=price,
                 price_source=e.source or None,
                 price_as_of=e.as_of or None,
+                capacity_type=capacity_type,
             )
             for e in self.entries
-            for region, price in e.prices_eur.items()
+            for capacity_type, prices in ((ON_DEMAND, e.prices_eur), (SPOT, e.spot_prices_eur))
+            for region, price in prices.items()
         ]
 
     def offerings(

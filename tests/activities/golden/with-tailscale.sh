@@ -280,7 +280,7 @@ nodeRegistration:
   criSocket: "unix:///var/run/containerd/containerd.sock"
   taints: [{key: "nvidia.com/gpu", value: "true", effect: "NoSchedule"}, {key: "dedicated", effect: "PreferNoSchedule"}, {key: "cloudburst.io/unregistered", value: "true", effect: "NoExecute"}]
   kubeletExtraArgs:
-    - {name: "node-labels", value: "cloudburst.io/instance-type=cx22,cloudburst.io/nodeclaim=gpu-burst-x7k2q,cloudburst.io/nodepool=gpu-burst,cloudburst.io/provider=hetzner,cloudburst.io/region=fsn1,example.com/tier=batch,team=ml"}
+    - {name: "node-labels", value: "cloudburst.io/capacity-type=on-demand,cloudburst.io/instance-type=cx22,cloudburst.io/nodeclaim=gpu-burst-x7k2q,cloudburst.io/nodepool=gpu-burst,cloudburst.io/provider=hetzner,cloudburst.io/region=fsn1,example.com/tier=batch,karpenter.sh/capacity-type=on-demand,team=ml"}
 CLOUDBURST_JOIN_CONFIG
   kubeadm join --config "$JOIN_CONFIG"
   # The token has done its job; do not leave it on disk.

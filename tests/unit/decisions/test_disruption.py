@@ -85,3 +85,20 @@ def test_the_pools_choice_comes_before_anything_voluntary_drift_alone_does_not()
     chosen = DisruptionPermit(reason="Underutilized")
     assert voluntary_reason(view(permit=chosen), Deadlines()) == "Underutilized"
     assert voluntary_reason(view(permit=DisruptionPermit(reason="Empty")), Deadlines()) is None
+
+
+def test_a_spot_interruption_notice_ends_the_node_at_once_whatever_holds_it() -> None:
+    # Budgeted, busy, protected by a do-not-disrupt pod, not expired: the VM goes anyway.
+    node = NodeObservation(
+        node_name="n",
+        exists=True,
+        ready=True,
+        pod_count=3,
+        do_not_disrupt=["default/batch-1"],
+        interruption="spot-itn",
+        observed_at=BORN,
+    )
+    assert involuntary_reason(view(node=node), Deadlines()) == "Interrupted"
+    # A node already gone is lost, not interrupted: nothing is left to drain.
+    gone = node.model_copy(update={"exists": False})
+    assert involuntary_reason(view(node=gone), Deadlines()) == "NodeLost"
