@@ -184,6 +184,9 @@ def test_offering_labels_are_registered(acts, core, namespace, unique):
         labels.PROVIDER: "hetzner",
         labels.REGION: "fsn1",
         labels.INSTANCE_TYPE: "cx22",
+        # Karpenter's key, so selectors written for Karpenter pools keep working, and ours.
+        labels.KARPENTER_CAPACITY_TYPE: "on-demand",
+        labels.CAPACITY_TYPE: "on-demand",
     }
 
 

@@ -73,3 +73,10 @@ def test_prices_older_than_the_limit_are_named_once_per_provider_by_their_oldest
         timedelta(hours=168),
     )
     assert notes == ["aws prices as of 2024-05-01 are older than 168 h"]
+
+
+def test_every_shipped_offering_says_where_its_price_comes_from_and_when() -> None:
+    offerings = SHIPPED.all_offerings()  # validates: a source too long for the CRD fails here
+    assert all(o.price_source and o.price_as_of for o in offerings)
+    spot = [o for o in offerings if o.capacity_type == "spot"]
+    assert spot and all(o.price_source.startswith("approx:") for o in spot if o.price_source)

@@ -23,7 +23,7 @@ from api.nodepool import ON_DEMAND, SPOT, Requirements
 SHIPPED_PATH = Path(__file__).with_name("catalog.json")
 CATALOG_ENV = "CLOUDBURST_CATALOG"
 # Optional per-entry maps left out of the file when empty (most entries have none).
-_OMITTED_WHEN_EMPTY = ("zones", "spot_prices", "spot_prices_eur")
+_OMITTED_WHEN_EMPTY = ("zones", "spot_prices", "spot_prices_eur", "spot_source")
 
 
 @dataclass(frozen=True)
@@ -42,6 +42,8 @@ class CatalogEntry:
     # Spot/preemptible prices where the provider sells them (AWS, GCP, Azure), same units.
     spot_prices: dict[str, float] = field(default_factory=dict)  # region -> in `currency`
     spot_prices_eur: dict[str, float] = field(default_factory=dict)  # region -> EUR
+    # Where the spot prices come from, when not from `source` (e.g. an approximation).
+    spot_source: str = ""
 
 
 class Catalog:
@@ -74,6 +76,7 @@ class Catalog:
                 spot_prices_eur={
                     k: float(v) for k, v in (raw.get("spot_prices_eur") or {}).items()
                 },
+                spot_source=raw.get("spot_source", ""),
             )
             for raw in data.get("instance_types", [])
         ]
@@ -115,7 +118,7 @@ class Catalog:
                 memory_gib=e.memory_gib,
                 arch=e.arch,
                 price_eur_per_hour=price,
-                price_source=e.source or None,
+                price_source=(e.spot_source if capacity_type == SPOT else "") or e.source or None,
                 price_as_of=e.as_of or None,
                 capacity_type=capacity_type,
             )
