@@ -28,8 +28,11 @@ MEMORY_MI = [128, 256, 512, 1024, 2048, 4096]
 KARPENTER_PODS_PER_S = 1300
 
 
-def offerings(count: int = 400, seed: int = 7) -> list[Offering]:
-    out = Catalog.load().all_offerings()
+def offerings(count: int = 400, seed: int = 7, spot: bool = False) -> list[Offering]:
+    """`count` on-demand offerings (the catalog's, topped up), plus with `spot` the catalog's
+    spot offerings (which only pools allowing spot may use)."""
+    catalog = Catalog.load().all_offerings()
+    out = [o for o in catalog if o.capacity_type == "on-demand"]
     rnd = random.Random(seed)
     while len(out) < count:  # top up with plausible synthetic types
         vcpu = rnd.choice([2, 4, 8, 16, 32, 48, 64])
@@ -45,7 +48,7 @@ def offerings(count: int = 400, seed: int = 7) -> list[Offering]:
                 price_eur_per_hour=price,
             )
         )
-    return out[:count]
+    return out[:count] + ([o for o in catalog if o.capacity_type == "spot"] if spot else [])
 
 
 def mixed_pods(n: int, seed: int = 1, distinct: bool = False) -> list[PodDemand]:
