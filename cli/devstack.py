@@ -36,6 +36,7 @@ from kubernetes import client as k8s
 from temporalio.client import Client
 from temporalio.service import RPCError
 
+from activities.planning.config import PriceSettings
 from activities.providers import provider_class
 from api import Offering, search_attributes
 from api.messages import NodeObservation, claim_name_of
@@ -154,7 +155,11 @@ async def embedded_stack(options: StackOptions) -> AsyncIterator[EmbeddedStack]:
             tenancy=settings.tenancy(),
         )
         tasks += [
-            asyncio.create_task(run_worker(settings, stop), name="worker"),
+            # No price Schedule: it would reach the real clouds' price APIs from a dev machine
+            # and price types the stand-ins do not sell; the shipped catalog's are theirs.
+            asyncio.create_task(
+                run_worker(settings, stop, PriceSettings(enabled=False)), name="worker"
+            ),
             asyncio.create_task(watcher.run(stop), name="node-watcher"),
             asyncio.create_task(pending.run(stop), name="pending-pod-trigger"),
         ]

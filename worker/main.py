@@ -21,6 +21,7 @@ from activities.heartbeat import HeartbeatInterceptor
 from activities.kube import KubeActivities
 from activities.mirror import MirrorActivities
 from activities.planning.activity import PlanningActivities
+from activities.planning.config import PriceSettings
 from activities.planning.consolidation import ConsolidationActivities
 from activities.planning.prices import PriceActivities
 from activities.tailscale import TailscaleActivities
@@ -68,11 +69,13 @@ def build_worker(
     )
 
 
-async def run_worker(settings: Settings, stop: asyncio.Event | None = None) -> None:
+async def run_worker(
+    settings: Settings, stop: asyncio.Event | None = None, prices: PriceSettings | None = None
+) -> None:
     client = await connect_temporal(settings)
     await register_search_attributes(client, settings.temporal_namespace)
     await ensure_gc_schedule(client, settings)
-    await ensure_price_schedule(client, settings)
+    await ensure_price_schedule(client, settings, prices)
     api_client = kube_api_client(settings)
     with (
         ThreadPoolExecutor(max_workers=settings.max_concurrent_activities) as executor,
