@@ -32,6 +32,12 @@ class PriceRefreshInput(BaseModel):
     providers: list[str]
     # provider -> price API base URL (an operator's choice; unset: the provider's own API)
     endpoints: dict[str, str] = {}
+    # The ECB's daily reference rates file (unset: the ECB's own URL).
+    exchange_rate_url: str | None = None
+
+
+class ExchangeRateRefresh(BaseModel):
+    url: str | None = None
 
 
 class ProviderPriceRefresh(BaseModel):

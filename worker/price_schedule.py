@@ -36,7 +36,11 @@ def price_schedule(settings: Settings, prices: PriceSettings) -> Schedule:
     return Schedule(
         action=ScheduleActionStartWorkflow(
             PriceRefreshWorkflow.run,
-            PriceRefreshInput(providers=prices.providers, endpoints=prices.endpoints),
+            PriceRefreshInput(
+                providers=prices.providers,
+                endpoints=prices.endpoints,
+                exchange_rate_url=prices.exchange_rate_url,
+            ),
             id=PRICE_WORKFLOW_ID,
             task_queue=settings.task_queue,
             execution_timeout=timedelta(minutes=30),

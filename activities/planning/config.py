@@ -18,6 +18,7 @@ Live prices (`PriceSettings`, read by the worker's price Schedule and the planne
                                             the price APIs' base URLs, an operator's choice
     CLOUDBURST_PRICES_MAX_AGE_HOURS         older prices give the pools planning with them
                                             a PricesStale condition (168)
+    CLOUDBURST_PRICES_EXCHANGE_RATE_URL     the ECB's eurofxref-daily.xml (default: the ECB's)
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ class PriceSettings(BaseSettings):
     providers: Annotated[list[str], NoDecode] = REAL_PROVIDERS
     endpoints: dict[str, str] = {}
     max_age_hours: float = Field(default=DEFAULT_PRICE_MAX_AGE_H, gt=0)
+    exchange_rate_url: str | None = None
 
     @field_validator("providers", mode="before")
     @classmethod

@@ -23,9 +23,14 @@ from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
 from activities.planning.catalog import Catalog, CatalogEntry
+from activities.planning.exchange import ExchangeRate
 from api.prices import CATALOG_CONFIGMAP, ProviderPriceStatus
 
 log = logging.getLogger(__name__)
+
+
+# The USD → EUR rate of the last good refresh, and that refresh's outcome.
+EXCHANGE_RATE = "exchange-rate"
 
 
 def prices_key(provider: str) -> str:
@@ -48,10 +53,13 @@ def read_store(core: k8s.CoreV1Api, namespace: str) -> dict[str, str]:
 
 
 def live_catalog(base: Catalog, data: dict[str, str]) -> Catalog:
-    """`base` with every provider part found in `data` in place of its own."""
+    """`base` with every provider part found in `data` in place of its own, and every USD
+    price converted at the stored exchange rate (when one was fetched)."""
     catalog = base
     for key, text in sorted(data.items()):
         if not key.endswith(".json") or key.endswith(".status.json"):
+            continue
+        if key == prices_key(EXCHANGE_RATE):
             continue
         provider = key.removesuffix(".json")
         try:
@@ -61,7 +69,22 @@ def live_catalog(base: Catalog, data: dict[str, str]) -> Catalog:
             log.error("%s/%s is unreadable (%s): shipped prices used", CATALOG_CONFIGMAP, key, err)
             continue
         catalog = catalog.with_provider(provider, entries)
-    return catalog
+    rate = stored_exchange_rate(data)
+    return catalog if rate is None else catalog.with_usd_to_eur(rate.usd_to_eur, rate.note)
+
+
+def stored_exchange_rate(data: dict[str, str]) -> ExchangeRate | None:
+    text = data.get(prices_key(EXCHANGE_RATE))
+    if text is None:
+        return None
+    try:
+        raw = json.loads(text)
+        return ExchangeRate(float(raw["usd_to_eur"]), str(raw["date"]), str(raw["source"]))
+    except (ValueError, KeyError, TypeError) as err:
+        log.error(
+            "%s/%s is unreadable (%s): shipped rate used", CATALOG_CONFIGMAP, EXCHANGE_RATE, err
+        )
+        return None
 
 
 def statuses(data: dict[str, str]) -> list[ProviderPriceStatus]:
@@ -82,10 +105,25 @@ def write_provider(
     entries: list[CatalogEntry] | None,
 ) -> None:
     """Record one provider's refresh: its status always, its entries only when given."""
-    data = {status_key(status.provider): status.model_dump_json(by_alias=True)}
+    part = None
     if entries is not None:
-        part = {"instance_types": [_compact(e) for e in entries]}
-        data[prices_key(status.provider)] = json.dumps(part, separators=(",", ":"))
+        part = json.dumps({"instance_types": [_compact(e) for e in entries]}, separators=(",", ":"))
+    _write(core, namespace, status, part)
+
+
+def write_exchange_rate(
+    core: k8s.CoreV1Api, namespace: str, status: ProviderPriceStatus, rate: ExchangeRate | None
+) -> None:
+    """Record the exchange rate's refresh: its status always, the rate only when given."""
+    _write(core, namespace, status, None if rate is None else json.dumps(asdict(rate)))
+
+
+def _write(
+    core: k8s.CoreV1Api, namespace: str, status: ProviderPriceStatus, part: str | None
+) -> None:
+    data = {status_key(status.provider): status.model_dump_json(by_alias=True)}
+    if part is not None:
+        data[prices_key(status.provider)] = part
     body = {"data": data}
     try:
         core.patch_namespaced_config_map(CATALOG_CONFIGMAP, namespace, body)

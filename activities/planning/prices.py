@@ -24,14 +24,23 @@ from kubernetes.client.exceptions import ApiException
 from temporalio import activity
 
 from activities.planning.catalog import Catalog
+from activities.planning.exchange import fetch_usd_to_eur
 from activities.planning.price_store import (
+    EXCHANGE_RATE,
     live_catalog,
     read_store,
     statuses,
+    stored_exchange_rate,
+    write_exchange_rate,
     write_provider,
 )
 from activities.planning.refresh import REQUIRED_CREDENTIALS, RefreshError, refresh_provider
-from api.prices import PRICE_CREDENTIALS_SECRET, ProviderPriceRefresh, ProviderPriceStatus
+from api.prices import (
+    PRICE_CREDENTIALS_SECRET,
+    ExchangeRateRefresh,
+    ProviderPriceRefresh,
+    ProviderPriceStatus,
+)
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +54,39 @@ class PriceActivities:
         self._base = base or Catalog.load()
 
     def activities(self) -> list[Callable[..., Any]]:
-        return [self.refresh_prices]
+        return [self.refresh_prices, self.refresh_exchange_rate]
+
+    @activity.defn(name="refresh_exchange_rate")
+    def refresh_exchange_rate(self, request: ExchangeRateRefresh) -> ProviderPriceStatus:
+        """The ECB's USD reference rate, which every USD price is converted with; on failure
+        the last good rate (or the shipped catalog's) stays in use."""
+        now = datetime.now(UTC)
+        data = read_store(self._core, self._namespace)
+        previous = stored_exchange_rate(data)
+        try:
+            rate = fetch_usd_to_eur(request.url)
+        except RefreshError as err:
+            log.warning("exchange rate not refreshed (last good kept): %s", err)
+            kept = [s for s in statuses(data) if s.provider == EXCHANGE_RATE]
+            status = ProviderPriceStatus(
+                provider=EXCHANGE_RATE,
+                outcome="failed",
+                attempted_at=now,
+                refreshed_at=kept[0].refreshed_at if kept else None,
+                source=previous.note if previous else "",
+                error=str(err),
+            )
+            write_exchange_rate(self._core, self._namespace, status, None)
+            return status
+        status = ProviderPriceStatus(
+            provider=EXCHANGE_RATE,
+            outcome="refreshed",
+            attempted_at=now,
+            refreshed_at=now,
+            source=rate.note,
+        )
+        write_exchange_rate(self._core, self._namespace, status, rate)
+        return status
 
     @activity.defn(name="refresh_prices")
     def refresh_prices(self, request: ProviderPriceRefresh) -> ProviderPriceStatus:

@@ -1,6 +1,7 @@
-"""Live prices on the real dev server: the worker's Schedule refreshes a provider's prices from
-its price API (the Hetzner stand-in) into the catalog ConfigMap, a failing API keeps the last
-good prices and says why, and `cloudburst catalog status` / `catalog show --live` show it all.
+"""Live prices on the real dev server: the worker's Schedule refreshes the ECB's USD rate (its
+stand-in) and a provider's prices from its price API (the Hetzner stand-in) into the catalog
+ConfigMap, a failing API keeps the last good prices and says why, and `cloudburst catalog
+status` / `catalog show --live` show it all.
 
 A cluster of its own: the catalog ConfigMap it writes changes what every planner of that
 cluster reads, which the session's shared clusters must not see.
@@ -26,6 +27,7 @@ from kubernetes import client as k8s
 from temporalio.client import Client
 from temporalio.service import RPCError
 
+from activities.planning.catalog import Catalog
 from activities.planning.config import PriceSettings
 from api.prices import (
     CATALOG_CONFIGMAP,
@@ -33,6 +35,7 @@ from api.prices import (
     PRICE_SCHEDULE_ID,
     PriceRefreshInput,
 )
+from sim.clouds.exchange import EcbStandin
 from sim.cluster import SimulatedCluster
 from tests.e2e.harness import Stack, eventually, in_process_worker, in_thread, new_task_queue
 from worker.client import kube_api_client
@@ -106,8 +109,12 @@ async def test_the_schedule_refreshes_prices_and_a_failure_keeps_the_last_good_o
         WORKER_NS,
         k8s.V1Secret(metadata=k8s.V1ObjectMeta(name=PRICE_CREDENTIALS_SECRET), data={"HCLOUD_TOKEN": token}),
     )  # fmt: skip
+    ecb = EcbStandin(dollars_per_euro=1.25).start()
     prices = PriceSettings(  # enabled here: the session's conftest turns it off for others
-        enabled=True, providers=["hetzner", "digitalocean"], endpoints={"hetzner": hetzner.endpoint}
+        enabled=True,
+        providers=["hetzner", "digitalocean"],
+        endpoints={"hetzner": hetzner.endpoint},
+        exchange_rate_url=ecb.url,
     )
     schedule = stack.temporal.get_schedule_handle(PRICE_SCHEDULE_ID)
     try:
@@ -133,6 +140,16 @@ async def test_the_schedule_refreshes_prices_and_a_failure_keeps_the_last_good_o
             assert unconfigured["outcome"] == "unconfigured"
             assert "DIGITALOCEAN_TOKEN" in unconfigured["error"]
 
+            # USD prices are converted at the ECB's rate of the day (1.25 USD per EUR).
+            rate = await in_thread(status_of, stack, "exchange-rate")
+            assert rate["outcome"] == "refreshed" and "0.8 EUR per USD" in rate["source"]
+            aws = await in_thread(cli, stack, "show", "--live", "--providers", "aws", "--limit", "1", "-o", "json")  # fmt: skip
+            [cheapest] = json.loads(aws.stdout)["items"]
+            usd = Catalog.load().entries
+            [entry] = [e for e in usd if e.name == cheapest["offering"]["instanceType"]]
+            region = cheapest["offering"]["region"]
+            assert cheapest["offering"]["priceEurPerHour"] == round(entry.prices[region] * 0.8, 5)
+
             # The planner's view: every Hetzner row now carries the API's source and date.
             shown = await in_thread(cli, stack, "show", "--live", "--providers", "hetzner",
                                     "--region-constraint", "ANY", "-o", "json")  # fmt: skip
@@ -143,9 +160,14 @@ async def test_the_schedule_refreshes_prices_and_a_failure_keeps_the_last_good_o
 
             # The price API fails: the run says so, the prices in use stay as they were.
             hetzner.cloud.inject_failure("catalog", "unavailable", times=None)
+            ecb.set_rate(2.0)
             report = await stack.temporal.execute_workflow(
                 PriceRefreshWorkflow.run,
-                PriceRefreshInput(providers=["hetzner"], endpoints={"hetzner": hetzner.endpoint}),
+                PriceRefreshInput(
+                    providers=["hetzner"],
+                    endpoints={"hetzner": hetzner.endpoint},
+                    exchange_rate_url=ecb.url,
+                ),
                 id=f"prices-test-{uuid.uuid4().hex[:8]}",
                 task_queue=stack.task_queue,
                 execution_timeout=timedelta(minutes=3),
@@ -157,7 +179,12 @@ async def test_the_schedule_refreshes_prices_and_a_failure_keeps_the_last_good_o
             failed = await in_thread(status_of, stack, "hetzner")
             assert failed["outcome"] == "failed" and failed["refreshedAt"] == good_since
             assert "/server_types" in failed["error"] and "503" in failed["error"]
+            # The rate refreshed meanwhile (a new day's rate: 0.5 EUR per USD).
+            assert (
+                "0.5 EUR per USD" in (await in_thread(status_of, stack, "exchange-rate"))["source"]
+            )
     finally:
+        ecb.stop()
         hetzner.cloud.clear_failures()
         with contextlib.suppress(RPCError):
             await schedule.delete()

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -100,6 +100,21 @@ class Catalog:
         if currency == "USD":
             return round(price * self.usd_to_eur, 5)
         raise ValueError(f"no exchange rate for {currency}")
+
+    def with_usd_to_eur(self, rate: float, note: str) -> Catalog:
+        """A copy converting USD prices at `rate` (EUR per USD), `note` saying whose and when."""
+        header = {**self.header, "usd_to_eur": rate, "usd_to_eur_note": note}
+
+        def eur(prices: dict[str, float]) -> dict[str, float]:
+            return {region: round(price * rate, 5) for region, price in prices.items()}
+
+        entries = [
+            replace(e, prices_eur=eur(e.prices), spot_prices_eur=eur(e.spot_prices))
+            if e.currency == "USD"
+            else e
+            for e in self.entries
+        ]
+        return Catalog(header, entries)
 
     def with_provider(self, provider: str, entries: list[CatalogEntry]) -> Catalog:
         """A copy with `provider`'s part replaced (what `catalog refresh` writes)."""
