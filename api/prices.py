@@ -23,6 +23,8 @@ CATALOG_CONFIGMAP = "cloudburst-catalog"
 # In the worker's namespace, optional: the price APIs' credentials, one key per environment
 # variable the provider's SDK documents (HCLOUD_TOKEN, AWS_ACCESS_KEY_ID, ...).
 PRICE_CREDENTIALS_SECRET = "cloudburst-price-credentials"
+# The status row (and ConfigMap keys) of the USD → EUR rate, beside the providers'.
+EXCHANGE_RATE = "exchange-rate"
 DEFAULT_REFRESH_INTERVAL_H = 6.0
 # Prices older than this give the pools that plan with them a PricesStale condition.
 DEFAULT_PRICE_MAX_AGE_H = 7 * 24.0

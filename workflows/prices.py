@@ -20,9 +20,9 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
-    from activities.planning.price_store import EXCHANGE_RATE
     from activities.planning.prices import PriceActivities
     from api.prices import (
+        EXCHANGE_RATE,
         ExchangeRateRefresh,
         PriceRefreshInput,
         PriceRefreshReport,

@@ -24,13 +24,9 @@ from kubernetes.client.exceptions import ApiException
 
 from activities.planning.catalog import Catalog, CatalogEntry
 from activities.planning.exchange import ExchangeRate
-from api.prices import CATALOG_CONFIGMAP, ProviderPriceStatus
+from api.prices import CATALOG_CONFIGMAP, EXCHANGE_RATE, ProviderPriceStatus
 
 log = logging.getLogger(__name__)
-
-
-# The USD → EUR rate of the last good refresh, and that refresh's outcome.
-EXCHANGE_RATE = "exchange-rate"
 
 
 def prices_key(provider: str) -> str:

@@ -26,7 +26,6 @@ from temporalio import activity
 from activities.planning.catalog import Catalog
 from activities.planning.exchange import fetch_usd_to_eur
 from activities.planning.price_store import (
-    EXCHANGE_RATE,
     live_catalog,
     read_store,
     statuses,
@@ -36,6 +35,7 @@ from activities.planning.price_store import (
 )
 from activities.planning.refresh import REQUIRED_CREDENTIALS, RefreshError, refresh_provider
 from api.prices import (
+    EXCHANGE_RATE,
     PRICE_CREDENTIALS_SECRET,
     ExchangeRateRefresh,
     ProviderPriceRefresh,
