@@ -287,6 +287,7 @@ class _Joined:
     ready: bool = False
     lost: bool = False  # VM gone: no longer managed
     pod_ips: int = 0
+    interruption: str | None = None  # the spot notice this node was tainted with
 
 
 class Kubelets:
@@ -404,8 +405,11 @@ class Kubelets:
             if states.get(j.instance_id, "terminated") in ("terminated", "stopping"):
                 # stopping: the OS is shutting down; the kubelet stops posting status.
                 self._lose(j)
-            elif not j.ready and now - j.registered_at >= self.ready_delay_s:
-                self._set_ready(j)
+            else:
+                if not j.ready and now - j.registered_at >= self.ready_delay_s:
+                    self._set_ready(j)
+                if not j.lost and j.interruption is None:
+                    self._watch_interruption(j)
             if not j.lost:
                 self._keep_lease(j, now)
         self._run_pods()
@@ -655,6 +659,44 @@ class Kubelets:
                 {"spec": {"renewTime": _now_micro()}},
                 _content_type="application/merge-patch+json",
             )
+
+    # ---- spot interruption -----------------------------------------------------------------
+
+    def _watch_interruption(self, j: _Joined) -> None:
+        """Play the in-VM agent (aws-node-termination-handler in IMDS mode and its GCE/Azure
+        equivalents): a spot notice from the VM's cloud becomes the node's interruption
+        taint, once. Clouds without spot VMs have no `interruption_notice`."""
+        located = self._where.get(j.instance_id)
+        if located is None:
+            return
+        cloud, native = located
+        read = getattr(cloud, "interruption_notice", None)
+        notice = read(native) if read is not None else None
+        if not notice:
+            return
+        try:
+            node = call(self.core.read_node, j.node_name)
+            taints = [
+                t
+                for t in (node.get("spec") or {}).get("taints") or []
+                if t.get("key") != L.INTERRUPTION_TAINT
+            ]
+            taints.append({"key": L.INTERRUPTION_TAINT, "value": notice, "effect": "NoSchedule"})
+            # spec.taints has no merge key: the whole list is replaced.
+            call(
+                self.core.patch_node,
+                j.node_name,
+                {"spec": {"taints": taints}},
+                _content_type="application/merge-patch+json",
+            )
+        except client.ApiException as exc:
+            if exc.status == 404:
+                j.lost = True
+                return
+            log.warning("tainting node %s for its interruption: %s", j.node_name, exc.reason)
+            return  # tried again next tick
+        j.interruption = notice
+        log.info("node %s: spot interruption notice %r, tainted", j.node_name, notice)
 
     # ---- node status -----------------------------------------------------------------------
 

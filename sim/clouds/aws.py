@@ -30,6 +30,7 @@ import threading
 import time
 import uuid
 from collections import Counter
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import parse_qs
 from xml.sax.saxutils import escape
@@ -38,7 +39,15 @@ import boto3
 from botocore.config import Config
 from moto.server import ThreadedMotoServer
 
-from sim.clouds.base import FAILURE_KINDS, Failures, Request, Response, StandinHTTPServer
+from sim.clouds.base import (
+    FAILURE_KINDS,
+    Failures,
+    Request,
+    Response,
+    SpotNotice,
+    StandinHTTPServer,
+    rfc3339,
+)
 
 PROVIDER = "aws"
 OPS = ("create", "get", "list", "delete", "catalog")
@@ -183,6 +192,8 @@ class AwsStandin:
         self._internal: dict[str, Any] = {}
         self._requests: list[tuple[str, str]] = []  # (op or action, region-less path)
         self._access_keys: set[str] = set()  # access key ids requests were signed with
+        # instance id -> the spot instance-action IMDS serves it (until it is terminated)
+        self._notices: dict[str, SpotNotice] = {}
 
     # ---- lifecycle -------------------------------------------------------------------------
 
@@ -269,6 +280,77 @@ class AwsStandin:
             "failures": self.failures.pending(),
         }
 
+    def interrupt(self, instance_id: str, *, notice_s: float = 2.0) -> SpotNotice:
+        """Reclaim a spot instance as EC2 does: IMDS `spot/instance-action` says
+        `{"action": "terminate", "time": ...}` (two minutes ahead on EC2, `notice_s` here),
+        then the instance is `terminated` with StateReason `Server.SpotInstanceTermination`.
+        An on-demand instance cannot be interrupted (ValueError)."""
+        with self._lock:
+            region = self._region_of.get(instance_id)
+        for r in [region] if region else self.regions:
+            ec2 = self.ec2(r)
+            try:
+                found = ec2.describe_instances(InstanceIds=[instance_id])
+            except ec2.exceptions.ClientError:
+                continue
+            for reservation in found.get("Reservations") or []:
+                for raw in reservation.get("Instances") or []:
+                    if raw.get("InstanceLifecycle") != "spot":
+                        raise ValueError(f"{instance_id} is not a spot instance")
+                    if raw["State"]["Name"] in ("shutting-down", "terminated"):
+                        raise ValueError(f"{instance_id} is already {raw['State']['Name']}")
+                    now = time.monotonic()
+                    at = datetime.now(UTC) + timedelta(seconds=notice_s)
+                    notice = SpotNotice(
+                        native_id=instance_id,
+                        region=r,
+                        detail={"action": "terminate", "time": rfc3339(at)},
+                        taint_value="spot-itn",
+                        noticed_mono=now,
+                        due_mono=now + notice_s,
+                    )
+                    with self._lock:
+                        self._notices[instance_id] = notice
+                    return notice
+        raise KeyError(instance_id)
+
+    def instance_action(self, instance_id: str) -> dict[str, str] | None:
+        """What IMDS `/latest/meta-data/spot/instance-action` serves the instance (404: None)."""
+        self._reclaim_due()
+        with self._lock:
+            notice = self._notices.get(instance_id)
+        return dict(notice.detail) if notice is not None else None
+
+    def interruption_notice(self, native_id: str) -> str | None:
+        """The in-VM agent's view (the kubelets'): the notice's taint value, or None."""
+        with self._lock:
+            notice = self._notices.get(native_id)
+        return notice.taint_value if notice is not None and not notice.done else None
+
+    def _reclaim_due(self) -> None:
+        """Terminate the instances whose notice ran out, with EC2's spot state reason. moto
+        has no API for a service-side termination: its backend (same process) is used."""
+        now = time.monotonic()
+        with self._lock:
+            due = [n for n in self._notices.values() if not n.done and now >= n.due_mono]
+            for n in due:
+                n.done = True
+        for n in due:
+            from moto.ec2.models import ec2_backends
+            from moto.ec2.models.instances import StateReason
+
+            backend = ec2_backends[self.account_id][n.region]
+            try:
+                instance = backend.get_instance(n.native_id)
+            except Exception:  # already gone
+                continue
+            instance.terminate()
+            instance._reason = "Service initiated"
+            instance.state_reason = StateReason(
+                "Server.SpotInstanceTermination: Spot instance termination",
+                "Server.SpotInstanceTermination",
+            )
+
     # ---- the stand-in's own boto3 view (through /_internal/: no failures) -----------------
 
     def ec2(self, region: str | None = None) -> Any:
@@ -301,6 +383,7 @@ class AwsStandin:
         return "terminated"
 
     def instance_states(self) -> dict[str, str]:
+        self._reclaim_due()
         now = time.monotonic()
         out: dict[str, str] = {}
         for region, raw in self._all_instances():
@@ -373,6 +456,7 @@ class AwsStandin:
         internal = req.parts[:1] == [INTERNAL]
         path = "/" + "/".join(req.parts[1:] if internal else req.parts)
         if not internal:
+            self._reclaim_due()  # what the provider reads shows the reclaimed instance
             form = parse_qs(req.body.decode("utf-8", "replace"), keep_blank_values=True)
             op = _op_of(form)
             action = (form.get("Action") or ["?"])[-1]

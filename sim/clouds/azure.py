@@ -35,6 +35,8 @@ import time
 import uuid
 from collections import Counter
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from email.utils import format_datetime
 from typing import Any
 from urllib.parse import quote
 
@@ -43,6 +45,7 @@ from sim.clouds.base import (
     Failures,
     Request,
     Response,
+    SpotNotice,
     StandinHTTPServer,
     lifecycle_state,
     private_ip,
@@ -232,6 +235,8 @@ class AzureStandin:
         self._deleted = 0
         self._requests: list[tuple[str, str, str]] = []
         self._polls: list[tuple[str, str]] = []
+        self._notices: dict[str, SpotNotice] = {}  # VM name (lower case) -> its eviction
+        self._incarnation = 0  # Scheduled Events' DocumentIncarnation
         self._server = StandinHTTPServer(self._route, host=host, port=port, name="azure-standin")
 
     # ---- lifecycle -------------------------------------------------------------------------
@@ -314,9 +319,79 @@ class AzureStandin:
                 op.done = True
                 if op.on_done is not None:
                     op.on_done(now)
+        for key, notice in self._notices.items():
+            if not notice.done and now >= notice.due_mono:
+                notice.done = True
+                self._evict(key)
         for name, vm in list(self._vms.items()):
             if vm.extra.get("deleted"):
                 self._remove_vm(name, vm)
+
+    def _evict(self, key: str) -> None:
+        """Called with the lock held: Azure evicts the Spot VM per its evictionPolicy
+        (Delete: the VM goes, with what it was to delete; Deallocate: stopped, kept)."""
+        vm = self._vms.get(key)
+        if vm is None:
+            return
+        if (vm.body.get("properties") or {}).get("evictionPolicy", "Deallocate") == "Delete":
+            vm.provisioning = "Deleting"
+            vm.extra["deleted"] = True
+            self._remove_vm(key, vm)
+        else:
+            vm.extra["deallocated"] = True
+
+    def interrupt(self, name: str, *, notice_s: float = 2.0) -> SpotNotice:
+        """Evict a Spot VM as Azure does: Scheduled Events lists a `Preempt` event for it
+        (NotBefore 30 s ahead on Azure, `notice_s` here), then the VM is evicted per its
+        evictionPolicy. A Regular-priority VM cannot be evicted (ValueError)."""
+        with self._lock:
+            now = time.monotonic()
+            self._advance(now)
+            vm = self._vms.get(name.lower())
+            if vm is None:
+                raise KeyError(name)
+            if (vm.body.get("properties") or {}).get("priority") != "Spot":
+                raise ValueError(f"{name} is not an Azure Spot VM")
+            if vm.delete_requested_mono is not None or vm.extra.get("deallocated"):
+                raise ValueError(f"{name} is already going")
+            self._incarnation += 1
+            not_before = datetime.now(UTC) + timedelta(seconds=notice_s)
+            notice = SpotNotice(
+                native_id=vm.name,
+                region=vm.location,
+                detail={
+                    "EventId": str(uuid.uuid4()).upper(),
+                    "EventType": "Preempt",
+                    "ResourceType": "VirtualMachine",
+                    "EventStatus": "Scheduled",
+                    "EventSource": "Platform",
+                    "NotBefore": format_datetime(not_before, usegmt=True),
+                },
+                taint_value="preempt",
+                noticed_mono=now,
+                due_mono=now + notice_s,
+            )
+            self._notices[name.lower()] = notice
+            return notice
+
+    def scheduled_events(self, name: str) -> dict[str, Any]:
+        """What the Scheduled Events endpoint (169.254.169.254/metadata/scheduledevents)
+        answers inside the VM: the pending Preempt event, if any."""
+        with self._lock:
+            self._advance(time.monotonic())
+            notice = self._notices.get(name.lower())
+            events = (
+                []
+                if notice is None or notice.done
+                else [{**notice.detail, "Resources": [notice.native_id], "DurationInSeconds": -1}]
+            )
+            return {"DocumentIncarnation": self._incarnation, "Events": events}
+
+    def interruption_notice(self, native_id: str) -> str | None:
+        """The in-VM agent's view (the kubelets'): the notice's taint value, or None."""
+        with self._lock:
+            notice = self._notices.get(native_id.lower())
+            return notice.taint_value if notice is not None else None
 
     def _remove_vm(self, key: str, vm: _Vm) -> None:
         """Called with the lock held: the VM is gone, and the NICs it was to delete with it."""
@@ -360,6 +435,8 @@ class AzureStandin:
             return "terminated"
         if vm.provisioning == "Creating":
             return "pending"
+        if vm.extra.get("deallocated"):
+            return "terminated"
         return lifecycle_state(
             now, vm.created_mono, self.boot_delay_s, delete_requested_mono=vm.delete_requested_mono
         )

@@ -24,6 +24,10 @@ module `sim/clouds/<provider>.py` (see `Standin`):
   reads from its Secret, e.g. a token or a JSON document), `stats()` (with
   `created_by_name`), `inject_failure(op, kind, times=1)`, `clear_failures()`, and the
   `BootableCloud` methods;
+- optionally, for clouds that sell spot VMs: `interrupt(native_id, notice_s=...)` (reclaim a
+  spot VM: a notice first, then the cloud's own termination after `notice_s`) and
+  `interruption_notice(native_id) -> str | None` (what the in-VM agent sees; the kubelets
+  turn it into the `cloudburst.io/interruption` taint);
 - optionally `nodeclass_block(secret_name: str, secret_key: str) -> dict` — the camelCase
   NodeClass block that reaches this stand-in with the credential from that Secret key (for
   the sample NodeClass of `cloudburst dev` and the e2e tests), `region` and `instance_type`
@@ -116,6 +120,23 @@ def standin_endpoint(standin: object) -> str:
     if not isinstance(value, str) or not value:
         raise AttributeError(f"{type(standin).__name__} has no endpoint/url")
     return value
+
+
+# ---- spot interruption ---------------------------------------------------------------------
+
+
+@dataclass
+class SpotNotice:
+    """A spot VM told it is being reclaimed: what the cloud's in-VM endpoint serves
+    (`detail`), the taint value an agent makes of it, and when the cloud reclaims the VM."""
+
+    native_id: str
+    region: str
+    detail: dict[str, str]
+    taint_value: str
+    noticed_mono: float
+    due_mono: float
+    done: bool = False  # the VM was reclaimed
 
 
 # ---- failure injection ---------------------------------------------------------------------

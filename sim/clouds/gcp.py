@@ -42,6 +42,7 @@ from sim.clouds.base import (
     Failures,
     Request,
     Response,
+    SpotNotice,
     StandinHTTPServer,
     lifecycle_state,
     private_ip,
@@ -182,6 +183,7 @@ class _Vm:
     private_ip: str
     raw: dict[str, Any]
     delete_requested_mono: float | None = None
+    stopped: bool = False  # preempted with instanceTerminationAction STOP: TERMINATED, kept
 
 
 @dataclass
@@ -252,6 +254,7 @@ class GcpStandin:
         self._requests: list[tuple[str, str, str]] = []
         self._polls: list[tuple[str, str, str]] = []
         self._tokens_issued = 0
+        self._notices: dict[str, SpotNotice] = {}  # VM name -> its preemption
         # `tls`: serve HTTPS (the provider sends the worker's own identity to https only).
         self._server = StandinHTTPServer(
             self._route, host=host, port=port, name="gcp-standin", tls=tls
@@ -367,6 +370,10 @@ class GcpStandin:
                 op.done = True
                 if op.on_done is not None and op.error is None:
                     op.on_done(now)
+        for notice in self._notices.values():
+            if not notice.done and now >= notice.due_mono:
+                notice.done = True
+                self._preempt(notice.native_id, now)
         gone = [
             k
             for k, vm in self._vms.items()
@@ -377,7 +384,60 @@ class GcpStandin:
             del self._vms[k]
             self._deleted += 1
 
+    def _preempt(self, name: str, now: float) -> None:
+        """Called with the lock held: Compute Engine reclaims the VM per its
+        instanceTerminationAction (DELETE: deleted; STOP: TERMINATED, disks kept)."""
+        vm = self._vm_by_name(name)
+        if vm is None:
+            return
+        action = (vm.raw.get("scheduling") or {}).get("instanceTerminationAction") or "STOP"
+        if action == "DELETE":
+            if vm.delete_requested_mono is None:
+                vm.delete_requested_mono = now
+        else:
+            vm.stopped = True
+
+    def interrupt(self, name: str, *, notice_s: float = 2.0) -> SpotNotice:
+        """Preempt a Spot VM as Compute Engine does: the metadata server's `instance/preempted`
+        turns TRUE (ACPI G2 soft-off; 30 s on GCE, `notice_s` here), then the VM is stopped
+        or deleted per `scheduling.instanceTerminationAction`. A standard VM cannot be
+        preempted (ValueError)."""
+        with self._lock:
+            now = time.monotonic()
+            self._advance(now)
+            vm = self._vm_by_name(name)
+            if vm is None:
+                raise KeyError(name)
+            if (vm.raw.get("scheduling") or {}).get("provisioningModel") != "SPOT":
+                raise ValueError(f"{name} is not a Spot VM")
+            if vm.delete_requested_mono is not None or vm.stopped:
+                raise ValueError(f"{name} is already going")
+            notice = SpotNotice(
+                native_id=name,
+                region=vm.zone,
+                detail={"preempted": "TRUE"},
+                taint_value="preempted",
+                noticed_mono=now,
+                due_mono=now + notice_s,
+            )
+            self._notices[name] = notice
+            return notice
+
+    def metadata_preempted(self, name: str) -> str:
+        """What `computeMetadata/v1/instance/preempted` answers inside the VM."""
+        with self._lock:
+            self._advance(time.monotonic())
+            return "TRUE" if name in self._notices else "FALSE"
+
+    def interruption_notice(self, native_id: str) -> str | None:
+        """The in-VM agent's view (the kubelets'): the notice's taint value, or None."""
+        with self._lock:
+            notice = self._notices.get(native_id)
+            return notice.taint_value if notice is not None else None
+
     def _vm_state(self, vm: _Vm, now: float) -> str:
+        if vm.stopped:
+            return "terminated"
         return lifecycle_state(
             now, vm.created_mono, self.boot_delay_s, delete_requested_mono=vm.delete_requested_mono
         )

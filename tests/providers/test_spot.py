@@ -6,6 +6,7 @@ API refuses."""
 from __future__ import annotations
 
 import contextlib
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -137,3 +138,54 @@ def test_malformed_spot_settings_are_refused_as_the_real_api_refuses_them(
                 _name(),
                 vm_body,
             ).result()
+
+
+# What the in-VM agent of each cloud turns into the node's interruption taint.
+_TAINT_VALUE = {"aws": "spot-itn", "gcp": "preempted", "azure": "preempt"}
+
+
+def test_a_spot_vm_is_warned_then_reclaimed_and_an_on_demand_vm_cannot_be(
+    cloud: tuple[str, Any, Provider],
+) -> None:
+    name, standin, provider = cloud
+    spot = provider.create(spec(name, standin, _name(), "spot"))
+    regular = provider.create(spec(name, standin, _name(), "on-demand"))
+    try:
+        spot_native = split_instance_id(spot.id)[2]
+        regular_native = split_instance_id(regular.id)[2]
+        with pytest.raises(ValueError, match=r"(?i)not .*spot"):
+            standin.interrupt(regular_native, notice_s=0.3)
+        assert standin.interruption_notice(regular_native) is None
+
+        standin.interrupt(spot_native, notice_s=0.6)
+        # The notice first, the VM still there: what the in-VM endpoint says.
+        assert standin.interruption_notice(spot_native) == _TAINT_VALUE[name]
+        if name == "aws":
+            action = standin.instance_action(spot_native)
+            assert action is not None and action["action"] == "terminate" and action["time"]
+        elif name == "gcp":
+            assert standin.metadata_preempted(spot_native) == "TRUE"
+            assert standin.metadata_preempted(regular_native) == "FALSE"
+        else:
+            events = standin.scheduled_events(spot_native)["Events"]
+            assert [e["EventType"] for e in events] == ["Preempt"]
+            assert events[0]["Resources"] == [spot_native] and events[0]["NotBefore"]
+        assert provider.get(spot.id) is not None
+
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and provider.get(spot.id) is not None:
+            time.sleep(0.1)
+        # Reclaimed the way each cloud does it for the settings the provider asks for.
+        assert provider.get(spot.id) is None
+        assert spot_native not in standin.instance_states()
+        if name == "aws":
+            raw = standin.ec2(standin.region).describe_instances(InstanceIds=[spot_native])
+            found = raw["Reservations"][0]["Instances"][0]
+            assert found["State"]["Name"] == "terminated"
+            assert found["StateReason"]["Code"] == "Server.SpotInstanceTermination"
+        # The on-demand VM is untouched.
+        assert provider.get(regular.id) is not None
+    finally:
+        for made in (spot, regular):
+            with contextlib.suppress(ProviderError):
+                provider.delete(made.id)
