@@ -65,7 +65,7 @@ async def drill(stack: EmbeddedStack, say: Any) -> DrReport:
     await asyncio.to_thread(_apply_seed_manifests, stack.api_client)
     say(f"NodePool {POOL} (hetzner, scaleway) and Deployment {APP} (1 replica) applied")
 
-    pod: Any = await _running_pod(core, timeout_s=120)
+    pod: Any = await running_pod(core, APP, timeout_s=120)
     if pod is None:
         report.problems.append("the workload never ran")
         return report
@@ -98,7 +98,7 @@ async def drill(stack: EmbeddedStack, say: Any) -> DrReport:
         report.problems.append(f"the claim ended with {final.deletion_reason}, not NodeLost")
     say(f"node loss handled after {report.node_lost_detected_s}s ({final.deletion_reason})")
 
-    pod = await _running_pod(core, timeout_s=180, not_on=first_node)
+    pod = await running_pod(core, APP, timeout_s=180, not_on=first_node)
     if pod is None:
         report.problems.append("the workload did not come back")
         return report
@@ -116,7 +116,7 @@ async def drill(stack: EmbeddedStack, say: Any) -> DrReport:
     await asyncio.to_thread(
         k8s.AppsV1Api(stack.api_client).delete_namespaced_deployment, APP, "default"
     )
-    report.vms_leaked = await _wait_for_no_vms(stack)
+    report.vms_leaked = await scale_down_and_count_vms(stack, POOL, ["hetzner", "scaleway"])
     if report.vms_leaked:
         report.problems.append(f"{report.vms_leaked} VMs left after the drill")
     report.ok = not report.problems
@@ -165,40 +165,45 @@ def _apply_seed_manifests(api_client: k8s.ApiClient) -> None:
         "cloudburst.io", "v1alpha1", "default", "nodepools", node_pool
     )
     k8s.AppsV1Api(api_client).create_namespaced_deployment(
-        "default",
-        k8s.V1Deployment(
-            metadata=k8s.V1ObjectMeta(name=APP, namespace="default"),
-            spec=k8s.V1DeploymentSpec(
-                replicas=1,
-                selector=k8s.V1LabelSelector(match_labels={"app": APP}),
-                template=k8s.V1PodTemplateSpec(
-                    metadata=k8s.V1ObjectMeta(labels={"app": APP}),
-                    spec=k8s.V1PodSpec(
-                        node_selector={"cloudburst.io/nodepool": POOL},
-                        containers=[
-                            k8s.V1Container(
-                                name="workload",
-                                image="busybox:1.36",
-                                command=["sleep", "infinity"],
-                                resources=k8s.V1ResourceRequirements(
-                                    requests={"cpu": "1500m", "memory": "2Gi"}
-                                ),
-                            )
-                        ],
-                    ),
+        "default", one_replica_deployment(APP, POOL, cpu="1500m", memory="2Gi")
+    )
+
+
+def one_replica_deployment(app: str, pool: str, *, cpu: str, memory: str) -> k8s.V1Deployment:
+    """A Deployment (so a drained pod comes back) of one pod that only `pool` can host."""
+    return k8s.V1Deployment(
+        metadata=k8s.V1ObjectMeta(name=app, namespace="default"),
+        spec=k8s.V1DeploymentSpec(
+            replicas=1,
+            selector=k8s.V1LabelSelector(match_labels={"app": app}),
+            template=k8s.V1PodTemplateSpec(
+                metadata=k8s.V1ObjectMeta(labels={"app": app}),
+                spec=k8s.V1PodSpec(
+                    node_selector={labels.NODEPOOL: pool},
+                    containers=[
+                        k8s.V1Container(
+                            name="workload",
+                            image="busybox:1.36",
+                            command=["sleep", "infinity"],
+                            resources=k8s.V1ResourceRequirements(
+                                requests={"cpu": cpu, "memory": memory}
+                            ),
+                        )
+                    ],
                 ),
             ),
         ),
     )
 
 
-async def _running_pod(
-    core: k8s.CoreV1Api, timeout_s: float, not_on: str | None = None
+async def running_pod(
+    core: k8s.CoreV1Api, app: str, timeout_s: float, not_on: str | None = None
 ) -> Any | None:
+    """The Running pod of `app` (not on node `not_on`), or None after `timeout_s`."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         pods: Any = await asyncio.to_thread(
-            core.list_namespaced_pod, "default", label_selector=f"app={APP}"
+            core.list_namespaced_pod, "default", label_selector=f"app={app}"
         )
         for pod in pods.items:
             if pod.status and pod.status.phase == "Running" and pod.spec.node_name != not_on:
@@ -207,9 +212,11 @@ async def _running_pod(
     return None
 
 
-async def _wait_for_no_vms(stack: EmbeddedStack, timeout_s: float = 120) -> int:
+async def scale_down_and_count_vms(
+    stack: EmbeddedStack, pool: str, clouds: list[str], timeout_s: float = 120
+) -> int:
     """Scale the pool's claims down (as an operator would) and count the VMs left."""
-    query = f"WorkflowType = 'NodeClaimWorkflow' AND CloudburstNodePool = '{POOL}'"
+    query = f"WorkflowType = 'NodeClaimWorkflow' AND CloudburstNodePool = '{pool}'"
     async for execution in stack.temporal.list_workflows(
         query + " AND ExecutionStatus = 'Running'"
     ):
@@ -221,7 +228,7 @@ async def _wait_for_no_vms(stack: EmbeddedStack, timeout_s: float = 120) -> int:
     left = 0
     while time.monotonic() < deadline:
         left = 0
-        for name in ("hetzner", "scaleway"):
+        for name in clouds:
             cloud = stack.cluster.standins[name].cloud
             left += sum(1 for state in cloud.instance_states().values() if state != "terminated")
         if left == 0:

@@ -223,7 +223,7 @@ Press Ctrl-C to stop.
 
 @app.command()
 def demo(
-    scenario: Annotated[str, typer.Option(help="lifecycle | burst | dr")] = "lifecycle",
+    scenario: Annotated[str, typer.Option(help="lifecycle | burst | dr | spot")] = "lifecycle",
     pods: Annotated[int, typer.Option(help="burst: how many pending pods")] = 20,
     json_output: Annotated[bool, typer.Option("--json", help="last line: one JSON object")] = False,
     provider: Annotated[
@@ -238,11 +238,12 @@ def demo(
     from activities.providers import supported_providers
     from cli.demo import BurstReport, LifecycleReport, run_burst, run_lifecycle
     from cli.dr import DrReport, run_dr
+    from cli.spot import SpotReport, run_spot
     from sim.clouds import StandinMissingError, standin_module
     from worker.logs import configure_logging
 
-    if scenario not in ("lifecycle", "burst", "dr"):
-        raise fail(f"unknown scenario {scenario!r}; available: lifecycle, burst, dr")
+    if scenario not in ("lifecycle", "burst", "dr", "spot"):
+        raise fail(f"unknown scenario {scenario!r}; available: lifecycle, burst, dr, spot")
     if provider != "fake":
         if scenario != "lifecycle":
             raise fail("--provider applies to the lifecycle scenario")
@@ -263,11 +264,13 @@ def demo(
     def say(text: str) -> None:
         (err_console if json_output else console).print(f"• {text}")
 
-    report: LifecycleReport | BurstReport | DrReport
+    report: LifecycleReport | BurstReport | DrReport | SpotReport
     if scenario == "lifecycle":
         report = asyncio.run(run_lifecycle(say, provider=provider))
     elif scenario == "dr":
         report = asyncio.run(run_dr(say))
+    elif scenario == "spot":
+        report = asyncio.run(run_spot(say))
     else:
         report = asyncio.run(run_burst(say, pods))
     if json_output:

@@ -1,0 +1,158 @@
+"""`cloudburst demo --scenario spot`: a spot node is interrupted and its workload comes back.
+
+A one-replica Deployment lands on a spot VM of the AWS stand-in (a pool allowing spot and
+on-demand plans spot: it is cheaper). The stand-in then reclaims the VM as EC2 does: a
+`spot/instance-action` notice first — which the simulated node's agent turns into the
+`cloudburst.io/interruption` taint, as aws-node-termination-handler does — and the instance
+terminated once the notice runs out. The claim cordons and drains at once and ends
+`Interrupted`; the pod runs again on a replacement; nothing is left once the drill is over.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client as k8s
+
+from api import labels
+from api.messages import claim_workflow_id
+from api.nodepool import API_VERSION
+from cli.devstack import SAMPLE_CLASS, EmbeddedStack, StackOptions, embedded_stack, free_port
+from cli.dr import one_replica_deployment, running_pod, scale_down_and_count_vms
+from workflows.decisions.disruption import INTERRUPTED
+from workflows.nodeclaim import NodeClaimWorkflow
+
+POOL, CLASS, APP = "spot-nodepool", "spot-nodeclass", "spot-workload"
+# EC2 gives two minutes; the drill's is shorter so that it ends within a minute.
+NOTICE_S = 10.0
+
+
+@dataclass
+class SpotReport:
+    ok: bool = False
+    interrupted_node: str | None = None
+    interrupted_capacity_type: str | None = None
+    replacement_node: str | None = None
+    replacement_capacity_type: str | None = None
+    claim_ended_s: float | None = None
+    pod_rescheduled_s: float | None = None
+    vms_leaked: int = 0
+    problems: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+async def run_spot(say: Any) -> SpotReport:
+    with tempfile.TemporaryDirectory(prefix="cloudburst-spot-") as tmp:
+        options = StackOptions(
+            state_dir=Path(tmp),
+            temporal_port=free_port(),
+            ui_port=None,
+            persistent=False,
+            boot_delay_s=0.5,
+            ready_delay_s=0.5,
+            empty_ttl_s=60,
+            cluster_id="cloudburst-spot",
+            clouds=["aws"],
+        )
+        say("starting the embedded stack with the AWS stand-in")
+        async with embedded_stack(options) as stack:
+            return await interruption_drill(stack, say)
+
+
+async def interruption_drill(stack: EmbeddedStack, say: Any) -> SpotReport:
+    report = SpotReport()
+    core = k8s.CoreV1Api(stack.api_client)
+    await asyncio.to_thread(_apply_manifests, stack.api_client)
+    say(f"NodePool {POOL} (aws, capacityType spot + on-demand) and Deployment {APP} applied")
+
+    pod: Any = await running_pod(core, APP, timeout_s=120)
+    if pod is None:
+        report.problems.append("the workload never ran")
+        return report
+    first = report.interrupted_node = pod.spec.node_name
+    node: Any = await asyncio.to_thread(core.read_node, first)
+    report.interrupted_capacity_type = node.metadata.labels.get(labels.KARPENTER_CAPACITY_TYPE)
+    say(f"{APP} runs on {first} ({report.interrupted_capacity_type})")
+    if report.interrupted_capacity_type != "spot":
+        report.problems.append(f"expected a spot node, got {report.interrupted_capacity_type}")
+        return report
+
+    aws = stack.cluster.standins["aws"].cloud
+    native_id = node.spec.provider_id.rsplit("/", 1)[-1]
+    interrupted_at = time.monotonic()
+    aws.interrupt(native_id, notice_s=NOTICE_S)
+    say(f"EC2 reclaims {native_id}: interruption notice, terminated in {NOTICE_S:g}s")
+
+    claim = stack.temporal.get_workflow_handle_for(NodeClaimWorkflow.run, claim_workflow_id(first))
+    try:
+        final = await asyncio.wait_for(claim.result(), timeout=120)
+    except Exception as err:
+        report.problems.append(f"the interrupted claim did not finish: {err}")
+        return report
+    report.claim_ended_s = round(time.monotonic() - interrupted_at, 2)
+    if final.deletion_reason != INTERRUPTED:
+        report.problems.append(f"the claim ended with {final.deletion_reason}, not {INTERRUPTED}")
+    say(f"the claim drained and deleted its node {report.claim_ended_s}s after the notice")
+
+    pod = await running_pod(core, APP, timeout_s=120, not_on=first)
+    if pod is None:
+        report.problems.append("the workload did not come back")
+        return report
+    report.pod_rescheduled_s = round(time.monotonic() - interrupted_at, 2)
+    report.replacement_node = pod.spec.node_name
+    node = await asyncio.to_thread(core.read_node, pod.spec.node_name)
+    report.replacement_capacity_type = node.metadata.labels.get(labels.KARPENTER_CAPACITY_TYPE)
+    say(
+        f"{APP} runs again on {report.replacement_node} ({report.replacement_capacity_type}) "
+        f"{report.pod_rescheduled_s}s after the notice"
+    )
+
+    await asyncio.to_thread(
+        k8s.AppsV1Api(stack.api_client).delete_namespaced_deployment, APP, "default"
+    )
+    report.vms_leaked = await scale_down_and_count_vms(stack, POOL, ["aws"])
+    if report.vms_leaked:
+        report.problems.append(f"{report.vms_leaked} VMs left after the drill")
+    report.ok = not report.problems
+    return report
+
+
+def _apply_manifests(api_client: k8s.ApiClient) -> None:
+    """A NodeClass reaching the AWS stand-in, a pool allowing spot, the Deployment."""
+    custom = k8s.CustomObjectsApi(api_client)
+    sample: Any = custom.get_namespaced_custom_object(
+        "cloudburst.io", "v1alpha1", "default", "nodeclasses", SAMPLE_CLASS
+    )
+    spec: dict[str, Any] = sample["spec"]
+    node_class = {
+        "apiVersion": API_VERSION,
+        "kind": "NodeClass",
+        "metadata": {"name": CLASS, "namespace": "default"},
+        "spec": {"aws": spec["aws"], "join": spec["join"]},
+    }
+    node_pool = {
+        "apiVersion": API_VERSION,
+        "kind": "NodePool",
+        "metadata": {"name": POOL, "namespace": "default"},
+        "spec": {
+            "nodeClassRef": CLASS,
+            "requirements": {
+                "allowedProviders": ["aws"],
+                "capacityType": ["spot", "on-demand"],
+            },
+            "template": {"labels": {labels.NODEPOOL: POOL}},
+            "disruption": {"ttlSecondsAfterEmpty": 60, "terminationGracePeriodSeconds": 20},
+        },
+    }
+    for plural, body in (("nodeclasses", node_class), ("nodepools", node_pool)):
+        custom.create_namespaced_custom_object("cloudburst.io", "v1alpha1", "default", plural, body)
+    k8s.AppsV1Api(api_client).create_namespaced_deployment(
+        "default", one_replica_deployment(APP, POOL, cpu="500m", memory="512Mi")
+    )
