@@ -17,19 +17,16 @@ links): a client that follows them leaves the configured endpoint, which a test 
 from __future__ import annotations
 
 import itertools
-import threading
 import time
-from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode
 
 from sim.clouds.base import (
     FAILURE_KINDS,
-    Failures,
+    CloudStandin,
     Request,
     Response,
-    StandinHTTPServer,
     lifecycle_state,
     private_ip,
     rfc3339,
@@ -123,7 +120,7 @@ def _error(kind_or_status: int, ident: str, message: str, **headers: str) -> Res
     return Response(kind_or_status, {"id": ident, "message": message}, headers=dict(headers))
 
 
-class DigitalOceanStandin:
+class DigitalOceanStandin(CloudStandin):
     """Stateful DigitalOcean API fake with failure injection; a `BootableCloud`."""
 
     provider = PROVIDER
@@ -151,39 +148,18 @@ class DigitalOceanStandin:
         self.page_size_cap = page_size_cap
         # Where pagination links point; None: this stand-in's own URL.
         self.next_link_base: str | None = None
-        self._lock = threading.Lock()
         self._droplets: dict[int, _Droplet] = {}
         self._ids = itertools.count(301_000_001)
         self._actions = itertools.count(1)
-        self._created_by_name: Counter[str] = Counter()
-        self._deleted = 0
         self._requests: list[tuple[str, str, str]] = []
-        self.failures = Failures(OPS, KINDS)
-        self._server = StandinHTTPServer(self._route, host=host, port=port, name="do-standin")
+        super().__init__(ops=OPS, kinds=KINDS, host=host, port=port, name="do-standin")
 
     # ---- lifecycle -------------------------------------------------------------------------
 
     @property
-    def url(self) -> str:
-        return self._server.url
-
-    @property
     def endpoint(self) -> str:
         """What goes into NodeClass `spec.digitalocean.endpoint`."""
-        return f"{self._server.url}/v2/"
-
-    def start(self) -> DigitalOceanStandin:
-        self._server.start()
-        return self
-
-    def stop(self) -> None:
-        self._server.stop()
-
-    def __enter__(self) -> DigitalOceanStandin:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+        return f"{self._http.url}/v2/"
 
     def nodeclass_block(self, secret_name: str, secret_key: str) -> dict[str, Any]:
         return {
@@ -193,12 +169,6 @@ class DigitalOceanStandin:
         }
 
     # ---- test controls ---------------------------------------------------------------------
-
-    def inject_failure(self, op: str, kind: str, times: int | None = 1) -> None:
-        self.failures.inject(op, kind, times)
-
-    def clear_failures(self) -> None:
-        self.failures.clear()
 
     def requests_seen(self) -> list[tuple[str, str, str]]:
         """(method, path with query, Host header) of every request, in order."""
@@ -225,15 +195,7 @@ class DigitalOceanStandin:
         )
 
     def _purge(self, now: float) -> None:
-        gone = [
-            i
-            for i, d in self._droplets.items()
-            if d.delete_requested_mono is not None
-            and now - d.delete_requested_mono >= self.delete_delay_s
-        ]
-        for i in gone:
-            del self._droplets[i]
-            self._deleted += 1
+        self._purge_deleted(self._droplets, now)
 
     def instance_states(self) -> dict[str, str]:
         with self._lock:
@@ -266,10 +228,7 @@ class DigitalOceanStandin:
 
     # ---- HTTP ------------------------------------------------------------------------------
 
-    def _fail(self, op: str) -> Response | None:
-        kind = self.failures.take(op)
-        if kind is None:
-            return None
+    def _failure_response(self, kind: str) -> Response:
         status, ident, message = _FAILURES[kind]
         headers = {"Retry-After": "1", "ratelimit-remaining": "0"} if kind == "throttle" else {}
         return _error(status, ident, message, **headers)
@@ -386,7 +345,7 @@ class DigitalOceanStandin:
         if start + per_page < len(items):
             params = {k: v[-1] for k, v in req.query.items()}
             params.update({"page": str(page + 1), "per_page": str(per_page)})
-            base = (self.next_link_base or self._server.url).rstrip("/")
+            base = (self.next_link_base or self._http.url).rstrip("/")
             pages["next"] = f"{base}{req.path}?{urlencode(params)}"
         return Response(200, {key: chunk, "links": {"pages": pages}, "meta": {"total": len(items)}})
 
