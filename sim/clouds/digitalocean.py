@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode
 
+from api.label_tags import labels_from_tags
 from sim.clouds.base import (
     FAILURE_KINDS,
     CloudStandin,
@@ -90,30 +91,6 @@ class _Droplet:
     created_mono: float
     private_ip: str
     delete_requested_mono: float | None = None
-
-
-def _labels_of(tags: list[str]) -> dict[str, str]:
-    """The provider's tag convention read back (`cloudburst-<key>:<value>`, non-[A-Za-z0-9-]
-    characters of the value as `_<hex byte>`), for `peek` only."""
-    out: dict[str, str] = {}
-    for tag in tags:
-        key, sep, value = tag.partition(":")
-        if not sep or not key.startswith("cloudburst-"):
-            continue
-        raw = bytearray()
-        i = 0
-        while i < len(value):
-            if value[i] == "_" and i + 3 <= len(value):
-                try:
-                    raw.append(int(value[i + 1 : i + 3], 16))
-                    i += 3
-                    continue
-                except ValueError:
-                    pass
-            raw.extend(value[i].encode())
-            i += 1
-        out[f"cloudburst.io/{key.removeprefix('cloudburst-')}"] = raw.decode(errors="replace")
-    return out
 
 
 def _error(kind_or_status: int, ident: str, message: str, **headers: str) -> Response:
@@ -217,7 +194,7 @@ class DigitalOceanStandin(CloudStandin):
                 "instance_type": d.size,
                 "user_data": d.user_data,
                 "private_ip": d.private_ip,
-                "labels": _labels_of(d.tags),
+                "labels": labels_from_tags(d.tags),
                 "tags": list(d.tags),
                 "state": self._state(d, now),
             }
