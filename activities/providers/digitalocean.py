@@ -270,13 +270,7 @@ class DigitalOceanProvider(Provider):
 
     def create(self, spec: InstanceSpec) -> Instance:
         region = spec.region or self.block.region
-        labels = {
-            **spec.labels,
-            L.MANAGED: "true",
-            L.CLUSTER: spec.cluster_id,
-            L.NODEPOOL: spec.node_pool,
-            L.NODECLAIM: spec.name,
-        }
+        labels = spec.vm_labels()
         tags = tags_for(labels)
         if too_long := [t for t in tags if len(t) > _TAG_MAX]:
             raise FatalError(

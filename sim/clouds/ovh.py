@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode
 
+from api import labels
 from sim.clouds.base import (
     FAILURE_KINDS,
     CloudStandin,
@@ -115,12 +116,7 @@ def labels_of_name(name: str) -> dict[str, str]:
     if len(parts) != 3 or not all(parts):
         return {}
     cluster, pool, claim = parts
-    return {
-        "cloudburst.io/managed": "true",
-        "cloudburst.io/cluster": cluster,
-        "cloudburst.io/nodepool": pool,
-        "cloudburst.io/nodeclaim": claim,
-    }
+    return labels.ownership_labels(claim, node_pool=pool, cluster_id=cluster)
 
 
 @dataclass
@@ -209,7 +205,7 @@ class OvhStandin(CloudStandin):
             self._purge(time.monotonic())
             by_claim: Counter[str] = Counter()
             for name, n in self._created_by_name.items():
-                by_claim[labels_of_name(name).get("cloudburst.io/nodeclaim", name)] += n
+                by_claim[labels_of_name(name).get(labels.NODECLAIM, name)] += n
             return {
                 # By claim name (decoded from the provider's naming convention), like every
                 # other cloud's; the raw instance names are beside it.
