@@ -455,6 +455,15 @@ class CloudStandin(ServedStandin):
     def _failure_response(self, kind: str) -> Response:
         raise NotImplementedError
 
+    def _vm_counts(self, live_instances: int) -> dict[str, Any]:
+        """The VMs created (by name), live and deleted: what `stats()` starts with."""
+        return {
+            "created_by_name": dict(self._created_by_name),
+            "instances_created": sum(self._created_by_name.values()),
+            "live_instances": live_instances,
+            "deleted_instances": self._deleted,
+        }
+
     # ---- VM lifecycle ----------------------------------------------------------------------
 
     def _purge_deleted(self, vms: dict[Any, _Vm], now: float) -> None:

@@ -156,10 +156,7 @@ class DigitalOceanStandin(CloudStandin):
         with self._lock:
             self._purge(time.monotonic())
             return {
-                "created_by_name": dict(self._created_by_name),
-                "instances_created": sum(self._created_by_name.values()),
-                "live_instances": len(self._droplets),
-                "deleted_instances": self._deleted,
+                **self._vm_counts(len(self._droplets)),
                 "requests": len(self._requests),
                 "failures": self.failures.pending(),
             }

@@ -310,10 +310,7 @@ class GcpStandin(CloudStandin):
         with self._lock:
             self._advance(time.monotonic())
             return {
-                "created_by_name": dict(self._created_by_name),
-                "instances_created": sum(self._created_by_name.values()),
-                "live_instances": len(self._vms),
-                "deleted_instances": self._deleted,
+                **self._vm_counts(len(self._vms)),
                 "operations": len(self._ops),
                 "polls": len(self._polls),
                 "tokens_issued": self._tokens_issued,
