@@ -148,7 +148,7 @@ def registration_labels(
 ) -> dict[str, str]:
     """The labels a node registers with: the pool's template labels, pool and claim, and
     (when the offering is known) provider, region, instance type and capacity type."""
-    result = {**labels_in, labels.NODEPOOL: node_pool, labels.NODECLAIM: claim_name}
+    result = {**labels_in, **labels.ownership_labels(claim_name, node_pool=node_pool)}
     if offering is not None:
         result[labels.PROVIDER] = offering.provider
         result[labels.REGION] = offering.region
@@ -566,7 +566,7 @@ class BootstrapActivities:
             metadata=client.V1ObjectMeta(
                 name=token.secret_name,
                 namespace=TOKEN_NAMESPACE,
-                labels={labels.NODECLAIM: claim_name, labels.SECRET_PURPOSE: TOKEN_PURPOSE},
+                labels=labels.ownership_labels(claim_name, purpose=TOKEN_PURPOSE),
             ),
             data={
                 k: _b64(v)
@@ -602,7 +602,7 @@ class BootstrapActivities:
         minted: MintedKey | None,
     ) -> None:
         """Create-or-replace the script Secret (a retry may carry a different token or key)."""
-        secret_labels = {labels.NODECLAIM: claim_name, labels.SECRET_PURPOSE: SCRIPT_PURPOSE}
+        secret_labels = labels.ownership_labels(claim_name, purpose=SCRIPT_PURPOSE)
         annotations: dict[str, str | None] = {
             labels.TOKEN_SECRET: token.secret_name,
             labels.TOKEN_EXPIRES: _rfc3339(token.expires_at),

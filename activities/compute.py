@@ -74,7 +74,9 @@ class ComputeActivities:
             instance_type=offering.instance_type,
             image=block.image,
             user_data=read_user_data(self._core, input.bootstrap),
-            labels=_ownership_labels(input.cluster_id, input.node_pool, input.claim_name),
+            labels=labels.ownership_labels(
+                input.claim_name, node_pool=input.node_pool, cluster_id=input.cluster_id
+            ),
             capacity_type=offering.capacity_type,
         )
         if offering.spot and not provider.supports_spot:
@@ -158,15 +160,6 @@ class ComputeActivities:
         with metrics.cloud_call(ref.provider, "list"):
             owned = provider.list_owned(ref.cluster_id)
         return next((i for i in owned if i.labels.get(labels.NODECLAIM) == ref.claim_name), None)
-
-
-def _ownership_labels(cluster_id: str, node_pool: str, claim_name: str) -> dict[str, str]:
-    return {
-        labels.MANAGED: "true",
-        labels.CLUSTER: cluster_id,
-        labels.NODEPOOL: node_pool,
-        labels.NODECLAIM: claim_name,
-    }
 
 
 def _record_terminated(ref: InstanceRef, instance: Instance) -> None:

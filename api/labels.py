@@ -34,3 +34,28 @@ TERMINATION_FINALIZER = "cloudburst.io/termination"
 # Put on a node at registration by its first-boot script; lifted once its labels are synced,
 # so nothing runs there before (Karpenter's unregistered taint).
 STARTUP_TAINT = "cloudburst.io/unregistered"
+
+
+def ownership_labels(
+    claim_name: str,
+    *,
+    node_pool: str | None = None,
+    cluster_id: str | None = None,
+    purpose: str | None = None,
+) -> dict[str, str]:
+    """The labels that mark something as one claim's, the one place they are built.
+
+    A VM gets `cluster_id` and `node_pool` (managed, cluster, pool, claim: what orphan GC
+    selects on), a Node `node_pool` (pool, claim), a Secret `purpose` (claim, purpose). Keys
+    come in that order, as they always have: recorded histories carry these dicts.
+    """
+    owned: dict[str, str] = {}
+    if cluster_id is not None:
+        owned[MANAGED] = "true"
+        owned[CLUSTER] = cluster_id
+    if node_pool is not None:
+        owned[NODEPOOL] = node_pool
+    owned[NODECLAIM] = claim_name
+    if purpose is not None:
+        owned[SECRET_PURPOSE] = purpose
+    return owned

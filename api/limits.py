@@ -181,3 +181,17 @@ def validations(*rules: JsonDict) -> JsonDict:
     """A model's `json_schema_extra`: its CEL rules."""
     listed: list[JsonValue] = [*rules]
     return {"x-kubernetes-validations": listed}
+
+
+# The API server's copy of the cpu and memory bounds (`api.quantity.cpu_within_bounds`,
+# `memory_within_bounds`), on every model with `cpu` and `memory` quantities.
+CPU_BOUND_RULE = cel(
+    f"!has(self.cpu) || quantity(self.cpu).compareTo(quantity('{MAX_CPU_CORES}')) <= 0",
+    f"cpu must be at most {MAX_CPU_CORES} cores",
+    ".cpu",
+)
+MEMORY_BOUND_RULE = cel(
+    "!has(self.memory) || quantity(self.memory).compareTo(quantity('1Ei')) <= 0",
+    "memory must be at most 1Ei",
+    ".memory",
+)

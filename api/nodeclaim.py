@@ -10,12 +10,11 @@ from pydantic import ConfigDict, Field, field_validator
 
 from api._base import CamelModel, ObjectMeta
 from api.limits import (
+    CPU_BOUND_RULE,
     DNS_SUBDOMAIN_PATTERN,
     MAX_CLAIM_NAME_LENGTH,
-    MAX_CPU_CORES,
     MAX_GRACE_S,
     MAX_LABELS,
-    MAX_MEMORY_BYTES,
     MAX_MEMORY_GIB,
     MAX_OFFERINGS,
     MAX_PODS_PER_NODE,
@@ -24,6 +23,7 @@ from api.limits import (
     MAX_TAINTS,
     MAX_TTL_S,
     MAX_VCPU,
+    MEMORY_BOUND_RULE,
     MIN_EXPIRY_S,
     LabelValue,
     ObjectName,
@@ -42,7 +42,7 @@ from api.nodepool import (
     Taint,
     _valid_labels,
 )
-from api.quantity import parse_quantity
+from api.quantity import cpu_within_bounds, memory_within_bounds
 
 # Catalog numbers arrive as ints or floats from many SDKs: lax, but finite and bounded.
 _Amount = Annotated[float, Field(ge=0, allow_inf_nan=False)]
@@ -121,16 +121,8 @@ class Offering(CamelModel):
 class ResourceRequests(CamelModel):
     model_config = ConfigDict(
         json_schema_extra=validations(
-            cel(
-                f"!has(self.cpu) || quantity(self.cpu).compareTo(quantity('{MAX_CPU_CORES}')) <= 0",
-                f"cpu must be at most {MAX_CPU_CORES} cores",
-                ".cpu",
-            ),
-            cel(
-                "!has(self.memory) || quantity(self.memory).compareTo(quantity('1Ei')) <= 0",
-                "memory must be at most 1Ei",
-                ".memory",
-            ),
+            CPU_BOUND_RULE,
+            MEMORY_BOUND_RULE,
         )
     )
 
@@ -141,16 +133,12 @@ class ResourceRequests(CamelModel):
     @field_validator("cpu")
     @classmethod
     def _cpu(cls, value: str | None) -> str | None:
-        if value is not None and parse_quantity(value) > MAX_CPU_CORES:
-            raise ValueError(f"cpu {value!r} is more than {MAX_CPU_CORES} cores")
-        return value
+        return cpu_within_bounds(value)
 
     @field_validator("memory")
     @classmethod
     def _memory(cls, value: str | None) -> str | None:
-        if value is not None and parse_quantity(value) > MAX_MEMORY_BYTES:
-            raise ValueError(f"memory {value!r} is more than 1Ei")
-        return value
+        return memory_within_bounds(value)
 
 
 class ClaimResources(CamelModel):

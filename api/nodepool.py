@@ -14,22 +14,22 @@ from pydantic.json_schema import JsonDict
 from api._base import CamelModel, ObjectMeta
 from api.limits import (
     BUDGET_NODES_PATTERN,
+    CPU_BOUND_RULE,
     CRON_PATTERN,
     LABEL_KEY_PATTERN,
     MAX_BUDGET_WINDOW_S,
     MAX_BUDGETS,
-    MAX_CPU_CORES,
     MAX_CRON_LENGTH,
     MAX_DURATION_LENGTH,
     MAX_GRACE_S,
     MAX_LABEL_PREFIX_LENGTH,
     MAX_LABELS,
-    MAX_MEMORY_BYTES,
     MAX_POOL_NAME_LENGTH,
     MAX_SHORT_LIST,
     MAX_TAINTS,
     MAX_TTL_S,
     MAX_WEIGHT,
+    MEMORY_BOUND_RULE,
     MIN_BUDGET_WINDOW_S,
     MIN_EXPIRY_S,
     Count,
@@ -44,7 +44,7 @@ from api.limits import (
     cel,
     validations,
 )
-from api.quantity import parse_quantity
+from api.quantity import cpu_within_bounds, memory_within_bounds
 
 API_VERSION = "cloudburst.io/v1alpha1"
 PROVIDERS = ("aws", "gcp", "azure", "hetzner", "scaleway", "digitalocean", "ovh", "fake")
@@ -137,16 +137,8 @@ class Limits(CamelModel):
                 "minNodes must not exceed maxNodes",
                 ".minNodes",
             ),
-            cel(
-                f"!has(self.cpu) || quantity(self.cpu).compareTo(quantity('{MAX_CPU_CORES}')) <= 0",
-                f"cpu must be at most {MAX_CPU_CORES} cores",
-                ".cpu",
-            ),
-            cel(
-                "!has(self.memory) || quantity(self.memory).compareTo(quantity('1Ei')) <= 0",
-                "memory must be at most 1Ei",
-                ".memory",
-            ),
+            CPU_BOUND_RULE,
+            MEMORY_BOUND_RULE,
         )
     )
 
@@ -158,16 +150,12 @@ class Limits(CamelModel):
     @field_validator("cpu")
     @classmethod
     def _cpu(cls, value: str | None) -> str | None:
-        if value is not None and parse_quantity(value) > MAX_CPU_CORES:
-            raise ValueError(f"cpu {value!r} is more than {MAX_CPU_CORES} cores")
-        return value
+        return cpu_within_bounds(value)
 
     @field_validator("memory")
     @classmethod
     def _memory(cls, value: str | None) -> str | None:
-        if value is not None and parse_quantity(value) > MAX_MEMORY_BYTES:
-            raise ValueError(f"memory {value!r} is more than 1Ei")
-        return value
+        return memory_within_bounds(value)
 
     @field_validator("min_nodes")
     @classmethod

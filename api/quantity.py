@@ -13,7 +13,7 @@ import math
 import re
 from decimal import MAX_EMAX, MIN_EMIN, Context, Decimal, DecimalException, localcontext
 
-from api.limits import MAX_QUANTITY_LENGTH
+from api.limits import MAX_CPU_CORES, MAX_MEMORY_BYTES, MAX_QUANTITY_LENGTH
 
 _SUFFIXES: dict[str, Decimal] = {
     "": Decimal(1),
@@ -91,3 +91,17 @@ def format_memory(num_bytes: int) -> str:
         if num_bytes % size == 0 and num_bytes >= size:
             return f"{num_bytes // size}{suffix}"
     return str(num_bytes)
+
+
+def cpu_within_bounds(value: str | None) -> str | None:
+    """A `cpu` field's validation: the value, unless it is more than MAX_CPU_CORES cores."""
+    if value is not None and parse_quantity(value) > MAX_CPU_CORES:
+        raise ValueError(f"cpu {value!r} is more than {MAX_CPU_CORES} cores")
+    return value
+
+
+def memory_within_bounds(value: str | None) -> str | None:
+    """A `memory` field's validation: the value, unless it is more than 1Ei."""
+    if value is not None and parse_quantity(value) > MAX_MEMORY_BYTES:
+        raise ValueError(f"memory {value!r} is more than 1Ei")
+    return value

@@ -36,7 +36,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import parse_qs
 
-from sim.clouds.base import Request, Response, StandinHTTPServer, rfc3339
+from sim.clouds.base import Request, Response, ServedStandin, rfc3339
 
 DEFAULT_TAGS = ("tag:cloudburst",)
 TOKEN_TTL_S = 3600
@@ -109,7 +109,7 @@ class Device:
         }
 
 
-class TailnetStandin:
+class TailnetStandin(ServedStandin):
     """One tailnet with one OAuth client. `start()` serves the API; `stop()` ends it."""
 
     def __init__(
@@ -131,29 +131,8 @@ class TailnetStandin:
         self._devices: dict[str, Device] = {}
         self._ids = itertools.count(1)
         self._requests: list[tuple[str, str]] = []
-        self._server = StandinHTTPServer(
-            self._route, host=host, port=port, name="tailscale-standin", tls=tls
-        )
-
-    # ---- lifecycle -------------------------------------------------------------------------
-
-    @property
-    def url(self) -> str:
-        """What goes into NodeClass `spec.tailscale.apiEndpoint`."""
-        return self._server.url
-
-    def start(self) -> TailnetStandin:
-        self._server.start()
-        return self
-
-    def stop(self) -> None:
-        self._server.stop()
-
-    def __enter__(self) -> TailnetStandin:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+        # Its `url` is what goes into NodeClass `spec.tailscale.apiEndpoint`.
+        self._serve(host=host, port=port, name="tailscale-standin", tls=tls)
 
     def oauth_secret_data(self) -> dict[str, str]:
         """The Secret an operator makes for the OAuth client (`client_id`, `client_secret`)."""

@@ -288,8 +288,7 @@ class NodeClaimWorkflow:
                     node_class=self._input.node_class,
                     labels={
                         **spec.labels,
-                        labels.NODEPOOL: spec.node_pool,
-                        labels.NODECLAIM: self._name,
+                        **labels.ownership_labels(self._name, node_pool=spec.node_pool),
                     },
                     taints=spec.taints,
                     offering=offering,
@@ -424,8 +423,7 @@ class NodeClaimWorkflow:
                 node_name=self._name,
                 labels={
                     **spec.labels,
-                    labels.NODEPOOL: spec.node_pool,
-                    labels.NODECLAIM: self._name,
+                    **labels.ownership_labels(self._name, node_pool=spec.node_pool),
                     labels.PROVIDER: status.provider or "",
                     labels.REGION: status.region or "",
                     labels.INSTANCE_TYPE: status.instance_type or "",

@@ -329,17 +329,7 @@ class AwsProvider(Provider):
                 )
             log.info("instance of %s already exists as %s", spec.name, existing.id)
             return existing
-        tags = [
-            {"Key": k, "Value": v}
-            for k, v in {
-                **spec.labels,
-                L.MANAGED: "true",
-                L.CLUSTER: spec.cluster_id,
-                L.NODEPOOL: spec.node_pool,
-                L.NODECLAIM: spec.name,
-                "Name": spec.name,
-            }.items()
-        ]
+        tags = [{"Key": k, "Value": v} for k, v in {**spec.vm_labels(), "Name": spec.name}.items()]
         params: dict[str, Any] = {
             "ImageId": self._image(spec),
             "InstanceType": spec.instance_type,

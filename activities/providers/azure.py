@@ -484,13 +484,7 @@ class AzureProvider(Provider):
                 log.info("VM of %s already exists as %s", spec.name, found.id)
                 return found
         compute, network = self._clients()
-        tags = {
-            **spec.labels,
-            L.MANAGED: "true",
-            L.CLUSTER: spec.cluster_id,
-            L.NODEPOOL: spec.node_pool,
-            L.NODECLAIM: spec.name,
-        }
+        tags = spec.vm_labels()
         nic_body: dict[str, Any] = {
             "location": location,
             "tags": tags,

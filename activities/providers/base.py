@@ -13,6 +13,7 @@ from typing import ClassVar
 
 from pydantic import BaseModel
 
+from api import labels as L
 from api.nodeclass import ProviderBlock
 
 
@@ -37,6 +38,12 @@ class InstanceSpec(BaseModel):
     labels: dict[str, str] = {}
     # "spot": a VM the provider may reclaim (AWS spot, GCP Spot VM, Azure Spot priority).
     capacity_type: str = "on-demand"
+
+    def vm_labels(self) -> dict[str, str]:
+        """What the VM is labelled with: `labels`, then the claim's ownership labels, which
+        win (orphan GC and the look-up of an interrupted create select on them)."""
+        owned = L.ownership_labels(self.name, node_pool=self.node_pool, cluster_id=self.cluster_id)
+        return {**self.labels, **owned}
 
 
 class Instance(BaseModel):

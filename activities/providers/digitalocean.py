@@ -27,7 +27,8 @@ and the issue names python-digitalocean. Its traps are contained in this module 
 Ownership tags (DigitalOcean tags allow `[A-Za-z0-9:_-]`, 255 chars): each canonical label
 `cloudburst.io/<key>=<value>` becomes the tag `cloudburst-<key>:<value>`, with every value
 character outside `[A-Za-z0-9-]` written as `_` + two hex digits per UTF-8 byte (so `.` is
-`_2e`); `Instance.labels` maps them back. Labels outside `cloudburst.io/` are not tagged.
+`_2e`); `Instance.labels` maps them back. Labels outside `cloudburst.io/` are not tagged. The
+convention lives in `api/label_tags.py`, which the DigitalOcean stand-in reads back too.
 
 Credential: the API token (read+write scope) in the Secret named by
 `spec.digitalocean.apiTokenSecretRef`.
@@ -36,7 +37,6 @@ Credential: the API token (read+write scope) in the Secret named by
 from __future__ import annotations
 
 import logging
-import string
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any, ClassVar, NoReturn, TypeVar
@@ -59,6 +59,7 @@ from activities.providers.base import (
     split_instance_id,
 )
 from api import labels as L
+from api.label_tags import label_tag, labels_from_tags, tags_for
 from api.nodeclass import DigitalOceanClass
 
 log = logging.getLogger(__name__)
@@ -70,8 +71,6 @@ TIMEOUT_S = 30.0
 PER_PAGE = 200
 # The built-in catalog's documented rate (activities/planning/catalog/catalog.json).
 USD_TO_EUR = 0.92
-TAG_PREFIX = "cloudburst-"
-_TAG_SAFE = frozenset(string.ascii_letters + string.digits + "-")
 _TAG_MAX = 255
 
 _TOKEN_FIX = "check the API token in the Secret named by spec.digitalocean.apiTokenSecretRef"
@@ -107,54 +106,6 @@ _TRANSIENT = (
     "timeout",
     "try again",
 )
-
-
-# ---- tags ----------------------------------------------------------------------------------
-
-
-def escape_tag_value(value: str) -> str:
-    out: list[str] = []
-    for ch in value:
-        if ch in _TAG_SAFE:
-            out.append(ch)
-        else:
-            out.extend(f"_{b:02x}" for b in ch.encode())
-    return "".join(out)
-
-
-def unescape_tag_value(value: str) -> str:
-    raw = bytearray()
-    i = 0
-    while i < len(value):
-        if value[i] == "_" and i + 3 <= len(value):
-            try:
-                raw.append(int(value[i + 1 : i + 3], 16))
-                i += 3
-                continue
-            except ValueError:
-                pass
-        raw.extend(value[i].encode())
-        i += 1
-    return raw.decode(errors="replace")
-
-
-def label_tag(key: str, value: str) -> str:
-    """`cloudburst.io/nodeclaim`, `pool-abc12` → `cloudburst-nodeclaim:pool-abc12`."""
-    short = key.removeprefix(f"{L.GROUP}/")
-    return f"{TAG_PREFIX}{short}:{escape_tag_value(value)}"
-
-
-def tags_for(labels: dict[str, str]) -> list[str]:
-    return [label_tag(k, v) for k, v in labels.items() if k.startswith(f"{L.GROUP}/")]
-
-
-def labels_from_tags(tags: list[str]) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for tag in tags:
-        key, sep, value = tag.partition(":")
-        if sep and key.startswith(TAG_PREFIX):
-            out[f"{L.GROUP}/{key.removeprefix(TAG_PREFIX)}"] = unescape_tag_value(value)
-    return out
 
 
 # ---- SDK objects that never read the process env at call time ------------------------------
@@ -319,13 +270,7 @@ class DigitalOceanProvider(Provider):
 
     def create(self, spec: InstanceSpec) -> Instance:
         region = spec.region or self.block.region
-        labels = {
-            **spec.labels,
-            L.MANAGED: "true",
-            L.CLUSTER: spec.cluster_id,
-            L.NODEPOOL: spec.node_pool,
-            L.NODECLAIM: spec.name,
-        }
+        labels = spec.vm_labels()
         tags = tags_for(labels)
         if too_long := [t for t in tags if len(t) > _TAG_MAX]:
             raise FatalError(

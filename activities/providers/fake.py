@@ -193,13 +193,7 @@ class FakeProvider(Provider):
 
     def create(self, spec: InstanceSpec) -> Instance:
         region = spec.region or self.block.region
-        vm_labels = {
-            **spec.labels,
-            L.MANAGED: "true",
-            L.CLUSTER: spec.cluster_id,
-            L.NODEPOOL: spec.node_pool,
-            L.NODECLAIM: spec.name,
-        }
+        vm_labels = spec.vm_labels()
         body = {
             "name": spec.name,
             "region": region,

@@ -405,13 +405,7 @@ class GcpProvider(Provider):
         return image
 
     def _body(self, spec: InstanceSpec, zone: str, name: str) -> compute_v1.Instance:
-        canonical = {
-            **spec.labels,
-            L.MANAGED: "true",
-            L.CLUSTER: spec.cluster_id,
-            L.NODEPOOL: spec.node_pool,
-            L.NODECLAIM: spec.name,
-        }
+        canonical = spec.vm_labels()
         interface = compute_v1.NetworkInterface()
         if self.block.network:
             interface.network = self.block.network

@@ -196,13 +196,7 @@ class HetznerProvider(Provider):
                 f"{what}: user data is {size} bytes, Hetzner accepts {USER_DATA_LIMIT}",
                 "shorten the bootstrap script (NodeClass spec.bootstrap) or use a smaller one",
             )
-        labels = {
-            **spec.labels,
-            L.MANAGED: "true",
-            L.CLUSTER: spec.cluster_id,
-            L.NODEPOOL: spec.node_pool,
-            L.NODECLAIM: spec.name,
-        }
+        labels = spec.vm_labels()
         extra: dict[str, Any] = {}
         if self.block.network_id is not None:
             extra["networks"] = [Network(id=self.block.network_id)]

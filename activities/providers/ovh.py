@@ -330,7 +330,7 @@ class OvhProvider(Provider):
         if parsed is not None:
             cluster, pool, claim = parsed
             name = claim
-            labels = {L.MANAGED: "true", L.CLUSTER: cluster, L.NODEPOOL: pool, L.NODECLAIM: claim}
+            labels = L.ownership_labels(claim, node_pool=pool, cluster_id=cluster)
         private_ip = public_ip = None
         for addr in raw.get("ipAddresses") or []:
             if addr.get("version") not in (None, 4):

@@ -249,13 +249,7 @@ class ScalewayProvider(Provider):
 
     @staticmethod
     def _tags(spec: InstanceSpec) -> list[str]:
-        labels = {
-            **spec.labels,
-            L.MANAGED: "true",
-            L.CLUSTER: spec.cluster_id,
-            L.NODEPOOL: spec.node_pool,
-            L.NODECLAIM: spec.name,
-        }
+        labels = spec.vm_labels()
         return [f"{k}={v}" for k, v in sorted(labels.items())]
 
     def _instance(self, server: Server) -> Instance:

@@ -26,12 +26,11 @@ import http.client
 import json
 import logging
 import secrets
-import threading
 import time
 import uuid
 from collections import Counter
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Self
 from urllib.parse import parse_qs
 from xml.sax.saxutils import escape
 
@@ -40,12 +39,10 @@ from botocore.config import Config
 from moto.server import ThreadedMotoServer
 
 from sim.clouds.base import (
-    FAILURE_KINDS,
-    Failures,
+    CloudStandin,
     Request,
     Response,
     SpotNotice,
-    StandinHTTPServer,
     rfc3339,
 )
 
@@ -152,7 +149,7 @@ def _credential_scope(req: Request) -> list[str]:
     return scope.split(",", 1)[0].split("/")
 
 
-class AwsStandin:
+class AwsStandin(CloudStandin):
     """moto + failure-injecting proxy; a `BootableCloud` for the simulated kubelets."""
 
     provider = PROVIDER
@@ -181,11 +178,8 @@ class AwsStandin:
                 "aws_secret_access_key": self.secret_access_key,
             }
         )
-        self.failures = Failures(OPS, FAILURE_KINDS)
         self._moto: ThreadedMotoServer | None = None
         self._moto_addr: tuple[str, int] | None = None
-        self._proxy = StandinHTTPServer(self._route, host=host, port=port, name="aws-standin")
-        self._lock = threading.Lock()
         self._first_seen: dict[str, float] = {}
         self._region_of: dict[str, str] = {}
         self._shapes: dict[str, tuple[float, float, str] | None] = {}
@@ -194,38 +188,24 @@ class AwsStandin:
         self._access_keys: set[str] = set()  # access key ids requests were signed with
         # instance id -> the spot instance-action IMDS serves it (until it is terminated)
         self._notices: dict[str, SpotNotice] = {}
+        # The proxy in front of moto, injecting failures; moto keeps the VMs (and counts them).
+        super().__init__(ops=OPS, host=host, port=port, name="aws-standin")
 
     # ---- lifecycle -------------------------------------------------------------------------
 
-    @property
-    def url(self) -> str:
-        return self._proxy.url
-
-    @property
-    def endpoint(self) -> str:
-        """What goes into NodeClass `spec.aws.endpoint`."""
-        return self._proxy.url
-
-    def start(self) -> AwsStandin:
+    def start(self) -> Self:
         if self._moto is None:
             _quiet_moto()
             self._moto = ThreadedMotoServer(ip_address=self.host, port=0, verbose=False)
             self._moto.start()
             self._moto_addr = self._moto.get_host_and_port()
-        self._proxy.start()
-        return self
+        return super().start()
 
     def stop(self) -> None:
-        self._proxy.stop()
+        super().stop()
         if self._moto is not None:
             self._moto.stop()
             self._moto = None
-
-    def __enter__(self) -> AwsStandin:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
     def nodeclass_block(self, secret_name: str, secret_key: str) -> dict[str, Any]:
         return {
@@ -238,12 +218,6 @@ class AwsStandin:
         }
 
     # ---- test controls ---------------------------------------------------------------------
-
-    def inject_failure(self, op: str, kind: str, times: int | None = 1) -> None:
-        self.failures.inject(op, kind, times)
-
-    def clear_failures(self) -> None:
-        self.failures.clear()
 
     def access_keys_seen(self) -> set[str]:
         """The access key ids (not secrets) the provider's requests were signed with."""
@@ -466,11 +440,14 @@ class AwsStandin:
             refused = _refused_market_options(form) if action == "RunInstances" else None
             if refused is not None:
                 return Response(400, _error_xml(*refused), content_type="text/xml")
-            kind = self.failures.take(op) if op else None
-            if kind is not None:
-                status, code, message = _FAILURES[kind]
-                return Response(status, _error_xml(code, message), content_type="text/xml")
+            failed = self._fail(op) if op else None
+            if failed is not None:
+                return failed
         return self._forward(req, path)
+
+    def _failure_response(self, kind: str) -> Response:
+        status, code, message = _FAILURES[kind]
+        return Response(status, _error_xml(code, message), content_type="text/xml")
 
     def _forward(self, req: Request, path: str) -> Response:
         assert self._moto_addr is not None, "start() the stand-in first"

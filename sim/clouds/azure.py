@@ -30,10 +30,8 @@ import base64
 import itertools
 import json
 import secrets
-import threading
 import time
 import uuid
-from collections import Counter
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
@@ -42,11 +40,10 @@ from urllib.parse import quote
 
 from sim.clouds.base import (
     FAILURE_KINDS,
-    Failures,
+    CloudStandin,
     Request,
     Response,
     SpotNotice,
-    StandinHTTPServer,
     lifecycle_state,
     private_ip,
     rfc3339,
@@ -189,7 +186,7 @@ class _Vm:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-class AzureStandin:
+class AzureStandin(CloudStandin):
     """Stateful ARM fake (Compute + Network subset) with failure injection; a `BootableCloud`."""
 
     provider = PROVIDER
@@ -225,43 +222,15 @@ class AzureStandin:
             f"/subscriptions/{self.subscription_id}/resourceGroups/{resource_group}/providers/"
             "Microsoft.Network/virtualNetworks/cloudburst-vnet/subnets/nodes"
         )
-        self.failures = Failures(OPS, KINDS)
-        self._lock = threading.Lock()
         self._nics: dict[str, _Nic] = {}
         self._vms: dict[str, _Vm] = {}
         self._ops: dict[str, _Op] = {}
         self._ips = itertools.count(10)
-        self._created_by_name: Counter[str] = Counter()
-        self._deleted = 0
         self._requests: list[tuple[str, str, str]] = []
         self._polls: list[tuple[str, str]] = []
         self._notices: dict[str, SpotNotice] = {}  # VM name (lower case) -> its eviction
         self._incarnation = 0  # Scheduled Events' DocumentIncarnation
-        self._server = StandinHTTPServer(self._route, host=host, port=port, name="azure-standin")
-
-    # ---- lifecycle -------------------------------------------------------------------------
-
-    @property
-    def url(self) -> str:
-        return self._server.url
-
-    @property
-    def endpoint(self) -> str:
-        """What goes into NodeClass `spec.azure.endpoint` (the ARM base URL)."""
-        return self._server.url
-
-    def start(self) -> AzureStandin:
-        self._server.start()
-        return self
-
-    def stop(self) -> None:
-        self._server.stop()
-
-    def __enter__(self) -> AzureStandin:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+        super().__init__(ops=OPS, kinds=KINDS, host=host, port=port, name="azure-standin")
 
     def nodeclass_block(self, secret_name: str, secret_key: str) -> dict[str, Any]:
         return {
@@ -274,12 +243,6 @@ class AzureStandin:
         }
 
     # ---- test controls ---------------------------------------------------------------------
-
-    def inject_failure(self, op: str, kind: str, times: int | None = 1) -> None:
-        self.failures.inject(op, kind, times)
-
-    def clear_failures(self) -> None:
-        self.failures.clear()
 
     def requests_seen(self) -> list[tuple[str, str, str]]:
         """(method, path, Host header) of every request, in order."""
@@ -539,12 +502,6 @@ class AzureStandin:
         return (float(s.vcpus), float(s.memory_gb), "arm64" if s.arch == "Arm64" else "x86_64")
 
     # ---- HTTP ------------------------------------------------------------------------------
-
-    def _fail(self, op: str) -> Response | None:
-        kind = self.failures.take(op)
-        if kind is None:
-            return None
-        return self._failure_response(kind)
 
     @staticmethod
     def _failure_response(kind: str) -> Response:

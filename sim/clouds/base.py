@@ -7,6 +7,11 @@ the original `sim.cloud.FakeCloud` to it.
 
 The helpers below are for writing stand-ins quickly and alike (none is required):
 
+- `CloudStandin`: the base the seven cloud stand-ins share — its HTTP server and lifecycle
+  (`start`/`stop`/`with`, from `ServedStandin`), the lock over its state, failure injection
+  (`inject_failure`/`clear_failures`, `_fail(op)` answering with the subclass's
+  `_failure_response(kind)`), the created/deleted counters and the delete delay after which
+  a VM is gone (`_purge_deleted`); each subclass keeps only what its real API shapes;
 - `Failures`: per-op injected failures (`inject_failure(op, kind, times=1)`), consumed in
   order; each stand-in maps a kind to its own cloud's wire error;
 - `lifecycle_state`: pending → running after a boot delay, stopping → gone after a delete
@@ -41,11 +46,12 @@ import socket
 import ssl
 import sys
 import threading
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, Self, TypeVar, runtime_checkable
 from urllib.parse import parse_qs, urlsplit
 
 from sim.cloud import FakeCloud
@@ -358,3 +364,116 @@ class StandinHTTPServer:
         self._httpd.server_close()
         self._thread.join(timeout=5)
         self._thread = None
+
+
+# ---- the stand-in classes ------------------------------------------------------------------
+
+
+class ServedStandin:
+    """An HTTP stand-in's lifecycle: `start()`/`stop()` (or `with`), serving `_route`."""
+
+    _http: StandinHTTPServer
+
+    def _serve(self, *, host: str, port: int, name: str, tls: ssl.SSLContext | None = None) -> None:
+        self._http = StandinHTTPServer(self._route, host=host, port=port, name=name, tls=tls)
+
+    def _route(self, req: Request) -> Response:
+        raise NotImplementedError
+
+    @property
+    def url(self) -> str:
+        return self._http.url
+
+    def start(self) -> Self:
+        self._http.start()
+        return self
+
+    def stop(self) -> None:
+        self._http.stop()
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+class _DeletableVm(Protocol):
+    delete_requested_mono: float | None
+
+
+_Vm = TypeVar("_Vm", bound=_DeletableVm)
+
+
+class CloudStandin(ServedStandin):
+    """What the cloud stand-ins share besides their API: the lock over their state, failure
+    injection, the counters `stats()` reports, and VMs that go once a delete delay is over.
+
+    A stand-in answers an injected failure with its own cloud's wire error
+    (`_failure_response`), found by `_fail(op)` at the top of each operation.
+    """
+
+    provider: str
+    boot_delay_s: float
+    delete_delay_s: float
+
+    def __init__(
+        self,
+        *,
+        ops: tuple[str, ...],
+        kinds: tuple[str, ...] = FAILURE_KINDS,
+        host: str,
+        port: int,
+        name: str,
+        tls: ssl.SSLContext | None = None,
+    ) -> None:
+        self.failures = Failures(ops, kinds)
+        self._lock = threading.Lock()
+        self._created_by_name: Counter[str] = Counter()
+        self._deleted = 0
+        self._serve(host=host, port=port, name=name, tls=tls)
+
+    @property
+    def endpoint(self) -> str:
+        """What goes into the NodeClass block's `endpoint`: the API root (a stand-in whose
+        real API lives below a path says so)."""
+        return self._http.url
+
+    # ---- test controls ---------------------------------------------------------------------
+
+    def inject_failure(self, op: str, kind: str, times: int | None = 1) -> None:
+        self.failures.inject(op, kind, times)
+
+    def clear_failures(self) -> None:
+        self.failures.clear()
+
+    def _fail(self, op: str) -> Response | None:
+        """The wire error of the next failure injected for `op`; None: no failure."""
+        kind = self.failures.take(op)
+        return None if kind is None else self._failure_response(kind)
+
+    def _failure_response(self, kind: str) -> Response:
+        raise NotImplementedError
+
+    def _vm_counts(self, live_instances: int) -> dict[str, Any]:
+        """The VMs created (by name), live and deleted: what `stats()` starts with."""
+        return {
+            "created_by_name": dict(self._created_by_name),
+            "instances_created": sum(self._created_by_name.values()),
+            "live_instances": live_instances,
+            "deleted_instances": self._deleted,
+        }
+
+    # ---- VM lifecycle ----------------------------------------------------------------------
+
+    def _purge_deleted(self, vms: dict[Any, _Vm], now: float) -> None:
+        """Forget the VMs whose delete was asked `delete_delay_s` ago (with the lock held)."""
+        gone = [
+            key
+            for key, vm in vms.items()
+            if vm.delete_requested_mono is not None
+            and now - vm.delete_requested_mono >= self.delete_delay_s
+        ]
+        for key in gone:
+            del vms[key]
+            self._deleted += 1

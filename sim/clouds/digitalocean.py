@@ -17,19 +17,17 @@ links): a client that follows them leaves the configured endpoint, which a test 
 from __future__ import annotations
 
 import itertools
-import threading
 import time
-from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode
 
+from api.label_tags import labels_from_tags
 from sim.clouds.base import (
     FAILURE_KINDS,
-    Failures,
+    CloudStandin,
     Request,
     Response,
-    StandinHTTPServer,
     lifecycle_state,
     private_ip,
     rfc3339,
@@ -95,35 +93,11 @@ class _Droplet:
     delete_requested_mono: float | None = None
 
 
-def _labels_of(tags: list[str]) -> dict[str, str]:
-    """The provider's tag convention read back (`cloudburst-<key>:<value>`, non-[A-Za-z0-9-]
-    characters of the value as `_<hex byte>`), for `peek` only."""
-    out: dict[str, str] = {}
-    for tag in tags:
-        key, sep, value = tag.partition(":")
-        if not sep or not key.startswith("cloudburst-"):
-            continue
-        raw = bytearray()
-        i = 0
-        while i < len(value):
-            if value[i] == "_" and i + 3 <= len(value):
-                try:
-                    raw.append(int(value[i + 1 : i + 3], 16))
-                    i += 3
-                    continue
-                except ValueError:
-                    pass
-            raw.extend(value[i].encode())
-            i += 1
-        out[f"cloudburst.io/{key.removeprefix('cloudburst-')}"] = raw.decode(errors="replace")
-    return out
-
-
 def _error(kind_or_status: int, ident: str, message: str, **headers: str) -> Response:
     return Response(kind_or_status, {"id": ident, "message": message}, headers=dict(headers))
 
 
-class DigitalOceanStandin:
+class DigitalOceanStandin(CloudStandin):
     """Stateful DigitalOcean API fake with failure injection; a `BootableCloud`."""
 
     provider = PROVIDER
@@ -151,39 +125,18 @@ class DigitalOceanStandin:
         self.page_size_cap = page_size_cap
         # Where pagination links point; None: this stand-in's own URL.
         self.next_link_base: str | None = None
-        self._lock = threading.Lock()
         self._droplets: dict[int, _Droplet] = {}
         self._ids = itertools.count(301_000_001)
         self._actions = itertools.count(1)
-        self._created_by_name: Counter[str] = Counter()
-        self._deleted = 0
         self._requests: list[tuple[str, str, str]] = []
-        self.failures = Failures(OPS, KINDS)
-        self._server = StandinHTTPServer(self._route, host=host, port=port, name="do-standin")
+        super().__init__(ops=OPS, kinds=KINDS, host=host, port=port, name="do-standin")
 
     # ---- lifecycle -------------------------------------------------------------------------
 
     @property
-    def url(self) -> str:
-        return self._server.url
-
-    @property
     def endpoint(self) -> str:
         """What goes into NodeClass `spec.digitalocean.endpoint`."""
-        return f"{self._server.url}/v2/"
-
-    def start(self) -> DigitalOceanStandin:
-        self._server.start()
-        return self
-
-    def stop(self) -> None:
-        self._server.stop()
-
-    def __enter__(self) -> DigitalOceanStandin:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+        return f"{self._http.url}/v2/"
 
     def nodeclass_block(self, secret_name: str, secret_key: str) -> dict[str, Any]:
         return {
@@ -194,12 +147,6 @@ class DigitalOceanStandin:
 
     # ---- test controls ---------------------------------------------------------------------
 
-    def inject_failure(self, op: str, kind: str, times: int | None = 1) -> None:
-        self.failures.inject(op, kind, times)
-
-    def clear_failures(self) -> None:
-        self.failures.clear()
-
     def requests_seen(self) -> list[tuple[str, str, str]]:
         """(method, path with query, Host header) of every request, in order."""
         with self._lock:
@@ -209,10 +156,7 @@ class DigitalOceanStandin:
         with self._lock:
             self._purge(time.monotonic())
             return {
-                "created_by_name": dict(self._created_by_name),
-                "instances_created": sum(self._created_by_name.values()),
-                "live_instances": len(self._droplets),
-                "deleted_instances": self._deleted,
+                **self._vm_counts(len(self._droplets)),
                 "requests": len(self._requests),
                 "failures": self.failures.pending(),
             }
@@ -225,15 +169,7 @@ class DigitalOceanStandin:
         )
 
     def _purge(self, now: float) -> None:
-        gone = [
-            i
-            for i, d in self._droplets.items()
-            if d.delete_requested_mono is not None
-            and now - d.delete_requested_mono >= self.delete_delay_s
-        ]
-        for i in gone:
-            del self._droplets[i]
-            self._deleted += 1
+        self._purge_deleted(self._droplets, now)
 
     def instance_states(self) -> dict[str, str]:
         with self._lock:
@@ -255,7 +191,7 @@ class DigitalOceanStandin:
                 "instance_type": d.size,
                 "user_data": d.user_data,
                 "private_ip": d.private_ip,
-                "labels": _labels_of(d.tags),
+                "labels": labels_from_tags(d.tags),
                 "tags": list(d.tags),
                 "state": self._state(d, now),
             }
@@ -266,10 +202,7 @@ class DigitalOceanStandin:
 
     # ---- HTTP ------------------------------------------------------------------------------
 
-    def _fail(self, op: str) -> Response | None:
-        kind = self.failures.take(op)
-        if kind is None:
-            return None
+    def _failure_response(self, kind: str) -> Response:
         status, ident, message = _FAILURES[kind]
         headers = {"Retry-After": "1", "ratelimit-remaining": "0"} if kind == "throttle" else {}
         return _error(status, ident, message, **headers)
@@ -386,7 +319,7 @@ class DigitalOceanStandin:
         if start + per_page < len(items):
             params = {k: v[-1] for k, v in req.query.items()}
             params.update({"page": str(page + 1), "per_page": str(per_page)})
-            base = (self.next_link_base or self._server.url).rstrip("/")
+            base = (self.next_link_base or self._http.url).rstrip("/")
             pages["next"] = f"{base}{req.path}?{urlencode(params)}"
         return Response(200, {key: chunk, "links": {"pages": pages}, "meta": {"total": len(items)}})
 

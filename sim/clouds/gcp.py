@@ -30,20 +30,16 @@ import json
 import re
 import secrets
 import ssl
-import threading
 import time
-from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs
 
 from sim.clouds.base import (
-    FAILURE_KINDS,
-    Failures,
+    CloudStandin,
     Request,
     Response,
     SpotNotice,
-    StandinHTTPServer,
     lifecycle_state,
     private_ip,
     rfc3339,
@@ -207,7 +203,7 @@ def _b64url(value: str) -> bytes:
     return base64.urlsafe_b64decode(value + "=" * (-len(value) % 4))
 
 
-class GcpStandin:
+class GcpStandin(CloudStandin):
     """Stateful Compute Engine fake with failure injection; a `BootableCloud`."""
 
     provider = PROVIDER
@@ -242,47 +238,17 @@ class GcpStandin:
         self._private_key_pem = self._private_key()
         self._client_email = f"cloudburst@{project}.iam.gserviceaccount.com"
         self.universe_domain = "standin.invalid"
-        self.failures = Failures(OPS, FAILURE_KINDS)
-        self._lock = threading.Lock()
         self._vms: dict[tuple[str, str], _Vm] = {}  # (zone, name)
         self._ops: dict[str, _Operation] = {}
         self._by_request_id: dict[str, str] = {}
         self._ids = itertools.count(4_711_000_001)
         self._op_ids = itertools.count(1)
-        self._created_by_name: Counter[str] = Counter()
-        self._deleted = 0
         self._requests: list[tuple[str, str, str]] = []
         self._polls: list[tuple[str, str, str]] = []
         self._tokens_issued = 0
         self._notices: dict[str, SpotNotice] = {}  # VM name -> its preemption
         # `tls`: serve HTTPS (the provider sends the worker's own identity to https only).
-        self._server = StandinHTTPServer(
-            self._route, host=host, port=port, name="gcp-standin", tls=tls
-        )
-
-    # ---- lifecycle -------------------------------------------------------------------------
-
-    @property
-    def url(self) -> str:
-        return self._server.url
-
-    @property
-    def endpoint(self) -> str:
-        """What goes into NodeClass `spec.gcp.endpoint`."""
-        return self._server.url
-
-    def start(self) -> GcpStandin:
-        self._server.start()
-        return self
-
-    def stop(self) -> None:
-        self._server.stop()
-
-    def __enter__(self) -> GcpStandin:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+        super().__init__(ops=OPS, host=host, port=port, name="gcp-standin", tls=tls)
 
     def nodeclass_block(self, secret_name: str, secret_key: str) -> dict[str, Any]:
         return {
@@ -330,12 +296,6 @@ class GcpStandin:
 
     # ---- test controls ---------------------------------------------------------------------
 
-    def inject_failure(self, op: str, kind: str, times: int | None = 1) -> None:
-        self.failures.inject(op, kind, times)
-
-    def clear_failures(self) -> None:
-        self.failures.clear()
-
     def requests_seen(self) -> list[tuple[str, str, str]]:
         """(method, path, Host header) of every request, in order."""
         with self._lock:
@@ -350,10 +310,7 @@ class GcpStandin:
         with self._lock:
             self._advance(time.monotonic())
             return {
-                "created_by_name": dict(self._created_by_name),
-                "instances_created": sum(self._created_by_name.values()),
-                "live_instances": len(self._vms),
-                "deleted_instances": self._deleted,
+                **self._vm_counts(len(self._vms)),
                 "operations": len(self._ops),
                 "polls": len(self._polls),
                 "tokens_issued": self._tokens_issued,
@@ -538,12 +495,6 @@ class GcpStandin:
         return None if m is None else (float(m.cpus), m.memory_mb / 1024, m.arch)
 
     # ---- HTTP ------------------------------------------------------------------------------
-
-    def _fail(self, op: str) -> Response | None:
-        kind = self.failures.take(op)
-        if kind is None:
-            return None
-        return self._failure_response(kind)
 
     @staticmethod
     def _failure_response(kind: str) -> Response:

@@ -22,7 +22,6 @@ from __future__ import annotations
 import itertools
 import re
 import secrets
-import threading
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -30,10 +29,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 from sim.clouds.base import (
-    Failures,
+    CloudStandin,
     Request,
     Response,
-    StandinHTTPServer,
     lifecycle_state,
     private_ip,
     rfc3339,
@@ -180,7 +178,7 @@ def _matches(labels: dict[str, str], terms: list[tuple[str, str, str | None]]) -
     return True
 
 
-class HetznerCloud:
+class HetznerCloud(CloudStandin):
     """State + HTTP face of the Hetzner stand-in; also a `BootableCloud`."""
 
     provider = PROVIDER
@@ -200,21 +198,13 @@ class HetznerCloud:
         self.types = {t.name: t for t in SERVER_TYPES}
         self.region = "fsn1"
         self.instance_type = "cx23"
-        self.failures = Failures(OPS)
-        self._lock = threading.Lock()
         self._servers: dict[int, _Server] = {}
         self._ids = itertools.count(4711001)
         self._actions = itertools.count(90001)
         self._creates_attempted = 0
-        self._created_by_name: Counter[str] = Counter()
-        self._deleted = 0
-        self._http = StandinHTTPServer(self._route, host=host, port=port, name="hetzner-standin")
+        super().__init__(ops=OPS, host=host, port=port, name="hetzner-standin")
 
     # ---- lifecycle -------------------------------------------------------------------------
-
-    @property
-    def url(self) -> str:
-        return self._http.url
 
     @property
     def endpoint(self) -> str:
@@ -225,19 +215,6 @@ class HetznerCloud:
     def credential(self) -> str:
         return self.token
 
-    def start(self) -> HetznerCloud:
-        self._http.start()
-        return self
-
-    def stop(self) -> None:
-        self._http.stop()
-
-    def __enter__(self) -> HetznerCloud:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
     def nodeclass_block(self, secret_name: str, secret_key: str) -> dict[str, Any]:
         return {
             "endpoint": self.endpoint,
@@ -246,12 +223,6 @@ class HetznerCloud:
         }
 
     # ---- failure injection -----------------------------------------------------------------
-
-    def inject_failure(self, op: str, kind: str, times: int | None = 1) -> None:
-        self.failures.inject(op, kind, times)
-
-    def clear_failures(self) -> None:
-        self.failures.clear()
 
     def _maybe_fail(self, op: str) -> None:
         kind = self.failures.take(op)
@@ -288,15 +259,7 @@ class HetznerCloud:
         }[self._state(s, now)]
 
     def _purge(self, now: float) -> None:
-        gone = [
-            s.id
-            for s in self._servers.values()
-            if s.delete_requested_mono is not None
-            and now - s.delete_requested_mono >= self.delete_delay_s
-        ]
-        for sid in gone:
-            del self._servers[sid]
-            self._deleted += 1
+        self._purge_deleted(self._servers, now)
 
     def _server_type_json(self, t: ServerType) -> dict[str, Any]:
         return {

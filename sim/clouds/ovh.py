@@ -22,7 +22,6 @@ import hashlib
 import itertools
 import json
 import secrets
-import threading
 import time
 import uuid
 from collections import Counter
@@ -30,12 +29,12 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode
 
+from api import labels
 from sim.clouds.base import (
     FAILURE_KINDS,
-    Failures,
+    CloudStandin,
     Request,
     Response,
-    StandinHTTPServer,
     lifecycle_state,
     private_ip,
     rfc3339,
@@ -117,12 +116,7 @@ def labels_of_name(name: str) -> dict[str, str]:
     if len(parts) != 3 or not all(parts):
         return {}
     cluster, pool, claim = parts
-    return {
-        "cloudburst.io/managed": "true",
-        "cloudburst.io/cluster": cluster,
-        "cloudburst.io/nodepool": pool,
-        "cloudburst.io/nodeclaim": claim,
-    }
+    return labels.ownership_labels(claim, node_pool=pool, cluster_id=cluster)
 
 
 @dataclass
@@ -140,7 +134,7 @@ class _Instance:
     delete_requested_mono: float | None = None
 
 
-class OvhStandin:
+class OvhStandin(CloudStandin):
     """Stateful OVHcloud Public Cloud API fake with failure injection; a `BootableCloud`."""
 
     provider = PROVIDER
@@ -179,38 +173,17 @@ class OvhStandin:
         # The server's clock runs this far ahead of the client's: the SDK must sync by
         # /auth/time or its signatures fall outside the accepted window.
         self.clock_skew_s = clock_skew_s
-        self._lock = threading.Lock()
         self._instances: dict[str, _Instance] = {}
         self._n = itertools.count(1)
-        self._created_by_name: Counter[str] = Counter()
-        self._deleted = 0
         self._requests: list[tuple[str, str]] = []
-        self.failures = Failures(OPS, KINDS)
-        self._server = StandinHTTPServer(self._route, host=host, port=port, name="ovh-standin")
+        super().__init__(ops=OPS, kinds=KINDS, host=host, port=port, name="ovh-standin")
 
     # ---- lifecycle -------------------------------------------------------------------------
 
     @property
-    def url(self) -> str:
-        return self._server.url
-
-    @property
     def endpoint(self) -> str:
         """What goes into NodeClass `spec.ovh.endpoint`."""
-        return f"{self._server.url}/1.0"
-
-    def start(self) -> OvhStandin:
-        self._server.start()
-        return self
-
-    def stop(self) -> None:
-        self._server.stop()
-
-    def __enter__(self) -> OvhStandin:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+        return f"{self._http.url}/1.0"
 
     def nodeclass_block(self, secret_name: str, secret_key: str) -> dict[str, Any]:
         return {
@@ -222,12 +195,6 @@ class OvhStandin:
 
     # ---- test controls ---------------------------------------------------------------------
 
-    def inject_failure(self, op: str, kind: str, times: int | None = 1) -> None:
-        self.failures.inject(op, kind, times)
-
-    def clear_failures(self) -> None:
-        self.failures.clear()
-
     def requests_seen(self) -> list[tuple[str, str]]:
         """(method, path with query) of every request, in order."""
         with self._lock:
@@ -238,7 +205,7 @@ class OvhStandin:
             self._purge(time.monotonic())
             by_claim: Counter[str] = Counter()
             for name, n in self._created_by_name.items():
-                by_claim[labels_of_name(name).get("cloudburst.io/nodeclaim", name)] += n
+                by_claim[labels_of_name(name).get(labels.NODECLAIM, name)] += n
             return {
                 # By claim name (decoded from the provider's naming convention), like every
                 # other cloud's; the raw instance names are beside it.
@@ -262,15 +229,7 @@ class OvhStandin:
         )
 
     def _purge(self, now: float) -> None:
-        gone = [
-            i
-            for i, inst in self._instances.items()
-            if inst.delete_requested_mono is not None
-            and now - inst.delete_requested_mono >= self.delete_delay_s
-        ]
-        for i in gone:
-            del self._instances[i]
-            self._deleted += 1
+        self._purge_deleted(self._instances, now)
 
     def instance_states(self) -> dict[str, str]:
         with self._lock:
@@ -302,10 +261,7 @@ class OvhStandin:
 
     # ---- HTTP ------------------------------------------------------------------------------
 
-    def _fail(self, op: str) -> Response | None:
-        kind = self.failures.take(op)
-        if kind is None:
-            return None
+    def _failure_response(self, kind: str) -> Response:
         status, body = _FAILURES[kind]
         headers = {"Retry-After": "1"} if kind == "throttle" else {}
         return Response(status, dict(body), headers=headers)

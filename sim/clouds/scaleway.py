@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import re
 import secrets
-import threading
 import time
 import uuid
 from collections import Counter
@@ -38,10 +37,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 from sim.clouds.base import (
-    Failures,
+    CloudStandin,
     Request,
     Response,
-    StandinHTTPServer,
     private_ip,
     rfc3339,
 )
@@ -173,7 +171,7 @@ class _Server:
     boot_user_data: str | None = None  # what cloud-init read at power-on
 
 
-class ScalewayCloud:
+class ScalewayCloud(CloudStandin):
     """State + HTTP face of the Scaleway stand-in; also a `BootableCloud`."""
 
     provider = PROVIDER
@@ -196,44 +194,18 @@ class ScalewayCloud:
         self.region = "fr-par"
         self.zone = "fr-par-1"
         self.instance_type = "PLAY2-NANO"
-        self.failures = Failures(OPS)
-        self._lock = threading.Lock()
         self._servers: dict[str, _Server] = {}
         self._volumes: dict[str, _Volume] = {}
         self._n = 0
         self._creates_attempted = 0
-        self._created_by_name: Counter[str] = Counter()
-        self._deleted = 0
         self._booted_without_user_data: list[str] = []
-        self._http = StandinHTTPServer(self._route, host=host, port=port, name="scaleway-standin")
+        super().__init__(ops=OPS, host=host, port=port, name="scaleway-standin")
 
     # ---- lifecycle -------------------------------------------------------------------------
 
     @property
-    def url(self) -> str:
-        return self._http.url
-
-    @property
-    def endpoint(self) -> str:
-        """`scaleway.Client(api_url=...)` and NodeClass `spec.scaleway.endpoint`."""
-        return self._http.url
-
-    @property
     def credential(self) -> str:
         return self.secret_key
-
-    def start(self) -> ScalewayCloud:
-        self._http.start()
-        return self
-
-    def stop(self) -> None:
-        self._http.stop()
-
-    def __enter__(self) -> ScalewayCloud:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
     def nodeclass_block(self, secret_name: str, secret_key: str) -> dict[str, Any]:
         return {
@@ -244,12 +216,6 @@ class ScalewayCloud:
         }
 
     # ---- failure injection -----------------------------------------------------------------
-
-    def inject_failure(self, op: str, kind: str, times: int | None = 1) -> None:
-        self.failures.inject(op, kind, times)
-
-    def clear_failures(self) -> None:
-        self.failures.clear()
 
     def _maybe_fail(self, op: str) -> None:
         kind = self.failures.take(op)

@@ -459,6 +459,16 @@ def _event_row(ev: Obj) -> list[Cell]:
     ]
 
 
+# kubectl prints a ReplicationController like a ReplicaSet.
+_REPLICA_COLUMNS: list[Column] = [
+    _NAME,
+    ("Desired", "integer", "", 0),
+    ("Current", "integer", "", 0),
+    ("Ready", "integer", "", 0),
+    _AGE,
+    *_WIDE_WORKLOAD,
+]
+
 _EVENT_COLUMNS: list[Column] = [
     ("Last Seen", "string", "", 0),
     ("Type", "string", "", 0),
@@ -554,17 +564,7 @@ _PRINTERS: dict[tuple[str, str], tuple[list[Column], Callable[[Obj], list[Cell]]
         lambda o: [_md(o).get("name"), len(o.get("secrets") or []), _age(o)],
     ),
     ("", "Event"): (_EVENT_COLUMNS, _event_row),
-    ("", "ReplicationController"): (
-        [
-            _NAME,
-            ("Desired", "integer", "", 0),
-            ("Current", "integer", "", 0),
-            ("Ready", "integer", "", 0),
-            _AGE,
-            *_WIDE_WORKLOAD,
-        ],
-        _replicaset_row,
-    ),
+    ("", "ReplicationController"): (_REPLICA_COLUMNS, _replicaset_row),
     ("apps", "Deployment"): (
         [
             _NAME,
@@ -576,17 +576,7 @@ _PRINTERS: dict[tuple[str, str], tuple[list[Column], Callable[[Obj], list[Cell]]
         ],
         _deployment_row,
     ),
-    ("apps", "ReplicaSet"): (
-        [
-            _NAME,
-            ("Desired", "integer", "", 0),
-            ("Current", "integer", "", 0),
-            ("Ready", "integer", "", 0),
-            _AGE,
-            *_WIDE_WORKLOAD,
-        ],
-        _replicaset_row,
-    ),
+    ("apps", "ReplicaSet"): (_REPLICA_COLUMNS, _replicaset_row),
     ("apps", "DaemonSet"): (
         [
             _NAME,

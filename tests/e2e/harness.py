@@ -226,14 +226,19 @@ def new_task_queue() -> str:
 
 
 def stack_on(
-    client: Client, kube: k8s.ApiClient, cluster: SimulatedCluster, kubeconfig: Path
+    client: Client,
+    kube: k8s.ApiClient,
+    cluster: SimulatedCluster,
+    kubeconfig: Path,
+    *,
+    cluster_id: str = CLUSTER_ID,
 ) -> Stack:
     """A stack on this Temporal client (e.g. a test's own server), with its own task queue."""
     queue = new_task_queue()
     settings = Settings(
         kubeconfig=kubeconfig,
         task_queue=queue,
-        cluster_id=CLUSTER_ID,
+        cluster_id=cluster_id,
         allowed_endpoints=cluster.endpoints(),
     )
     return Stack(client, kube, cluster, queue, settings)
@@ -265,6 +270,17 @@ async def running_trigger(
     finally:
         stop.set()
         await asyncio.wait_for(task, timeout=10)
+
+
+@contextlib.asynccontextmanager
+async def serving(stack: Stack, timings: ClaimTimings = FAST) -> AsyncIterator[Stack]:
+    """The stack at work: a worker in this process, the node watcher and the trigger."""
+    async with (
+        in_process_worker(stack),
+        running_watcher(stack.temporal, stack.kube),
+        running_trigger(stack, timings=timings),
+    ):
+        yield stack
 
 
 def pool_pod(name: str, pool: str, cpu: str = "500m", memory: str = "256Mi") -> k8s.V1Pod:

@@ -37,27 +37,14 @@ from tests.e2e.harness import (
     pool_pod,
     running_trigger,
     running_watcher,
+    serving,
 )
 from worker.settings import Settings
 
 
 @pytest_asyncio.fixture(loop_scope="session")
-async def stack(
-    temporal_client: Client, kube: k8s.ApiClient, sim_cluster: SimulatedCluster, kubeconfig: Path
-) -> AsyncIterator[Stack]:
-    queue = new_task_queue()
-    settings = Settings(
-        kubeconfig=kubeconfig,
-        task_queue=queue,
-        cluster_id=CLUSTER_ID,
-        allowed_endpoints=sim_cluster.endpoints(),
-    )
-    stack = Stack(temporal_client, kube, sim_cluster, queue, settings)
-    async with (
-        in_process_worker(stack),
-        running_watcher(temporal_client, kube),
-        running_trigger(stack),
-    ):
+async def stack(stack: Stack) -> AsyncIterator[Stack]:
+    async with serving(stack):
         yield stack
 
 

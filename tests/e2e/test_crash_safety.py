@@ -8,40 +8,22 @@ from pathlib import Path
 
 import pytest_asyncio
 from kubernetes import client as k8s
-from temporalio.client import Client
 
 from api import NodeClaimPhase, labels
 from api.messages import ScaleDownRequest
 from sim.cluster import SimulatedCluster
 from tests.e2e.harness import (
-    CLUSTER_ID,
     Stack,
     WorkerProcess,
     eventually,
     in_thread,
     make_pool,
-    new_task_queue,
     running_watcher,
     start_test_claim,
     wait_for_phase,
     workload_pod,
 )
-from worker.settings import Settings
 from workflows.nodeclaim import NodeClaimWorkflow
-
-
-@pytest_asyncio.fixture(loop_scope="session")
-async def stack(
-    temporal_client: Client, kube: k8s.ApiClient, sim_cluster: SimulatedCluster, kubeconfig: Path
-) -> Stack:
-    queue = new_task_queue()
-    settings = Settings(
-        kubeconfig=kubeconfig,
-        task_queue=queue,
-        cluster_id=CLUSTER_ID,
-        allowed_endpoints=sim_cluster.endpoints(),
-    )
-    return Stack(temporal_client, kube, sim_cluster, queue, settings)
 
 
 @pytest_asyncio.fixture(loop_scope="session")

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest_asyncio
 from kubernetes import client as k8s
-from temporalio.client import Client, WorkflowHandle
+from temporalio.client import WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
 from api import NodeClaimPhase, NodeClaimStatus, labels
@@ -31,6 +31,7 @@ from tests.e2e.harness import (
     pool_pod,
     running_trigger,
     running_watcher,
+    serving,
 )
 from worker.settings import Settings
 from workflows.nodeclaim import NodeClaimWorkflow
@@ -41,22 +42,8 @@ TIMINGS = FAST.model_copy(update={"ready_poll_interval_s": 1})
 
 
 @pytest_asyncio.fixture(loop_scope="session")
-async def stack(
-    temporal_client: Client, kube: k8s.ApiClient, sim_cluster: SimulatedCluster, kubeconfig: Path
-) -> AsyncIterator[Stack]:
-    queue = new_task_queue()
-    settings = Settings(
-        kubeconfig=kubeconfig,
-        task_queue=queue,
-        cluster_id=CLUSTER_ID,
-        allowed_endpoints=sim_cluster.endpoints(),
-    )
-    stack = Stack(temporal_client, kube, sim_cluster, queue, settings)
-    async with (
-        in_process_worker(stack),
-        running_watcher(temporal_client, kube),
-        running_trigger(stack, timings=TIMINGS),
-    ):
+async def stack(stack: Stack) -> AsyncIterator[Stack]:
+    async with serving(stack, timings=TIMINGS):
         yield stack
 
 

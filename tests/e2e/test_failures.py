@@ -11,50 +11,29 @@ from __future__ import annotations
 import asyncio
 import copy
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest_asyncio
 from kubernetes import client as k8s
-from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError
+from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError
 
 from api import NodeClaimPhase
 from api import search_attributes as sa
 from api.pool import PoolStatus, pool_workflow_id
-from sim.cluster import SimulatedCluster
 from tests.e2e.harness import (
-    CLUSTER_ID,
     Stack,
     eventually,
-    in_process_worker,
     in_thread,
     make_pool,
-    new_task_queue,
     pool_pod,
-    running_trigger,
-    running_watcher,
+    serving,
 )
-from worker.settings import Settings
 from workflows.nodepool import NodePoolWorkflow
 
 
 @pytest_asyncio.fixture(loop_scope="session")
-async def stack(
-    temporal_client: Client, kube: k8s.ApiClient, sim_cluster: SimulatedCluster, kubeconfig: Path
-) -> AsyncIterator[Stack]:
-    queue = new_task_queue()
-    settings = Settings(
-        kubeconfig=kubeconfig,
-        task_queue=queue,
-        cluster_id=CLUSTER_ID,
-        allowed_endpoints=sim_cluster.endpoints(),
-    )
-    stack = Stack(temporal_client, kube, sim_cluster, queue, settings)
-    async with (
-        in_process_worker(stack),
-        running_watcher(temporal_client, kube),
-        running_trigger(stack),
-    ):
+async def stack(stack: Stack) -> AsyncIterator[Stack]:
+    async with serving(stack):
         yield stack
 
 

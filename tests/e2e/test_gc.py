@@ -46,6 +46,7 @@ from tests.e2e.harness import (
     make_pool,
     new_task_queue,
     running_watcher,
+    stack_on,
     wait_for_phase,
 )
 from worker.main import run_worker
@@ -60,15 +61,8 @@ WORKER_NS = "cloudburst-system"
 async def stack(
     temporal_client: Client, kube: k8s.ApiClient, sim_cluster: SimulatedCluster, kubeconfig: Path
 ) -> Stack:
-    queue = new_task_queue()
     cluster_id = f"gc-{uuid.uuid4().hex[:8]}"
-    settings = Settings(
-        kubeconfig=kubeconfig,
-        task_queue=queue,
-        cluster_id=cluster_id,
-        allowed_endpoints=sim_cluster.endpoints(),
-    )
-    return Stack(temporal_client, kube, sim_cluster, queue, settings)
+    return stack_on(temporal_client, kube, sim_cluster, kubeconfig, cluster_id=cluster_id)
 
 
 async def run_gc(stack: Stack, grace_s: float, **kw: Any) -> OrphanGcReport:

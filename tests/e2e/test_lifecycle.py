@@ -8,9 +8,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import pytest_asyncio
 from kubernetes import client as k8s
-from temporalio.client import Client, WorkflowFailureError
+from temporalio.client import WorkflowFailureError
 from temporalio.exceptions import CancelledError
 
 from api import NodeClaimPhase, labels
@@ -18,7 +17,6 @@ from api.messages import ScaleDownRequest
 from cli.devstack import tell_claims_their_cluster_is_new
 from sim.cluster import SimulatedCluster
 from tests.e2e.harness import (
-    CLUSTER_ID,
     FAST,
     Stack,
     activity_types,
@@ -26,28 +24,12 @@ from tests.e2e.harness import (
     in_process_worker,
     in_thread,
     make_pool,
-    new_task_queue,
     running_watcher,
     start_test_claim,
     wait_for_phase,
     workload_pod,
 )
-from worker.settings import Settings
 from workflows.nodeclaim import NodeClaimWorkflow
-
-
-@pytest_asyncio.fixture(loop_scope="session")
-async def stack(
-    temporal_client: Client, kube: k8s.ApiClient, sim_cluster: SimulatedCluster, kubeconfig: Path
-) -> Stack:
-    queue = new_task_queue()
-    settings = Settings(
-        kubeconfig=kubeconfig,
-        task_queue=queue,
-        cluster_id=CLUSTER_ID,
-        allowed_endpoints=sim_cluster.endpoints(),
-    )
-    return Stack(temporal_client, kube, sim_cluster, queue, settings)
 
 
 def live_vms(cluster: SimulatedCluster, claim: str) -> list[dict[str, object]]:

@@ -9,43 +9,24 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import pytest_asyncio
 from kubernetes import client as k8s
-from temporalio.client import Client
 
 from api import NodeClaimPhase, labels
 from api.pool import PoolStatus, pool_workflow_id
 from api.quantity import format_cpu
 from sim.cluster import SimulatedCluster
 from tests.e2e.harness import (
-    CLUSTER_ID,
     FAST,
     Stack,
     eventually,
     in_process_worker,
     in_thread,
     make_pool,
-    new_task_queue,
     pool_pod,
     running_trigger,
     running_watcher,
 )
-from worker.settings import Settings
 from workflows.nodepool import NodePoolWorkflow
-
-
-@pytest_asyncio.fixture(loop_scope="session")
-async def stack(
-    temporal_client: Client, kube: k8s.ApiClient, sim_cluster: SimulatedCluster, kubeconfig: Path
-) -> Stack:
-    queue = new_task_queue()
-    settings = Settings(
-        kubeconfig=kubeconfig,
-        task_queue=queue,
-        cluster_id=CLUSTER_ID,
-        allowed_endpoints=sim_cluster.endpoints(),
-    )
-    return Stack(temporal_client, kube, sim_cluster, queue, settings)
 
 
 async def pool_status(stack: Stack, pool: str) -> PoolStatus:

@@ -12,10 +12,7 @@ import signal
 import sys
 from pathlib import Path
 
-import pytest_asyncio
 import yaml
-from kubernetes import client as k8s
-from temporalio.client import Client
 from typer.testing import CliRunner, Result
 
 from api import NodeClaimPhase
@@ -24,7 +21,6 @@ from api.pool import pool_workflow_id
 from cli.claims import new_claim_name
 from cli.main import app
 from cli.timeline import format_duration, phase_timeline
-from sim.cluster import SimulatedCluster
 from tests.e2e.harness import (
     CLUSTER_ID,
     Stack,
@@ -32,30 +28,13 @@ from tests.e2e.harness import (
     in_process_worker,
     in_thread,
     make_pool,
-    new_task_queue,
     pool_pod,
     running_trigger,
     running_watcher,
     start_test_claim,
     wait_for_phase,
 )
-from worker.settings import Settings
 from workflows.nodeclaim import NodeClaimWorkflow
-
-
-@pytest_asyncio.fixture(loop_scope="session")
-async def stack(
-    temporal_client: Client, kube: k8s.ApiClient, sim_cluster: SimulatedCluster, kubeconfig: Path
-) -> Stack:
-    queue = new_task_queue()
-    settings = Settings(
-        kubeconfig=kubeconfig,
-        task_queue=queue,
-        cluster_id=CLUSTER_ID,
-        allowed_endpoints=sim_cluster.endpoints(),
-    )
-    return Stack(temporal_client, kube, sim_cluster, queue, settings)
-
 
 CLI = str(Path(sys.executable).parent / "cloudburst")
 

@@ -27,18 +27,16 @@ from cli.devstack import CREDENTIAL_KEY, credential_secret, standin_offering
 from sim.clouds import KNOWN_STANDINS
 from sim.cluster import SimulatedCluster
 from tests.e2e.harness import (
-    CLUSTER_ID,
     Stack,
     eventually,
     in_process_worker,
     in_thread,
-    new_task_queue,
     running_watcher,
+    stack_on,
     start_test_claim,
     wait_for_phase,
     workload_pod,
 )
-from worker.settings import Settings
 
 PROVIDERS = ["fake", *KNOWN_STANDINS]
 REPO = Path(__file__).resolve().parents[2]
@@ -51,14 +49,7 @@ async def stack(
     multicloud_cluster: SimulatedCluster,
     multicloud_kubeconfig: Path,
 ) -> Stack:
-    queue = new_task_queue()
-    settings = Settings(
-        kubeconfig=multicloud_kubeconfig,
-        task_queue=queue,
-        cluster_id=CLUSTER_ID,
-        allowed_endpoints=multicloud_cluster.endpoints(),
-    )
-    return Stack(temporal_client, multicloud_kube, multicloud_cluster, queue, settings)
+    return stack_on(temporal_client, multicloud_kube, multicloud_cluster, multicloud_kubeconfig)
 
 
 def _upsert(create: Any, patch: Any) -> None:

@@ -25,17 +25,15 @@ from api.nodeclaim import ConditionType
 from cli.devstack import CREDENTIAL_KEY, credential_secret
 from sim.cluster import SimulatedCluster
 from tests.e2e.harness import (
-    CLUSTER_ID,
     Stack,
     eventually,
     in_process_worker,
     in_thread,
-    new_task_queue,
     pool_pod,
     running_trigger,
     running_watcher,
+    stack_on,
 )
-from worker.settings import Settings
 from workflows.decisions.disruption import INTERRUPTED
 from workflows.nodeclaim import NodeClaimWorkflow
 
@@ -52,14 +50,7 @@ async def stack(
 ) -> Stack:
     if "aws" not in multicloud_cluster.standins:
         pytest.skip("no AWS stand-in in this environment")
-    queue = new_task_queue()
-    settings = Settings(
-        kubeconfig=multicloud_kubeconfig,
-        task_queue=queue,
-        cluster_id=CLUSTER_ID,
-        allowed_endpoints=multicloud_cluster.endpoints(),
-    )
-    return Stack(temporal_client, multicloud_kube, multicloud_cluster, queue, settings)
+    return stack_on(temporal_client, multicloud_kube, multicloud_cluster, multicloud_kubeconfig)
 
 
 def _apply(create: Any, replace: Any) -> None:

@@ -41,11 +41,9 @@ from tests.e2e.harness import (
     Stack,
     eventually,
     fake_offering,
-    in_process_worker,
     in_thread,
     new_task_queue,
-    running_trigger,
-    running_watcher,
+    serving,
     start_test_claim,
     wait_for_phase,
 )
@@ -105,12 +103,7 @@ async def stack(
         tenant_namespaces=["default", TEAM_A, TEAM_B],
         allowed_endpoints=sim_cluster.endpoints(),
     )
-    stack = Stack(temporal_client, kube, sim_cluster, queue, settings)
-    async with (
-        in_process_worker(stack),
-        running_watcher(temporal_client, kube),
-        running_trigger(stack),
-    ):
+    async with serving(Stack(temporal_client, kube, sim_cluster, queue, settings)) as stack:
         yield stack
 
 

@@ -16,13 +16,9 @@ from activities.providers.base import (
     ProviderError,
     RetryableError,
 )
-from activities.providers.digitalocean import (
-    DigitalOceanProvider,
-    label_tag,
-    labels_from_tags,
-    tags_for,
-)
+from activities.providers.digitalocean import DigitalOceanProvider
 from api import labels as L
+from api.label_tags import label_tag, labels_from_tags, tags_for
 from sim.clouds.digitalocean import DigitalOceanStandin
 from tests.providers.harness_digitalocean import standin_and_provider
 

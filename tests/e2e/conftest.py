@@ -1,0 +1,23 @@
+"""The e2e `stack`: one per test, on the shared simulated cluster, with its own task queue.
+
+A module that needs the stack at work overrides `stack` with this one as its base, e.g.
+`async def stack(stack: Stack)` yielding inside `serving(stack)`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest_asyncio
+from kubernetes import client as k8s
+from temporalio.client import Client
+
+from sim.cluster import SimulatedCluster
+from tests.e2e.harness import Stack, stack_on
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def stack(
+    temporal_client: Client, kube: k8s.ApiClient, sim_cluster: SimulatedCluster, kubeconfig: Path
+) -> Stack:
+    return stack_on(temporal_client, kube, sim_cluster, kubeconfig)
