@@ -171,6 +171,18 @@ async def test_an_interrupted_spot_node_is_replaced_and_nothing_leaks(stack: Sta
             first_vm = ec2_instance(stack, provider_id)
             assert first_vm.get("InstanceLifecycle") == "spot"
             native = first_vm["InstanceId"]
+            # The shipped catalog's AWS prices are dated 2024-25: the pool says it planned
+            # with old prices, where `kubectl describe nodepool` shows it.
+            stale = await eventually(
+                lambda: in_thread(
+                    stack.custom.get_namespaced_custom_object,
+                    "cloudburst.io", "v1alpha1", "default", "nodepools", POOL,
+                ),
+                lambda p: any(c["type"] == "PricesStale" for c in p.get("status", {}).get("conditions", [])),
+                30,
+            )  # fmt: skip
+            [condition] = [c for c in stale["status"]["conditions"] if c["type"] == "PricesStale"]
+            assert condition["status"] == "True" and "aws prices as of" in condition["message"]
 
             aws.interrupt(native, notice_s=NOTICE_S)
             assert aws.instance_action(native)["action"] == "terminate"
