@@ -762,7 +762,10 @@ class NodePoolWorkflow:
                 continue
             claim = state.claims.get(name)
             nominated = reason == "Empty" and claim is not None and bool(claim.nominated)
-            if nominated and workflow.patched("hold-empty-while-nominated"):
+            if nominated:
+                # Retired patch (Temporal's deprecate_patch step): no recorded history needs
+                # the old branch, which granted the permit anyway.
+                workflow.deprecate_patch("hold-empty-while-nominated")
                 continue  # pods planned onto it are on their way: it will not stay empty
             del state.disruption_queue[name]
             state.permits[name] = reason
