@@ -178,7 +178,7 @@ def _matches(labels: dict[str, str], terms: list[tuple[str, str, str | None]]) -
     return True
 
 
-class HetznerCloud(CloudStandin):
+class HetznerStandin(CloudStandin):
     """State + HTTP face of the Hetzner stand-in; also a `BootableCloud`."""
 
     provider = PROVIDER
@@ -597,6 +597,6 @@ def _paged(key: str, items: list[dict[str, Any]], request: Request) -> dict[str,
     }
 
 
-def standin(*, boot_delay_s: float = 1.0, host: str = "127.0.0.1") -> HetznerCloud:
+def standin(*, boot_delay_s: float = 1.0, host: str = "127.0.0.1") -> HetznerStandin:
     """The factory `sim.cluster.SimulatedCluster(clouds=[...])` and `cloudburst dev` use."""
-    return HetznerCloud(boot_delay_s=boot_delay_s, host=host)
+    return HetznerStandin(boot_delay_s=boot_delay_s, host=host)

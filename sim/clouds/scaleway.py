@@ -171,7 +171,7 @@ class _Server:
     boot_user_data: str | None = None  # what cloud-init read at power-on
 
 
-class ScalewayCloud(CloudStandin):
+class ScalewayStandin(CloudStandin):
     """State + HTTP face of the Scaleway stand-in; also a `BootableCloud`."""
 
     provider = PROVIDER
@@ -731,6 +731,6 @@ def new_secret_key() -> str:
     return str(uuid.UUID(bytes=secrets.token_bytes(16), version=4))
 
 
-def standin(*, boot_delay_s: float = 1.0, host: str = "127.0.0.1") -> ScalewayCloud:
+def standin(*, boot_delay_s: float = 1.0, host: str = "127.0.0.1") -> ScalewayStandin:
     """The factory `sim.cluster.SimulatedCluster(clouds=[...])` and `cloudburst dev` use."""
-    return ScalewayCloud(secret_key=new_secret_key(), boot_delay_s=boot_delay_s, host=host)
+    return ScalewayStandin(secret_key=new_secret_key(), boot_delay_s=boot_delay_s, host=host)

@@ -26,7 +26,7 @@ from api.errors import INVALID_CONFIGURATION, PROVIDER_FATAL
 from api.messages import InstanceRef
 from api.nodeclass import NodeClassSpec
 from sim.clouds.ovh import OvhStandin
-from sim.clouds.scaleway import ScalewayCloud, new_secret_key
+from sim.clouds.scaleway import ScalewayStandin, new_secret_key
 
 CLUSTER = "c1"
 SECRET = "cloud-creds"
@@ -36,7 +36,7 @@ KEY = "credential"
 @dataclass
 class Cloud:
     name: str
-    standin: ScalewayCloud | OvhStandin
+    standin: ScalewayStandin | OvhStandin
     credential: str  # what the stand-in accepts
     wrong_credential: str  # well-formed, but refused (an expired or rotated key)
 
@@ -79,7 +79,7 @@ class Cloud:
 @pytest.fixture(params=["scaleway", "ovh"])
 def cloud(request: pytest.FixtureRequest) -> Iterator[Cloud]:
     if request.param == "scaleway":
-        scw = ScalewayCloud(secret_key=new_secret_key(), boot_delay_s=0.05, delete_delay_s=0.05)
+        scw = ScalewayStandin(secret_key=new_secret_key(), boot_delay_s=0.05, delete_delay_s=0.05)
         with scw:
             yield Cloud("scaleway", scw, scw.credential, new_secret_key())
     else:
@@ -90,7 +90,7 @@ def cloud(request: pytest.FixtureRequest) -> Iterator[Cloud]:
 
 @pytest.fixture
 def scaleway() -> Iterator[Cloud]:
-    with ScalewayCloud(secret_key=new_secret_key(), boot_delay_s=0.05, delete_delay_s=0.05) as c:
+    with ScalewayStandin(secret_key=new_secret_key(), boot_delay_s=0.05, delete_delay_s=0.05) as c:
         yield Cloud("scaleway", c, c.credential, new_secret_key())
 
 

@@ -141,6 +141,14 @@ def ec2_instance(stack: Stack, provider_id: str) -> dict[str, Any]:
     return raw
 
 
+def pool_conditions(stack: Stack) -> dict[str, dict[str, Any]]:
+    """The NodePool's status conditions, by type."""
+    pool: Any = stack.custom.get_namespaced_custom_object(
+        "cloudburst.io", "v1alpha1", "default", "nodepools", POOL
+    )
+    return {c["type"]: c for c in (pool.get("status") or {}).get("conditions") or []}
+
+
 async def test_an_interrupted_spot_node_is_replaced_and_nothing_leaks(stack: Stack) -> None:
     spot_pool(stack)
     apps = k8s.AppsV1Api(stack.kube)
@@ -173,16 +181,11 @@ async def test_an_interrupted_spot_node_is_replaced_and_nothing_leaks(stack: Sta
             native = first_vm["InstanceId"]
             # The shipped catalog's AWS prices are dated 2024-25: the pool says it planned
             # with old prices, where `kubectl describe nodepool` shows it.
-            stale = await eventually(
-                lambda: in_thread(
-                    stack.custom.get_namespaced_custom_object,
-                    "cloudburst.io", "v1alpha1", "default", "nodepools", POOL,
-                ),
-                lambda p: any(c["type"] == "PricesStale" for c in p.get("status", {}).get("conditions", [])),
-                30,
-            )  # fmt: skip
-            [condition] = [c for c in stale["status"]["conditions"] if c["type"] == "PricesStale"]
-            assert condition["status"] == "True" and "aws prices as of" in condition["message"]
+            conditions = await eventually(
+                lambda: in_thread(pool_conditions, stack), lambda c: "PricesStale" in c, 30
+            )
+            stale = conditions["PricesStale"]
+            assert stale["status"] == "True" and "aws prices as of" in stale["message"]
 
             aws.interrupt(native, notice_s=NOTICE_S)
             assert aws.instance_action(native)["action"] == "terminate"

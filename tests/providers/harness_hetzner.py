@@ -10,7 +10,7 @@ from activities.providers.base import split_instance_id
 from activities.providers.hetzner import HetznerProvider
 from api._base import SecretKeyRef
 from api.nodeclass import HetznerClass
-from sim.clouds.hetzner import HetznerCloud
+from sim.clouds.hetzner import HetznerStandin
 from tests.providers.harness import ProviderHarness
 
 # hcloud retries rate_limit_exceeded 5 times by itself (no constructor option turns that
@@ -18,7 +18,7 @@ from tests.providers.harness import ProviderHarness
 SDK_ATTEMPTS = {"throttle": 6}
 
 
-def block(cloud: HetznerCloud, location: str = "fsn1") -> HetznerClass:
+def block(cloud: HetznerStandin, location: str = "fsn1") -> HetznerClass:
     return HetznerClass(
         endpoint=cloud.endpoint,
         location=location,
@@ -29,7 +29,7 @@ def block(cloud: HetznerCloud, location: str = "fsn1") -> HetznerClass:
 @contextlib.contextmanager
 def harness() -> Iterator[ProviderHarness]:
     token = secrets.token_hex(32)
-    with HetznerCloud(token=token, boot_delay_s=0.1, delete_delay_s=0.1) as cloud:
+    with HetznerStandin(token=token, boot_delay_s=0.1, delete_delay_s=0.1) as cloud:
         provider = HetznerProvider(block(cloud), token)
 
         def user_data_of(iid: str) -> str:

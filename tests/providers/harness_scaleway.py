@@ -9,11 +9,11 @@ from activities.providers.base import split_instance_id
 from activities.providers.scaleway import ScalewayProvider
 from api._base import SecretKeyRef
 from api.nodeclass import ScalewayClass
-from sim.clouds.scaleway import ScalewayCloud, new_secret_key
+from sim.clouds.scaleway import ScalewayStandin, new_secret_key
 from tests.providers.harness import ProviderHarness
 
 
-def block(cloud: ScalewayCloud, zone: str = "fr-par-1") -> ScalewayClass:
+def block(cloud: ScalewayStandin, zone: str = "fr-par-1") -> ScalewayClass:
     return ScalewayClass(
         endpoint=cloud.endpoint,
         zone=zone,
@@ -25,7 +25,7 @@ def block(cloud: ScalewayCloud, zone: str = "fr-par-1") -> ScalewayClass:
 @contextlib.contextmanager
 def harness() -> Iterator[ProviderHarness]:
     secret = new_secret_key()
-    with ScalewayCloud(secret_key=secret, boot_delay_s=0.1, delete_delay_s=0.1) as cloud:
+    with ScalewayStandin(secret_key=secret, boot_delay_s=0.1, delete_delay_s=0.1) as cloud:
         provider = ScalewayProvider(block(cloud), secret)
 
         def user_data_of(iid: str) -> str:

@@ -19,7 +19,7 @@ from activities.providers.base import (
 from activities.providers.hetzner import HetznerProvider
 from api import labels as L
 from sim.cloud import FakeCloud
-from sim.clouds.hetzner import HetznerCloud
+from sim.clouds.hetzner import HetznerStandin
 from sim.kubeapi import KubeApiServer
 from sim.kubelet import Kubelets, instance_key
 from tests.providers.harness_hetzner import block
@@ -29,13 +29,13 @@ TOKEN = secrets.token_hex(32)
 
 
 @pytest.fixture
-def cloud() -> Iterator[HetznerCloud]:
-    with HetznerCloud(token=TOKEN, boot_delay_s=0.05, delete_delay_s=0.05) as c:
+def cloud() -> Iterator[HetznerStandin]:
+    with HetznerStandin(token=TOKEN, boot_delay_s=0.05, delete_delay_s=0.05) as c:
         yield c
 
 
 @pytest.fixture
-def provider(cloud: HetznerCloud) -> HetznerProvider:
+def provider(cloud: HetznerStandin) -> HetznerProvider:
     return HetznerProvider(block(cloud), TOKEN)
 
 
@@ -57,7 +57,7 @@ def ours(name: str, cluster: str = "c1") -> dict[str, str]:
     return {L.MANAGED: "true", L.CLUSTER: cluster, L.NODEPOOL: "burst", L.NODECLAIM: name}
 
 
-def make_directly(cloud: HetznerCloud, name: str, labels: dict[str, str]) -> str:
+def make_directly(cloud: HetznerStandin, name: str, labels: dict[str, str]) -> str:
     """A server made without our provider (or by an attempt whose answer was lost)."""
     out = cloud.create_server(
         {
@@ -71,7 +71,7 @@ def make_directly(cloud: HetznerCloud, name: str, labels: dict[str, str]) -> str
     return str(out["server"]["id"])
 
 
-def test_create_sends_what_hetzner_needs(cloud: HetznerCloud, provider: HetznerProvider) -> None:
+def test_create_sends_what_hetzner_needs(cloud: HetznerStandin, provider: HetznerProvider) -> None:
     inst = provider.create(spec())
     _, region, native = split_instance_id(inst.id)
     assert inst.id == f"hetzner/nbg1/{native}" and region == "nbg1"
@@ -86,7 +86,7 @@ def test_create_sends_what_hetzner_needs(cloud: HetznerCloud, provider: HetznerP
 
 
 def test_uniqueness_error_returns_our_earlier_server(
-    cloud: HetznerCloud, provider: HetznerProvider
+    cloud: HetznerStandin, provider: HetznerProvider
 ) -> None:
     sid = make_directly(cloud, "nc-hz-lost", ours("nc-hz-lost"))
     inst = provider.create(spec("nc-hz-lost"))
@@ -96,7 +96,7 @@ def test_uniqueness_error_returns_our_earlier_server(
 
 
 def test_uniqueness_error_on_a_foreign_server_is_fatal(
-    cloud: HetznerCloud, provider: HetznerProvider
+    cloud: HetznerStandin, provider: HetznerProvider
 ) -> None:
     make_directly(cloud, "nc-hz-taken", {"owner": "someone-else"})
     with pytest.raises(FatalError) as caught:
@@ -108,7 +108,7 @@ def test_uniqueness_error_on_a_foreign_server_is_fatal(
 
 
 def test_uniqueness_error_on_a_server_being_deleted_is_retryable(
-    cloud: HetznerCloud, provider: HetznerProvider
+    cloud: HetznerStandin, provider: HetznerProvider
 ) -> None:
     cloud.delete_delay_s = 30
     sid = make_directly(cloud, "nc-hz-going", ours("nc-hz-going"))
@@ -118,7 +118,7 @@ def test_uniqueness_error_on_a_server_being_deleted_is_retryable(
 
 
 def test_user_data_over_32_kib_is_refused_before_calling(
-    cloud: HetznerCloud, provider: HetznerProvider
+    cloud: HetznerStandin, provider: HetznerProvider
 ) -> None:
     with pytest.raises(FatalError) as caught:
         provider.create(spec(user_data="x" * (32 * 1024 + 1)))
@@ -127,7 +127,7 @@ def test_user_data_over_32_kib_is_refused_before_calling(
     provider.create(spec(user_data="ü" * (16 * 1024)))  # exactly 32 KiB of UTF-8: accepted
 
 
-def test_list_owned_pages_and_filters(cloud: HetznerCloud, provider: HetznerProvider) -> None:
+def test_list_owned_pages_and_filters(cloud: HetznerStandin, provider: HetznerProvider) -> None:
     for i in range(57):
         make_directly(cloud, f"nc-hz-p{i}", ours(f"nc-hz-p{i}"))
     make_directly(cloud, "nc-hz-x", ours("nc-hz-x", cluster="c2"))
@@ -139,7 +139,7 @@ def test_list_owned_pages_and_filters(cloud: HetznerCloud, provider: HetznerProv
 
 
 def test_delete_is_idempotent_and_get_says_gone(
-    cloud: HetznerCloud, provider: HetznerProvider
+    cloud: HetznerStandin, provider: HetznerProvider
 ) -> None:
     inst = provider.create(spec())
     provider.delete(inst.id)
@@ -151,7 +151,7 @@ def test_delete_is_idempotent_and_get_says_gone(
 
 
 def test_outage_outside_create_is_retryable_not_capacity(
-    cloud: HetznerCloud, provider: HetznerProvider
+    cloud: HetznerStandin, provider: HetznerProvider
 ) -> None:
     inst = provider.create(spec())
     cloud.inject_failure("get", "unavailable")
@@ -162,7 +162,7 @@ def test_outage_outside_create_is_retryable_not_capacity(
         provider.delete(inst.id)
 
 
-def test_wrong_token_is_fatal_and_never_echoed(cloud: HetznerCloud) -> None:
+def test_wrong_token_is_fatal_and_never_echoed(cloud: HetznerStandin) -> None:
     wrong = "wrong-" + secrets.token_hex(8)
     with pytest.raises(FatalError) as caught:
         HetznerProvider(block(cloud), wrong).create(spec())
@@ -184,7 +184,7 @@ def test_catalog_has_prices_and_arch(provider: HetznerProvider) -> None:
 
 
 def test_kubelets_boot_a_vm_from_the_hetzner_standin(
-    cloud: HetznerCloud, provider: HetznerProvider
+    cloud: HetznerStandin, provider: HetznerProvider
 ) -> None:
     server = KubeApiServer()
     server.start()

@@ -21,7 +21,7 @@ from activities.providers.base import (
 )
 from activities.providers.scaleway import ScalewayProvider
 from api import labels as L
-from sim.clouds.scaleway import ZONES, ScalewayCloud, new_secret_key
+from sim.clouds.scaleway import ZONES, ScalewayStandin, new_secret_key
 from sim.kubeapi import KubeApiServer
 from sim.kubelet import Kubelets
 from tests.providers.harness_scaleway import block
@@ -31,13 +31,13 @@ SECRET = new_secret_key()
 
 
 @pytest.fixture
-def cloud() -> Iterator[ScalewayCloud]:
-    with ScalewayCloud(secret_key=SECRET, boot_delay_s=0.05, delete_delay_s=0.05) as c:
+def cloud() -> Iterator[ScalewayStandin]:
+    with ScalewayStandin(secret_key=SECRET, boot_delay_s=0.05, delete_delay_s=0.05) as c:
         yield c
 
 
 @pytest.fixture
-def provider(cloud: ScalewayCloud) -> ScalewayProvider:
+def provider(cloud: ScalewayStandin) -> ScalewayProvider:
     return ScalewayProvider(block(cloud), SECRET)
 
 
@@ -59,7 +59,9 @@ def native(iid: str) -> str:
     return split_instance_id(iid)[2]
 
 
-def test_user_data_is_set_before_power_on(cloud: ScalewayCloud, provider: ScalewayProvider) -> None:
+def test_user_data_is_set_before_power_on(
+    cloud: ScalewayStandin, provider: ScalewayProvider
+) -> None:
     s = spec()
     inst = provider.create(s)
     assert inst.id.startswith("scaleway/fr-par-1/") and inst.region == "fr-par"
@@ -78,7 +80,7 @@ def test_user_data_is_set_before_power_on(cloud: ScalewayCloud, provider: Scalew
 
 
 def test_failed_user_data_step_leaves_the_server_off_and_a_retry_resumes_it(
-    cloud: ScalewayCloud, provider: ScalewayProvider
+    cloud: ScalewayStandin, provider: ScalewayProvider
 ) -> None:
     cloud.inject_failure("user_data", "throttle")
     with pytest.raises(RetryableError) as caught:
@@ -97,7 +99,7 @@ def test_failed_user_data_step_leaves_the_server_off_and_a_retry_resumes_it(
 
 
 def test_delete_removes_detached_block_volumes(
-    cloud: ScalewayCloud, provider: ScalewayProvider
+    cloud: ScalewayStandin, provider: ScalewayProvider
 ) -> None:
     inst = provider.create(spec())
     (vol,) = cloud.volumes()
@@ -114,7 +116,7 @@ def test_delete_removes_detached_block_volumes(
 
 
 def test_terminate_alone_leaks_the_block_volume(
-    cloud: ScalewayCloud, provider: ScalewayProvider
+    cloud: ScalewayStandin, provider: ScalewayProvider
 ) -> None:
     """What the stand-in models (and why delete does more than terminate)."""
     inst = provider.create(spec())
@@ -127,7 +129,7 @@ def test_terminate_alone_leaks_the_block_volume(
 
 
 def test_power_on_out_of_stock_tears_the_server_down(
-    cloud: ScalewayCloud, provider: ScalewayProvider
+    cloud: ScalewayStandin, provider: ScalewayProvider
 ) -> None:
     cloud.inject_failure("poweron", "capacity")
     with pytest.raises(CapacityError):
@@ -136,7 +138,7 @@ def test_power_on_out_of_stock_tears_the_server_down(
     assert cloud.volumes() == []
 
 
-def test_non_json_503_is_an_outage(cloud: ScalewayCloud, provider: ScalewayProvider) -> None:
+def test_non_json_503_is_an_outage(cloud: ScalewayStandin, provider: ScalewayProvider) -> None:
     cloud.inject_failure("create", "unavailable")
     with pytest.raises(CapacityError) as caught:
         provider.create(spec())
@@ -148,7 +150,7 @@ def test_non_json_503_is_an_outage(cloud: ScalewayCloud, provider: ScalewayProvi
 
 
 def test_list_owned_pages_until_an_empty_page(
-    cloud: ScalewayCloud, provider: ScalewayProvider
+    cloud: ScalewayStandin, provider: ScalewayProvider
 ) -> None:
     for i in range(57):
         cloud.create_server(
@@ -174,7 +176,7 @@ def test_list_owned_pages_until_an_empty_page(
     assert {i.state for i in owned} == {InstanceState.TERMINATED}  # never powered on
 
 
-def test_credentials(cloud: ScalewayCloud) -> None:
+def test_credentials(cloud: ScalewayStandin) -> None:
     as_json = json.dumps({"access_key": "SCW0123456789ABCDEFG", "secret_key": SECRET})
     ScalewayProvider(block(cloud), as_json).create(spec("nc-scw-json"))
     wrong = new_secret_key()
@@ -190,7 +192,7 @@ def test_credentials(cloud: ScalewayCloud) -> None:
     assert "projectID" in project.value.fix
 
 
-def test_zone_comes_from_the_offering(cloud: ScalewayCloud, provider: ScalewayProvider) -> None:
+def test_zone_comes_from_the_offering(cloud: ScalewayStandin, provider: ScalewayProvider) -> None:
     inst = provider.create(spec("nc-scw-ams", region="nl-ams"))
     assert inst.id.startswith("scaleway/nl-ams-1/") and inst.region == "nl-ams"
     inst2 = provider.create(spec("nc-scw-par2", region="fr-par", zone="fr-par-2"))
@@ -206,7 +208,7 @@ def test_catalog(provider: ScalewayProvider) -> None:
 
 
 def test_kubelets_boot_a_scaleway_vm_with_its_zone(
-    cloud: ScalewayCloud, provider: ScalewayProvider
+    cloud: ScalewayStandin, provider: ScalewayProvider
 ) -> None:
     server = KubeApiServer()
     server.start()
@@ -237,7 +239,7 @@ def test_kubelets_boot_a_scaleway_vm_with_its_zone(
 
 
 def test_servers_in_every_zone_are_listed_and_deleted(
-    cloud: ScalewayCloud, provider: ScalewayProvider
+    cloud: ScalewayStandin, provider: ScalewayProvider
 ) -> None:
     """The NodeClass zone is fr-par-1, but an offering may land in another zone of the region
     or in another region: garbage collection and delete-by-label must still see the server."""
@@ -267,7 +269,7 @@ def test_servers_in_every_zone_are_listed_and_deleted(
 
 
 def test_a_zone_list_owned_would_not_see_is_refused(
-    cloud: ScalewayCloud, provider: ScalewayProvider
+    cloud: ScalewayStandin, provider: ScalewayProvider
 ) -> None:
     with pytest.raises(FatalError) as caught:
         provider.create(spec("nc-scw-mil", region="it-mil"))
@@ -275,7 +277,9 @@ def test_a_zone_list_owned_would_not_see_is_refused(
     assert cloud.stats()["creates_attempted"] == 0
 
 
-def test_a_failing_zone_fails_the_listing(cloud: ScalewayCloud, provider: ScalewayProvider) -> None:
+def test_a_failing_zone_fails_the_listing(
+    cloud: ScalewayStandin, provider: ScalewayProvider
+) -> None:
     """A partial list would make a delete by claim label take a live server for gone."""
     provider.create(spec("nc-scw-par2", zone="fr-par-2"))
     cloud.inject_failure("list", "unavailable")
