@@ -188,7 +188,7 @@ def status(kubeconfig: Kubeconfig = None, output: Output = OutputFormat.TABLE) -
     rows = statuses(_read_cluster_store(kubeconfig))
     if output.is_data:
         print_data(items(rows), output)
-    else:
+    elif rows:  # as kubectl: no header over nothing, the reason on stderr
         print_statuses(rows, output)
     if not rows:
         err_console.print(
