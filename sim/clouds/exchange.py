@@ -10,31 +10,24 @@ from __future__ import annotations
 import threading
 from datetime import UTC, datetime
 
-from sim.clouds.base import Failures, Request, Response, StandinHTTPServer
+from sim.clouds.base import Failures, Request, Response, ServedStandin
 
 PATH = "/stats/eurofxref/eurofxref-daily.xml"
 # Rates of other currencies are there too, as on the real page; only USD is read.
 _OTHERS = {"JPY": "161.51", "GBP": "0.8329", "CHF": "0.9298"}
 
 
-class EcbStandin:
+class EcbStandin(ServedStandin):
     def __init__(self, dollars_per_euro: float = 1.0412, host: str = "127.0.0.1") -> None:
         self._lock = threading.Lock()
         self._rate = dollars_per_euro
         self.failures = Failures(("daily",), ("unavailable", "throttle"))
-        self._server = StandinHTTPServer(self._route, host=host, name="ecb")
+        self._serve(host=host, port=0, name="ecb")
 
     @property
-    def url(self) -> str:
+    def daily_url(self) -> str:
         """The daily file's URL (what `fetch_usd_to_eur` and the price settings take)."""
-        return self._server.url + PATH
-
-    def start(self) -> EcbStandin:
-        self._server.start()
-        return self
-
-    def stop(self) -> None:
-        self._server.stop()
+        return self.url + PATH
 
     def set_rate(self, dollars_per_euro: float) -> None:
         with self._lock:

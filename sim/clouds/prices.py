@@ -34,7 +34,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlencode
 from xml.sax.saxutils import escape
 
-from sim.clouds.base import Failures, Request, Response, StandinHTTPServer
+from sim.clouds.base import Failures, Request, Response, ServedStandin
 
 FIXTURES = Path(__file__).with_name("price_fixtures")
 PRICE_OPS: dict[str, tuple[str, ...]] = {
@@ -57,7 +57,7 @@ def price_standin(provider: str, *, host: str = "127.0.0.1", port: int = 0) -> P
     return PriceStandin(provider, host=host, port=port)
 
 
-class PriceStandin:
+class PriceStandin(ServedStandin):
     def __init__(self, provider: str, *, host: str = "127.0.0.1", port: int = 0) -> None:
         self.provider = provider
         self.fixture: dict[str, Any] = json.loads((FIXTURES / f"{provider}.json").read_text())
@@ -76,28 +76,13 @@ class PriceStandin:
         }.get(provider, {})
         self._lock = threading.Lock()
         self._calls: list[str] = []
-        self._server = StandinHTTPServer(
-            self._route, host=host, port=port, name=f"{provider}-prices"
-        )
+        self._serve(host=host, port=port, name=f"{provider}-prices")
 
     @property
     def endpoint(self) -> str:
         """The base URL `refresh_provider(endpoint=...)` takes (with the API's path prefix)."""
         prefix = {"hetzner": "/v1", "ovh": "/1.0"}.get(self.provider, "")
-        return self._server.url + prefix
-
-    def start(self) -> PriceStandin:
-        self._server.start()
-        return self
-
-    def stop(self) -> None:
-        self._server.stop()
-
-    def __enter__(self) -> PriceStandin:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+        return self.url + prefix
 
     def inject_failure(self, op: str, kind: str, times: int | None = 1) -> None:
         self.failures.inject(op, kind, times)
@@ -260,7 +245,7 @@ class PriceStandin:
         next_link = None
         if more:
             query = {"currencyCode": req.q("currencyCode") or "USD", "$filter": filter_, "$skip": skip + PAGE_SIZE}  # fmt: skip
-            next_link = f"{self._server.url}/api/retail/prices?{urlencode(query)}"
+            next_link = f"{self.url}/api/retail/prices?{urlencode(query)}"
         page = items[skip : skip + PAGE_SIZE]
         return Response(200, {"BillingCurrency": "USD", "CustomerEntityId": "Default", "CustomerEntityType": "Retail", "Items": page, "NextPageLink": next_link, "Count": len(page)})  # fmt: skip
 
@@ -323,7 +308,7 @@ class PriceStandin:
         start = (page - 1) * PAGE_SIZE
         links: dict[str, Any] = {}
         if start + PAGE_SIZE < len(sizes):
-            links = {"pages": {"next": f"{self._server.url}/v2/sizes?page={page + 1}&per_page={PAGE_SIZE}"}}  # fmt: skip
+            links = {"pages": {"next": f"{self.url}/v2/sizes?page={page + 1}&per_page={PAGE_SIZE}"}}  # fmt: skip
         return Response(200, {"sizes": sizes[start : start + PAGE_SIZE], "links": links, "meta": {"total": len(sizes)}})  # fmt: skip
 
 

@@ -23,7 +23,7 @@ def ecb() -> Iterator[EcbStandin]:
 
 
 def test_the_rate_is_euros_per_dollar_with_the_ecb_date(ecb: EcbStandin) -> None:
-    rate = fetch_usd_to_eur(ecb.url)
+    rate = fetch_usd_to_eur(ecb.daily_url)
     assert rate.usd_to_eur == 0.8  # 1.25 dollars per euro
     assert rate.source == ECB_SOURCE and len(rate.date) == 10
     assert rate.date in rate.note and "0.8 EUR per USD" in rate.note
@@ -32,9 +32,9 @@ def test_the_rate_is_euros_per_dollar_with_the_ecb_date(ecb: EcbStandin) -> None
 def test_a_failing_or_wrong_answer_names_the_call(ecb: EcbStandin) -> None:
     ecb.inject_failure("unavailable")
     with pytest.raises(RefreshError, match=r"GET http://.*eurofxref-daily.xml: HTTP 503"):
-        fetch_usd_to_eur(ecb.url)
+        fetch_usd_to_eur(ecb.daily_url)
     with pytest.raises(RefreshError, match="HTTP 404"):
-        fetch_usd_to_eur(ecb.url.replace("daily", "weekly"))
+        fetch_usd_to_eur(ecb.daily_url.replace("daily", "weekly"))
 
 
 def test_usd_prices_are_converted_at_the_rate_and_eur_ones_kept() -> None:

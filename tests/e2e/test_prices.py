@@ -114,7 +114,7 @@ async def test_the_schedule_refreshes_prices_and_a_failure_keeps_the_last_good_o
         enabled=True,
         providers=["hetzner", "digitalocean"],
         endpoints={"hetzner": hetzner.endpoint},
-        exchange_rate_url=ecb.url,
+        exchange_rate_url=ecb.daily_url,
     )
     schedule = stack.temporal.get_schedule_handle(PRICE_SCHEDULE_ID)
     try:
@@ -166,7 +166,7 @@ async def test_the_schedule_refreshes_prices_and_a_failure_keeps_the_last_good_o
                 PriceRefreshInput(
                     providers=["hetzner"],
                     endpoints={"hetzner": hetzner.endpoint},
-                    exchange_rate_url=ecb.url,
+                    exchange_rate_url=ecb.daily_url,
                 ),
                 id=f"prices-test-{uuid.uuid4().hex[:8]}",
                 task_queue=stack.task_queue,
