@@ -43,15 +43,18 @@ from kubernetes import client as k8s
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client, WorkflowUpdateFailedError
+from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.service import RPCError
 
+from api import NodeClass, NodePool
 from api.limits import MAX_TTL_S
-from api.messages import ScaleDownRequest
-from api.pool import pool_workflow_id
+from api.messages import TASK_QUEUE, ClaimTimings, ScaleDownRequest
+from api.pool import DemandUpdate, NodePoolInput, PoolSpecs, PoolState, pool_workflow_id
 from workflows.nodeclaim import NodeClaimWorkflow
+from workflows.nodepool import NodePoolWorkflow
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from chaos import Topology, cloud_instances, connect, kube_client
+from chaos import CLUSTER_ID, Topology, cloud_instances, connect, kube_client
 
 POOL = "scale"
 NAMESPACE = "default"
@@ -156,8 +159,8 @@ class Sampler:
 # ---- the cluster ----------------------------------------------------------------------------
 
 
-def seed(api: k8s.ApiClient, topology: Topology, claims: int, empty_ttl_s: int) -> None:
-    """The fake cloud's token, one NodeClass and one pool holding `claims` nodes."""
+def seed(api: k8s.ApiClient, topology: Topology) -> dict[str, Any]:
+    """The fake cloud's token and one NodeClass; returns the NodeClass."""
     core, custom = k8s.CoreV1Api(api), k8s.CustomObjectsApi(api)
     core.create_namespaced_secret(
         NAMESPACE,
@@ -186,7 +189,14 @@ def seed(api: k8s.ApiClient, topology: Topology, claims: int, empty_ttl_s: int) 
     custom.create_namespaced_custom_object(
         "cloudburst.io", "v1alpha1", NAMESPACE, "nodeclasses", node_class
     )
-    pool = {
+    return node_class
+
+
+def pool_body(claims: int, empty_ttl_s: int) -> dict[str, Any]:
+    """One pool holding `claims` nodes: its minNodes floor. Floor nodes are empty, so by
+    default the empty TTL is the maximum: the window measures idle Ready claims, not the
+    floor's handling of their empty-TTL requests (held by the pool: one signal each)."""
+    return {
         "apiVersion": "cloudburst.io/v1alpha1",
         "kind": "NodePool",
         "metadata": {"name": POOL, "namespace": NAMESPACE},
@@ -194,13 +204,45 @@ def seed(api: k8s.ApiClient, topology: Topology, claims: int, empty_ttl_s: int) 
             "nodeClassRef": "scale",
             "requirements": {"allowedProviders": ["fake"]},
             "limits": {"minNodes": claims, "maxNodes": claims},
-            # Floor nodes are empty: without this the empty TTL (default 30 s) deletes them
-            # and the pool starts new ones for its floor, over and over (see the report).
             "disruption": {"ttlSecondsAfterEmpty": empty_ttl_s, "budgets": [{"nodes": "100%"}]},
         },
     }
-    custom.create_namespaced_custom_object(
-        "cloudburst.io", "v1alpha1", NAMESPACE, "nodepools", pool
+
+
+def create_pool(api: k8s.ApiClient, body: dict[str, Any]) -> None:
+    k8s.CustomObjectsApi(api).create_namespaced_custom_object(
+        "cloudburst.io", "v1alpha1", NAMESPACE, "nodepools", body
+    )
+
+
+async def start_pool_with_short_polls(
+    client: Client, node_class: dict[str, Any], pool: dict[str, Any], seconds: float
+) -> None:
+    """Start the pool workflow as the trigger does (signal-with-start, same input), but with
+    the claims' Ready poll and the pool's periodic look every `seconds`: the trigger's own
+    start then finds it running. Only to observe whole safety-net cycles in a short window."""
+    specs = PoolSpecs(
+        pool=NodePool.model_validate(pool).spec,
+        node_class_name="scale",
+        node_class=NodeClass.model_validate(node_class).spec,
+        observed_at=datetime.now(UTC),
+    )
+    timings = ClaimTimings(registration_timeout_s=1800, ready_poll_interval_s=seconds)
+    await client.start_workflow(
+        NodePoolWorkflow.run,
+        NodePoolInput(
+            namespace=NAMESPACE,
+            name=POOL,
+            cluster_id=CLUSTER_ID,
+            claim_timings=timings,
+            reconcile_interval_s=seconds,
+            state=PoolState(specs=specs),
+        ),
+        id=pool_workflow_id(NAMESPACE, POOL),
+        task_queue=TASK_QUEUE,
+        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+        start_signal="demand",
+        start_signal_args=[DemandUpdate(specs=specs)],
     )
 
 
@@ -347,6 +389,13 @@ class Report:
     pool_actions_per_hour: float = 0.0
     pool_idle_event_types: dict[str, int] = field(default_factory=dict)
     actions_per_node_hour_idle: float = 0.0  # claims' and pool's, per claim
+    # With --poll-seconds: the same rates scaled to the default intervals (claims' Ready
+    # poll 4 h, the pool's periodic look 30 min), i.e. per safety-net cycle x cycles/hour.
+    poll_seconds: float | None = None
+    claim_events_per_claim_hour_at_defaults: float | None = None
+    claim_actions_per_claim_hour_at_defaults: float | None = None
+    pool_events_per_hour_at_defaults: float | None = None
+    pool_actions_per_hour_at_defaults: float | None = None
     workflow_tasks_per_s_idle: float = 0.0
     # Up to all Ready.
     workflow_tasks_per_s_ramp_mean: float = 0.0
@@ -395,7 +444,11 @@ async def run(args: argparse.Namespace) -> Report:
         wall_start = datetime.now(UTC)
         t0 = time.monotonic()
         cpu_t0 = cpu_s(pid)
-        await asyncio.to_thread(seed, api, topology, args.claims, args.empty_ttl)
+        node_class = await asyncio.to_thread(seed, api, topology)
+        pool = pool_body(args.claims, args.empty_ttl)
+        if args.poll_seconds:
+            await start_pool_with_short_polls(client, node_class, pool, args.poll_seconds)
+        await asyncio.to_thread(create_pool, api, pool)
         say(f"pool {POOL} created with minNodes {args.claims}")
         ready, failed, curve = await wait_ready(client, args.claims, args.ready_timeout, say)
         t_ready = time.monotonic()
@@ -459,6 +512,24 @@ async def run(args: argparse.Namespace) -> Report:
         report.actions_per_node_hour_idle = round(
             (idle_claims.actions + idle_pool.actions) / n / hours, 2
         )
+        if args.poll_seconds:
+            report.poll_seconds = args.poll_seconds
+            claim_scale = args.poll_seconds / ClaimTimings().ready_poll_interval_s
+            pool_scale = (
+                args.poll_seconds / NodePoolInput.model_fields["reconcile_interval_s"].default
+            )
+            report.claim_events_per_claim_hour_at_defaults = round(
+                report.claim_events_per_claim_hour * claim_scale, 2
+            )
+            report.claim_actions_per_claim_hour_at_defaults = round(
+                report.claim_actions_per_claim_hour * claim_scale, 2
+            )
+            report.pool_events_per_hour_at_defaults = round(
+                report.pool_events_per_hour * pool_scale, 2
+            )
+            report.pool_actions_per_hour_at_defaults = round(
+                report.pool_actions_per_hour * pool_scale, 2
+            )
         report.workflow_tasks_per_s_idle = round(
             (idle_claims.workflow_tasks + idle_pool.workflow_tasks) / report.idle_seconds, 3
         )
@@ -588,6 +659,13 @@ def table(report: Report) -> str:
         ("pool events / hour idle", f"{report.pool_events_per_hour}"),
         ("pool actions / hour idle", f"{report.pool_actions_per_hour}"),
         ("actions / node-hour idle (claims + pool)", f"{report.actions_per_node_hour_idle}"),
+        (
+            f"at the default intervals (--poll-seconds {report.poll_seconds}): claim events, "
+            "actions / claim-hour; pool events, actions / hour",
+            f"{report.claim_events_per_claim_hour_at_defaults}, "
+            f"{report.claim_actions_per_claim_hour_at_defaults}; "
+            f"{report.pool_events_per_hour_at_defaults}, {report.pool_actions_per_hour_at_defaults}",
+        ),
         ("workflow tasks/s idle", f"{report.workflow_tasks_per_s_idle}"),
         (
             "workflow tasks/s ramp mean / busiest second",
@@ -632,6 +710,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         type=int,
         default=MAX_TTL_S,
         help="the pool's ttlSecondsAfterEmpty (default: the maximum, 10 years)",
+    )
+    parser.add_argument(
+        "--poll-seconds",
+        type=float,
+        default=None,
+        help="claims' Ready poll and the pool's periodic look every this many seconds instead "
+        "of the defaults (4 h, 30 min): to observe whole safety-net cycles in a short window",
     )
     parser.add_argument("--keep-state", action="store_true", help="keep logs and the db")
     parser.add_argument("--json", action="store_true", help="one JSON object on stdout")
