@@ -767,11 +767,22 @@ class NodePoolWorkflow:
                 # the old branch, which granted the permit anyway.
                 workflow.deprecate_patch("hold-empty-while-nominated")
                 continue  # pods planned onto it are on their way: it will not stay empty
+            if reason == "Empty" and self._at_floor() and workflow.patched("hold-empty-at-floor"):
+                # A minNodes node is empty by nature: let it go and the floor starts another,
+                # which empties and goes the same way. Held until the floor is lowered.
+                continue
             del state.disruption_queue[name]
             state.permits[name] = reason
             permit = DisruptionPermit(reason=reason)
             if not await self._tell_claim(name, "disruption_permitted", permit):
                 state.permits.pop(name, None)
+
+    def _at_floor(self) -> bool:
+        """True when one more node going would take the pool under its minNodes."""
+        state = self._state
+        going = set(state.permits)
+        staying = [c for c in self._live_claims() if c.name not in going]
+        return len(staying) <= state.specs.pool.limits.min_nodes
 
     def _disruptions_allowed(self, reason: str) -> int:
         """How many more nodes may be disrupted for `reason` now: the strictest active budget."""
