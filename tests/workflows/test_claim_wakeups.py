@@ -162,7 +162,9 @@ class Cluster:
         pass
 
 
-@workflow.defn(name="NodePoolWorkflow")
+# Not named NodePoolWorkflow: claims reach their pool by workflow id, and the replay test
+# replays every NodePoolWorkflow of the session with the real class.
+@workflow.defn(name="InstantPoolWorkflow")
 class InstantPool:
     """A pool that permits every disruption at once (once the test says `permit_now`)."""
 
@@ -303,7 +305,7 @@ async def test_a_permit_that_comes_with_the_end_of_the_request_is_acted_on(
         # By name: mypy 1.x mis-solves later `get_workflow_handle_for` calls in the program
         # once `start_workflow` met a no-argument workflow method here.
         pool = await temporal_client.start_workflow(
-            "NodePoolWorkflow", id=pool_id, task_queue=pool_queue
+            "InstantPoolWorkflow", id=pool_id, task_queue=pool_queue
         )
         await pool.signal("permit_now")
         claim = await start_claim(temporal_client, queue, pool_id)
