@@ -213,8 +213,8 @@ class NodeWatcher:
                 self._found_by_reading.clear()
                 touched = set(view.nodes) | set(listed)
                 view.nodes = {k: v for k, v in listed.items() if v is not None}
-                # A re-list re-sends everything: the workflow ignores repeats.
-                self._sent.clear()
+                # `_sent` is kept: a signal Temporal accepted is durable, so only what changed
+                # while the watch was down is sent (and a node gone meanwhile is still told).
                 return touched
             name = obj.metadata.name
             node = _node_view(obj)

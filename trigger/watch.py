@@ -50,14 +50,21 @@ def watch_forever(
             items, version = items_of(list_fn(**kwargs))
             emit(kind, "SYNC", items)
             while not halt.is_set():
+                # Bookmarks keep `version` current while nothing of this kind changes, so a
+                # quiet watch resumes instead of expiring (410) and re-listing everything.
                 stream = k8s_watch.Watch().stream(
-                    list_fn, resource_version=version, timeout_seconds=WATCH_TIMEOUT_S, **kwargs
+                    list_fn,
+                    resource_version=version,
+                    timeout_seconds=WATCH_TIMEOUT_S,
+                    allow_watch_bookmarks=True,
+                    **kwargs,
                 )
                 for event in stream:
                     if halt.is_set():
                         return
                     version = resource_version(event["object"])
-                    emit(kind, event["type"], event["object"])
+                    if event["type"] != "BOOKMARK":  # a bookmark only moves the version on
+                        emit(kind, event["type"], event["object"])
         except ApiException as err:
             if err.status != 410:
                 log.warning("%s watch failed (%s); re-listing", kind, err.reason)

@@ -743,9 +743,12 @@ class _Handler(BaseHTTPRequestHandler):
             del backlog
             if bookmark_rv is not None:
                 self._chunk(render, [("BOOKMARK", _initial_events_end(w.rt, bookmark_rv))])
+            bookmarks = (query or {}).get("allowWatchBookmarks") == "true"
             while not w.closed:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
+                    if bookmarks:
+                        self._closing_bookmark(store, w, render)
                     break
                 try:
                     first = w.queue.get(timeout=min(remaining, _PEER_CHECK_INTERVAL))
@@ -765,6 +768,21 @@ class _Handler(BaseHTTPRequestHandler):
             pass
         finally:
             store.unwatch(w)
+
+    def _closing_bookmark(self, store: Any, w: Watcher, render: Any) -> None:
+        """As the API server's watch cache does, a watch that asked for bookmarks ends with
+        one at the current resourceVersion: the client resumes from there, not from its last
+        event, which writes to other kinds may have pushed out of the event window."""
+        with store.lock:
+            rv = store.resource_version
+            caught_up = w.queue.empty()  # every event up to `rv` for this watch was sent
+        if caught_up:
+            bookmark = {
+                "kind": w.rt.kind,
+                "apiVersion": w.rt.api_version,
+                "metadata": {"resourceVersion": str(rv)},
+            }
+            self._chunk(render, [("BOOKMARK", bookmark)])
 
     def _stream_error(self, e: ApiError) -> None:
         """A 200 stream holding one ERROR event: the client raises or re-lists on a 410."""

@@ -179,7 +179,8 @@ def test_watch_list_ends_its_initial_events_with_a_bookmark(server: KubeApiServe
     )
     code, events, _ = call(server, "GET", f"/api/v1/namespaces/watched/configmaps{query}")
     assert code == 200
-    assert [e["type"] for e in events] == ["ADDED", "BOOKMARK"]
+    # The initial events, their closing bookmark, and the watch's own closing bookmark.
+    assert [e["type"] for e in events] == ["ADDED", "BOOKMARK", "BOOKMARK"]
     bookmark = events[1]["object"]
     assert bookmark["kind"] == "ConfigMap"
     assert bookmark["metadata"]["annotations"] == {"k8s.io/initial-events-end": "true"}
@@ -190,6 +191,31 @@ def test_watch_list_ends_its_initial_events_with_a_bookmark(server: KubeApiServe
     code, body, _ = call(server, "GET", f"/api/v1/namespaces/watched/configmaps{bad}")
     assert (code, body["reason"]) == (422, "Invalid")
     assert "sendInitialEvents requires setting allowWatchBookmarks to true" in body["message"]
+
+
+def test_a_quiet_watch_that_asked_for_bookmarks_ends_with_one_at_the_current_version(
+    server: KubeApiServer,
+) -> None:
+    call(server, "POST", "/api/v1/namespaces", {"metadata": {"name": "quiet"}})
+    _, listing, _ = call(server, "GET", "/api/v1/namespaces/quiet/configmaps")
+    since = listing["metadata"]["resourceVersion"]
+    # Writes to another kind move the server's version on; none concern this watch.
+    for i in range(3):
+        call(server, "POST", "/api/v1/namespaces/quiet/secrets", {"metadata": {"name": f"s{i}"}})
+    _, secrets, _ = call(server, "GET", "/api/v1/namespaces/quiet/secrets")
+    watch = f"?watch=true&resourceVersion={since}&timeoutSeconds=1"
+    _, event, _ = call(
+        server, "GET", f"/api/v1/namespaces/quiet/configmaps{watch}&allowWatchBookmarks=true"
+    )
+    assert event["type"] == "BOOKMARK"  # the only line: `call` reads it as one document
+    bookmark = event["object"]
+    assert bookmark["kind"] == "ConfigMap"
+    assert int(bookmark["metadata"]["resourceVersion"]) >= int(
+        secrets["metadata"]["resourceVersion"]
+    )
+    # Not asked for: none (a client that does not expect bookmarks never gets one).
+    _, events, _ = call(server, "GET", f"/api/v1/namespaces/quiet/configmaps{watch}")
+    assert events == []
 
 
 # ---- discovery ------------------------------------------------------------------------------
