@@ -64,6 +64,7 @@ def build_worker(
         activities=build_activities(api_client, settings.tenancy()),
         activity_executor=executor,
         max_concurrent_activities=settings.max_concurrent_activities,
+        max_cached_workflows=settings.max_cached_workflows,
         interceptors=[HeartbeatInterceptor()],
         sticky_queue_schedule_to_start_timeout=timedelta(seconds=settings.sticky_queue_timeout_s),
     )

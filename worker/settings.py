@@ -21,7 +21,7 @@ import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import SecretStr, field_validator
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import (
     BaseSettings,
     NoDecode,
@@ -63,6 +63,10 @@ class Settings(BaseSettings):
     # Written on every VM so that garbage collection never touches another cluster's VMs.
     cluster_id: str = "cloudburst"
     max_concurrent_activities: int = 64
+    # Workflows kept in memory between their tasks (the SDK's default). Each live claim holds
+    # about half a megabyte there (docs/benchmarks.md "Scale"); a smaller cache trades that
+    # for a replay of the claim's history when it next wakes, which idle claims rarely do.
+    max_cached_workflows: int = Field(default=1000, ge=0)
     # A workflow task waits this long on a dead worker's sticky queue before any worker may
     # take it: part of how long a claim or a pool stalls when a worker is killed.
     sticky_queue_timeout_s: float = 5.0
