@@ -358,3 +358,31 @@ async def run_cli(*args: str) -> tuple[int, str]:
     )
     out, _ = await process.communicate()
     return process.returncode or 0, out.decode()
+
+
+async def test_an_idle_claims_safety_net_poll_looks_at_node_and_vm_in_one_task(
+    stack: Stack,
+) -> None:
+    """The poll is most of an idle claim's history: both looks go out in one workflow task."""
+    make_pool(stack.kube, "poll", empty_ttl=3600)
+    async with in_process_worker(stack), running_watcher(stack.temporal, stack.kube):
+        _, handle = await start_test_claim(stack, "poll")  # FAST: a poll every 10 s
+        await wait_for_phase(handle, NodeClaimPhase.READY)
+
+        async def scheduled() -> list[tuple[str, int]]:
+            return [
+                (
+                    e.activity_task_scheduled_event_attributes.activity_type.name,
+                    e.activity_task_scheduled_event_attributes.workflow_task_completed_event_id,
+                )
+                async for e in handle.fetch_history_events()
+                if e.HasField("activity_task_scheduled_event_attributes")
+            ]
+
+        activities = await eventually(
+            scheduled, lambda a: any(name == "get_instance" for name, _ in a), timeout_s=40
+        )
+        [(_, task)] = [(n, t) for n, t in activities if n == "get_instance"][:1]
+        assert ("get_node_state", task) in activities, activities
+        await handle.signal(NodeClaimWorkflow.scale_down, ScaleDownRequest(reason="done"))
+        await asyncio.wait_for(handle.result(), timeout=60)
