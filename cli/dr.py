@@ -9,8 +9,10 @@ lands on a Scaleway node — with nobody changing anything.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import tempfile
 import time
+from collections.abc import AsyncIterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,7 +44,15 @@ class DrReport:
 
 
 async def run_dr(say: Any) -> DrReport:
-    with tempfile.TemporaryDirectory(prefix="cloudburst-dr-") as tmp:
+    say("starting the embedded stack with Hetzner and Scaleway stand-ins")
+    async with drill_stack("dr", ["hetzner", "scaleway"]) as stack:
+        return await drill(stack, say)
+
+
+@contextlib.asynccontextmanager
+async def drill_stack(name: str, clouds: list[str]) -> AsyncIterator[EmbeddedStack]:
+    """A throw-away embedded stack with these clouds' stand-ins, fast boots, for a drill."""
+    with tempfile.TemporaryDirectory(prefix=f"cloudburst-{name}-") as tmp:
         options = StackOptions(
             state_dir=Path(tmp),
             temporal_port=free_port(),
@@ -51,12 +61,11 @@ async def run_dr(say: Any) -> DrReport:
             boot_delay_s=0.5,
             ready_delay_s=0.5,
             empty_ttl_s=60,
-            cluster_id="cloudburst-dr",
-            clouds=["hetzner", "scaleway"],
+            cluster_id=f"cloudburst-{name}",
+            clouds=clouds,
         )
-        say("starting the embedded stack with Hetzner and Scaleway stand-ins")
         async with embedded_stack(options) as stack:
-            return await drill(stack, say)
+            yield stack
 
 
 async def drill(stack: EmbeddedStack, say: Any) -> DrReport:

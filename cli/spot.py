@@ -11,10 +11,8 @@ terminated once the notice runs out. The claim cordons and drains at once and en
 from __future__ import annotations
 
 import asyncio
-import tempfile
 import time
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
 from kubernetes import client as k8s
@@ -22,8 +20,8 @@ from kubernetes import client as k8s
 from api import labels
 from api.messages import claim_workflow_id
 from api.nodepool import API_VERSION
-from cli.devstack import SAMPLE_CLASS, EmbeddedStack, StackOptions, embedded_stack, free_port
-from cli.dr import one_replica_deployment, running_pod, scale_down_and_count_vms
+from cli.devstack import SAMPLE_CLASS, EmbeddedStack
+from cli.dr import drill_stack, one_replica_deployment, running_pod, scale_down_and_count_vms
 from workflows.decisions.disruption import INTERRUPTED
 from workflows.nodeclaim import NodeClaimWorkflow
 
@@ -49,21 +47,9 @@ class SpotReport:
 
 
 async def run_spot(say: Any) -> SpotReport:
-    with tempfile.TemporaryDirectory(prefix="cloudburst-spot-") as tmp:
-        options = StackOptions(
-            state_dir=Path(tmp),
-            temporal_port=free_port(),
-            ui_port=None,
-            persistent=False,
-            boot_delay_s=0.5,
-            ready_delay_s=0.5,
-            empty_ttl_s=60,
-            cluster_id="cloudburst-spot",
-            clouds=["aws"],
-        )
-        say("starting the embedded stack with the AWS stand-in")
-        async with embedded_stack(options) as stack:
-            return await interruption_drill(stack, say)
+    say("starting the embedded stack with the AWS stand-in")
+    async with drill_stack("spot", ["aws"]) as stack:
+        return await interruption_drill(stack, say)
 
 
 async def interruption_drill(stack: EmbeddedStack, say: Any) -> SpotReport:
