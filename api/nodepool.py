@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Final, Literal
 
@@ -105,26 +106,24 @@ class Requirements(CamelModel):
     @field_validator("arch")
     @classmethod
     def _known_arch(cls, value: list[str]) -> list[str]:
-        unknown = [a for a in value if a not in ARCHITECTURES]
-        if unknown:
-            raise ValueError(f"unknown architecture {unknown}; use one of {list(ARCHITECTURES)}")
-        return value
+        return _only_known(value, ARCHITECTURES, "architecture", "one")
 
     @field_validator("allowed_providers")
     @classmethod
     def _known_providers(cls, value: list[str]) -> list[str]:
-        unknown = [p for p in value if p not in PROVIDERS]
-        if unknown:
-            raise ValueError(f"unknown provider {unknown}; use some of {list(PROVIDERS)}")
-        return value
+        return _only_known(value, PROVIDERS, "provider", "some")
 
     @field_validator("capacity_type")
     @classmethod
     def _known_capacity_types(cls, value: list[str]) -> list[str]:
-        unknown = [c for c in value if c not in CAPACITY_TYPES]
-        if unknown:
-            raise ValueError(f"unknown capacity type {unknown}; use some of {list(CAPACITY_TYPES)}")
-        return value
+        return _only_known(value, CAPACITY_TYPES, "capacity type", "some")
+
+
+def _only_known(value: list[str], known: Sequence[str], what: str, how_many: str) -> list[str]:
+    unknown = [item for item in value if item not in known]
+    if unknown:
+        raise ValueError(f"unknown {what} {unknown}; use {how_many} of {list(known)}")
+    return value
 
 
 class Limits(CamelModel):

@@ -15,7 +15,7 @@ import time
 from collections.abc import AsyncIterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from kubernetes import client as k8s
 
@@ -30,17 +30,26 @@ UNREACHABLE_GRACE_S = 10
 
 
 @dataclass
-class DrReport:
+class DrillReport:
+    """What every drill reports (its own figures come in a subclass)."""
+
     ok: bool = False
-    first_provider: str | None = None
-    failover_provider: str | None = None
-    node_lost_detected_s: float | None = None
-    pod_rescheduled_s: float | None = None
     vms_leaked: int = 0
     problems: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+_Report = TypeVar("_Report", bound=DrillReport)
+
+
+@dataclass
+class DrReport(DrillReport):
+    first_provider: str | None = None
+    failover_provider: str | None = None
+    node_lost_detected_s: float | None = None
+    pod_rescheduled_s: float | None = None
 
 
 async def run_dr(say: Any) -> DrReport:
@@ -74,12 +83,11 @@ async def drill(stack: EmbeddedStack, say: Any) -> DrReport:
     await asyncio.to_thread(_apply_seed_manifests, stack.api_client)
     say(f"NodePool {POOL} (hetzner, scaleway) and Deployment {APP} (1 replica) applied")
 
-    pod: Any = await running_pod(core, APP, timeout_s=120)
-    if pod is None:
+    node = await workload_node(core, APP, timeout_s=120)
+    if node is None:
         report.problems.append("the workload never ran")
         return report
-    first_node = pod.spec.node_name
-    node: Any = await asyncio.to_thread(core.read_node, first_node)
+    first_node = node.metadata.name
     report.first_provider = node.metadata.labels.get(labels.PROVIDER)
     say(f"phase 1: {APP} runs on {first_node} ({report.first_provider})")
     if report.first_provider != "hetzner":
@@ -107,29 +115,43 @@ async def drill(stack: EmbeddedStack, say: Any) -> DrReport:
         report.problems.append(f"the claim ended with {final.deletion_reason}, not NodeLost")
     say(f"node loss handled after {report.node_lost_detected_s}s ({final.deletion_reason})")
 
-    pod = await running_pod(core, APP, timeout_s=180, not_on=first_node)
-    if pod is None:
+    node = await workload_node(core, APP, timeout_s=180, not_on=first_node)
+    if node is None:
         report.problems.append("the workload did not come back")
         return report
     report.pod_rescheduled_s = round(time.monotonic() - lost_at, 2)
-    node = await asyncio.to_thread(core.read_node, pod.spec.node_name)
     report.failover_provider = node.metadata.labels.get(labels.PROVIDER)
     say(
-        f"phase 4: {APP} runs again on {pod.spec.node_name} ({report.failover_provider}) "
+        f"phase 4: {APP} runs again on {node.metadata.name} ({report.failover_provider}) "
         f"{report.pod_rescheduled_s}s after the loss"
     )
     if report.failover_provider != "scaleway":
         report.problems.append(f"expected failover to Scaleway, got {report.failover_provider}")
 
     hetzner.clear_failures()
+    return await finish_drill(stack, report, APP, POOL, ["hetzner", "scaleway"])
+
+
+async def finish_drill(
+    stack: EmbeddedStack, report: _Report, app: str, pool: str, clouds: list[str]
+) -> _Report:
+    """The workload deleted, the pool's claims scaled down: any VM left is a leak."""
     await asyncio.to_thread(
-        k8s.AppsV1Api(stack.api_client).delete_namespaced_deployment, APP, "default"
+        k8s.AppsV1Api(stack.api_client).delete_namespaced_deployment, app, "default"
     )
-    report.vms_leaked = await scale_down_and_count_vms(stack, POOL, ["hetzner", "scaleway"])
+    report.vms_leaked = await scale_down_and_count_vms(stack, pool, clouds)
     if report.vms_leaked:
         report.problems.append(f"{report.vms_leaked} VMs left after the drill")
     report.ok = not report.problems
     return report
+
+
+async def workload_node(
+    core: k8s.CoreV1Api, app: str, timeout_s: float, not_on: str | None = None
+) -> Any | None:
+    """The Node the Running pod of `app` is on (not `not_on`), or None after `timeout_s`."""
+    pod = await running_pod(core, app, timeout_s, not_on)
+    return None if pod is None else await asyncio.to_thread(core.read_node, pod.spec.node_name)
 
 
 def _apply_seed_manifests(api_client: k8s.ApiClient) -> None:

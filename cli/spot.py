@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from kubernetes import client as k8s
@@ -21,7 +21,7 @@ from api import labels
 from api.messages import claim_workflow_id
 from api.nodepool import API_VERSION
 from cli.devstack import SAMPLE_CLASS, EmbeddedStack
-from cli.dr import drill_stack, one_replica_deployment, running_pod, scale_down_and_count_vms
+from cli.dr import DrillReport, drill_stack, finish_drill, one_replica_deployment, workload_node
 from workflows.decisions.disruption import INTERRUPTED
 from workflows.nodeclaim import NodeClaimWorkflow
 
@@ -31,19 +31,13 @@ NOTICE_S = 10.0
 
 
 @dataclass
-class SpotReport:
-    ok: bool = False
+class SpotReport(DrillReport):
     interrupted_node: str | None = None
     interrupted_capacity_type: str | None = None
     replacement_node: str | None = None
     replacement_capacity_type: str | None = None
     claim_ended_s: float | None = None
     pod_rescheduled_s: float | None = None
-    vms_leaked: int = 0
-    problems: list[str] = field(default_factory=list)
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 async def run_spot(say: Any) -> SpotReport:
@@ -58,12 +52,11 @@ async def interruption_drill(stack: EmbeddedStack, say: Any) -> SpotReport:
     await asyncio.to_thread(_apply_manifests, stack.api_client)
     say(f"NodePool {POOL} (aws, capacityType spot + on-demand) and Deployment {APP} applied")
 
-    pod: Any = await running_pod(core, APP, timeout_s=120)
-    if pod is None:
+    node = await workload_node(core, APP, timeout_s=120)
+    if node is None:
         report.problems.append("the workload never ran")
         return report
-    first = report.interrupted_node = pod.spec.node_name
-    node: Any = await asyncio.to_thread(core.read_node, first)
+    first = report.interrupted_node = node.metadata.name
     report.interrupted_capacity_type = node.metadata.labels.get(labels.KARPENTER_CAPACITY_TYPE)
     say(f"{APP} runs on {first} ({report.interrupted_capacity_type})")
     if report.interrupted_capacity_type != "spot":
@@ -87,27 +80,19 @@ async def interruption_drill(stack: EmbeddedStack, say: Any) -> SpotReport:
         report.problems.append(f"the claim ended with {final.deletion_reason}, not {INTERRUPTED}")
     say(f"the claim drained and deleted its node {report.claim_ended_s}s after the notice")
 
-    pod = await running_pod(core, APP, timeout_s=120, not_on=first)
-    if pod is None:
+    node = await workload_node(core, APP, timeout_s=120, not_on=first)
+    if node is None:
         report.problems.append("the workload did not come back")
         return report
     report.pod_rescheduled_s = round(time.monotonic() - interrupted_at, 2)
-    report.replacement_node = pod.spec.node_name
-    node = await asyncio.to_thread(core.read_node, pod.spec.node_name)
+    report.replacement_node = node.metadata.name
     report.replacement_capacity_type = node.metadata.labels.get(labels.KARPENTER_CAPACITY_TYPE)
     say(
         f"{APP} runs again on {report.replacement_node} ({report.replacement_capacity_type}) "
         f"{report.pod_rescheduled_s}s after the notice"
     )
 
-    await asyncio.to_thread(
-        k8s.AppsV1Api(stack.api_client).delete_namespaced_deployment, APP, "default"
-    )
-    report.vms_leaked = await scale_down_and_count_vms(stack, POOL, ["aws"])
-    if report.vms_leaked:
-        report.problems.append(f"{report.vms_leaked} VMs left after the drill")
-    report.ok = not report.problems
-    return report
+    return await finish_drill(stack, report, APP, POOL, ["aws"])
 
 
 def _apply_manifests(api_client: k8s.ApiClient) -> None:

@@ -20,11 +20,6 @@ from temporalio.client import (
     Client,
     Schedule,
     ScheduleActionStartWorkflow,
-    ScheduleIntervalSpec,
-    ScheduleOverlapPolicy,
-    SchedulePolicy,
-    ScheduleSpec,
-    ScheduleState,
 )
 
 from api.gc import (
@@ -34,7 +29,7 @@ from api.gc import (
     GC_WORKFLOW_ID,
     OrphanGcInput,
 )
-from worker.schedules import ensure_schedule
+from worker.schedules import ensure_schedule, every
 from worker.settings import Settings
 from workflows.gc import OrphanGcWorkflow
 
@@ -52,8 +47,9 @@ class GcSettings(BaseSettings):
 
 def gc_schedule(settings: Settings, gc: GcSettings) -> Schedule:
     interval = timedelta(seconds=gc.interval_seconds)
-    return Schedule(
-        action=ScheduleActionStartWorkflow(
+    return every(
+        interval,
+        ScheduleActionStartWorkflow(
             OrphanGcWorkflow.run,
             OrphanGcInput(
                 cluster_id=settings.cluster_id,
@@ -65,9 +61,7 @@ def gc_schedule(settings: Settings, gc: GcSettings) -> Schedule:
             # A run that cannot finish (a provider hanging) must not block the schedule.
             execution_timeout=max(timedelta(minutes=30), interval * 3),
         ),
-        spec=ScheduleSpec(intervals=[ScheduleIntervalSpec(every=interval)]),
-        policy=SchedulePolicy(overlap=ScheduleOverlapPolicy.SKIP),
-        state=ScheduleState(note=f"orphan VM and bootstrap Secret GC of {settings.cluster_id}"),
+        f"orphan VM and bootstrap Secret GC of {settings.cluster_id}",
     )
 
 

@@ -16,16 +16,11 @@ from temporalio.client import (
     Client,
     Schedule,
     ScheduleActionStartWorkflow,
-    ScheduleIntervalSpec,
-    ScheduleOverlapPolicy,
-    SchedulePolicy,
-    ScheduleSpec,
-    ScheduleState,
 )
 
 from activities.planning.config import PriceSettings
 from api.prices import PRICE_SCHEDULE_ID, PRICE_WORKFLOW_ID, PriceRefreshInput
-from worker.schedules import ensure_schedule
+from worker.schedules import ensure_schedule, every
 from worker.settings import Settings
 from workflows.prices import PriceRefreshWorkflow
 
@@ -33,8 +28,9 @@ log = logging.getLogger(__name__)
 
 
 def price_schedule(settings: Settings, prices: PriceSettings) -> Schedule:
-    return Schedule(
-        action=ScheduleActionStartWorkflow(
+    return every(
+        timedelta(hours=prices.interval_hours),
+        ScheduleActionStartWorkflow(
             PriceRefreshWorkflow.run,
             PriceRefreshInput(
                 providers=prices.providers,
@@ -45,11 +41,7 @@ def price_schedule(settings: Settings, prices: PriceSettings) -> Schedule:
             task_queue=settings.task_queue,
             execution_timeout=timedelta(minutes=30),
         ),
-        spec=ScheduleSpec(
-            intervals=[ScheduleIntervalSpec(every=timedelta(hours=prices.interval_hours))]
-        ),
-        policy=SchedulePolicy(overlap=ScheduleOverlapPolicy.SKIP),
-        state=ScheduleState(note=f"prices of {', '.join(prices.providers)}"),
+        f"prices of {', '.join(prices.providers)}",
     )
 
 

@@ -10,17 +10,35 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from datetime import timedelta
 
 from temporalio.client import (
     Client,
     Schedule,
+    ScheduleActionStartWorkflow,
     ScheduleAlreadyRunningError,
+    ScheduleIntervalSpec,
+    ScheduleOverlapPolicy,
+    SchedulePolicy,
+    ScheduleSpec,
+    ScheduleState,
     ScheduleUpdate,
     ScheduleUpdateInput,
 )
 from temporalio.service import RPCError
 
 log = logging.getLogger(__name__)
+
+
+def every(interval: timedelta, action: ScheduleActionStartWorkflow, note: str) -> Schedule:
+    """`action` every `interval`; a run still busy makes the next tick a no-op (SKIP), so a
+    slow run never has a second one beside it."""
+    return Schedule(
+        action=action,
+        spec=ScheduleSpec(intervals=[ScheduleIntervalSpec(every=interval)]),
+        policy=SchedulePolicy(overlap=ScheduleOverlapPolicy.SKIP),
+        state=ScheduleState(note=note),
+    )
 
 
 async def ensure_schedule(
