@@ -1,35 +1,526 @@
-"""End-to-end figures on the embedded stack: decision latency and time to all-bound.
+"""A burst of pending pods, end to end: decision latency by stage and time to all bound.
 
-    .venv/bin/python bench/burst.py --pods 1000 [--boot-delay 0]
+    .venv/bin/python bench/burst.py --pods 1000 --topology split [--workers 3 --triggers 2]
+        [--kill-worker-after 3] [--json]
+    .venv/bin/python bench/burst.py --pods 1000 --topology embedded
 
-Prints the burst demo's report (pods bound, nodes, cost, decision p50/p99 from a pod's
-creation to its VM's create call, seconds until all pods run and until every node is gone).
-Figures only; nothing is asserted.
+`--topology split` (the default) runs what a cluster runs, each its own OS process on free
+local ports (bench/chaos.py's helpers): the Temporal dev server on a sqlite file, the
+simulated cluster (`python -m sim`: API server, scheduler, kubelets, fake cloud), and
+`--triggers` x `cloudburst trigger` and `--workers` x `cloudburst worker`. One NodePool on
+the fake cloud; the bench creates N pods of five mixed shapes (8 threads, as a ReplicaSet
+creates in parallel batches), waits until all run, deletes them and waits until every VM is
+gone. `--kill-worker-after S` SIGKILLs the first worker S seconds after the first pod (with
+several workers the others carry on; with one it is started again at once).
+
+Per pod it reports, from its creation (the bench's clock, before the create call):
+  unschedulable   the simulator's scheduler set PodScheduled=False/Unschedulable (a watch)
+  signalled       the pool's `demand` signal carrying the pod (the pool's history)
+  planned         the `plan_capacity` activity that planned it completed (the history)
+  claim started   the claim whose node it runs on started (that claim's history)
+  create call     the fake cloud received that VM's create call (its own record)
+Decision latency = create call - created. Figures only: nothing is asserted. Exits 1 if a
+pod never bound, a VM was created twice or left behind.
+
+`--topology embedded` is the older single-process figure (`cloudburst demo --scenario burst`
+at this size): everything in one Python process, no stage breakdown.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import logging
+import os
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
 
-from cli.demo import run_burst
+import httpx
+from kubernetes import client as k8s
+from kubernetes import watch as k8s_watch
+from temporalio.api.enums.v1 import EventType
+from temporalio.api.history.v1 import HistoryEvent
+from temporalio.client import Client
+
+from api.messages import claim_workflow_id
+from api.pool import pool_workflow_id
+from cli.demo import BURST_SHAPES, run_burst
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from chaos import Topology, cloud_instances, connect, kube_client
+from scale import cpu_s
+
+POOL = "burst"
+NAMESPACE = "default"
+LABEL = "bench.cloudburst.io/pool"
+STAGES = ("unschedulable", "signalled", "planned", "claim_started", "create_call")
+
+
+@dataclass
+class Report:
+    ok: bool = False
+    topology: str = "split"
+    workers: int = 1
+    triggers: int = 1
+    pods: int = 0
+    pods_bound: int = 0
+    seconds_to_create_pods: float | None = None
+    seconds_to_all_bound: float | None = None
+    seconds_to_all_gone: float | None = None
+    decision_p50_s: float | None = None
+    decision_p99_s: float | None = None
+    # Per stage, seconds from the pod's creation: {"unschedulable": {"p50": …, "p99": …}, …}.
+    stages: dict[str, dict[str, float]] = field(default_factory=dict)
+    # Per step, seconds from the stage before: what each part adds.
+    steps: dict[str, dict[str, float]] = field(default_factory=dict)
+    demand_signals: int = 0
+    plans: int = 0
+    claims_started: int = 0
+    nodes: int = 0
+    vms_created: int = 0
+    vms_created_twice: list[str] = field(default_factory=list)
+    vms_leaked: int = 0
+    worker_killed_at_s: float | None = None
+    # CPU seconds each process spent from the first pod until all were bound: on a 2-core
+    # machine, whose time the latency is made of.
+    cpu_s_during_burst: dict[str, float] = field(default_factory=dict)
+    load_average: str = ""
+    problems: list[str] = field(default_factory=list)
+
+
+class PodWatch:
+    """When the bench saw each pod Unschedulable and bound (a watch, as the trigger has)."""
+
+    def __init__(self, api: k8s.ApiClient) -> None:
+        self._core = k8s.CoreV1Api(api)
+        self.unschedulable: dict[str, float] = {}
+        self.bound: dict[str, float] = {}
+        self._watch = k8s_watch.Watch()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._watch.stop()
+
+    def _run(self) -> None:
+        while True:
+            try:
+                for event in self._watch.stream(
+                    self._core.list_namespaced_pod,
+                    NAMESPACE,
+                    label_selector="app=burst",
+                    timeout_seconds=600,
+                    deserialize=False,  # plain JSON: the client's models cost seconds of CPU
+                ):
+                    self._saw(event["object"], time.time())
+                return
+            except Exception:  # a dropped watch: start it again
+                time.sleep(0.1)
+
+    def _saw(self, pod: dict[str, Any], now: float) -> None:
+        name = pod["metadata"]["name"]
+        if pod.get("spec", {}).get("nodeName"):
+            self.bound.setdefault(name, now)
+        for condition in pod.get("status", {}).get("conditions") or []:
+            if (
+                condition.get("type") == "PodScheduled"
+                and condition.get("reason") == "Unschedulable"
+            ):
+                self.unschedulable.setdefault(name, now)
+
+
+def seed(api: k8s.ApiClient, topology: Topology, pods: int, empty_ttl_s: int) -> None:
+    core, custom = k8s.CoreV1Api(api), k8s.CustomObjectsApi(api)
+    core.create_namespaced_secret(
+        NAMESPACE,
+        k8s.V1Secret(
+            metadata=k8s.V1ObjectMeta(name="burst-cloud-token"),
+            string_data={"token": topology.cloud_token},
+        ),
+    )
+    node_class = {
+        "apiVersion": "cloudburst.io/v1alpha1",
+        "kind": "NodeClass",
+        "metadata": {"name": POOL, "namespace": NAMESPACE},
+        "spec": {
+            "fake": {
+                "endpoint": topology.cloud_url,
+                "region": "sim-1",
+                "apiTokenSecretRef": {"name": "burst-cloud-token", "key": "token"},
+            },
+            "join": {
+                "hostApiServer": f"https://127.0.0.1:{topology.kube_port}",
+                "kindClusterName": POOL,
+                "registrationTimeoutSeconds": 600,
+            },
+        },
+    }
+    custom.create_namespaced_custom_object(
+        "cloudburst.io", "v1alpha1", NAMESPACE, "nodeclasses", node_class
+    )
+    pool = {
+        "apiVersion": "cloudburst.io/v1alpha1",
+        "kind": "NodePool",
+        "metadata": {"name": POOL, "namespace": NAMESPACE},
+        "spec": {
+            "nodeClassRef": POOL,
+            "requirements": {"allowedProviders": ["fake"]},
+            "limits": {"maxNodes": max(10, pods)},
+            "template": {"labels": {LABEL: POOL}},
+            "disruption": {"ttlSecondsAfterEmpty": empty_ttl_s, "budgets": [{"nodes": "100%"}]},
+        },
+    }
+    custom.create_namespaced_custom_object(
+        "cloudburst.io", "v1alpha1", NAMESPACE, "nodepools", pool
+    )
+
+
+def pod_name(index: int) -> str:
+    return f"burst-{index:05d}"
+
+
+def burst_pod(index: int) -> k8s.V1Pod:
+    cpu, memory = BURST_SHAPES[index % len(BURST_SHAPES)]
+    return k8s.V1Pod(
+        metadata=k8s.V1ObjectMeta(
+            name=pod_name(index), namespace=NAMESPACE, labels={"app": "burst"}
+        ),
+        spec=k8s.V1PodSpec(
+            node_selector={LABEL: POOL},
+            termination_grace_period_seconds=0,
+            containers=[
+                k8s.V1Container(
+                    name="app",
+                    image="busybox:1.36",
+                    resources=k8s.V1ResourceRequirements(requests={"cpu": cpu, "memory": memory}),
+                )
+            ],
+        ),
+    )
+
+
+# ---- what the histories say -----------------------------------------------------------------
+
+
+def _payload(payloads: Any) -> Any:
+    return json.loads(payloads.payloads[0].data) if payloads.payloads else None
+
+
+def _at(event: HistoryEvent) -> float:
+    return event.event_time.seconds + event.event_time.nanos / 1e9
+
+
+async def pool_stages(client: Client) -> tuple[dict[str, float], dict[str, float], int, int]:
+    """(first demand signal carrying each pod, completion of the first plan of each pod, the
+    number of demand signals, of plans), by pod name, from every run of the pool."""
+    signalled: dict[str, float] = {}
+    planned: dict[str, float] = {}
+    signals = plans = 0
+    query = f"WorkflowId = '{pool_workflow_id(NAMESPACE, POOL)}'"
+    async for execution in client.list_workflows(query):
+        handle = client.get_workflow_handle(execution.id, run_id=execution.run_id)
+        plan_pods: dict[int, list[str]] = {}
+        async for event in handle.fetch_history_events():
+            kind = event.event_type
+            if kind == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED:
+                signalled_with = event.workflow_execution_signaled_event_attributes
+                if signalled_with.signal_name != "demand":
+                    continue
+                signals += 1
+                for pod in (_payload(signalled_with.input) or {}).get("pods", []):
+                    signalled.setdefault(pod["name"], _at(event))
+            elif kind == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+                attributes = event.activity_task_scheduled_event_attributes
+                if attributes.activity_type.name == "plan_capacity":
+                    request = _payload(attributes.input) or {}
+                    plan_pods[event.event_id] = [pod["name"] for pod in request.get("pods", [])]
+            elif kind == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
+                scheduled = event.activity_task_completed_event_attributes.scheduled_event_id
+                if scheduled in plan_pods:
+                    plans += 1
+                    for name in plan_pods.pop(scheduled):
+                        planned.setdefault(name, _at(event))
+    return signalled, planned, signals, plans
+
+
+async def claim_starts(client: Client, nodes: set[str]) -> dict[str, float]:
+    starts: dict[str, float] = {}
+    async for execution in client.list_workflows("WorkflowType = 'NodeClaimWorkflow'"):
+        for node in nodes:
+            if execution.id == claim_workflow_id(node) and execution.start_time:
+                starts[node] = execution.start_time.timestamp()
+    return starts
+
+
+def _percentiles(values: list[float]) -> dict[str, float]:
+    ordered = sorted(values)
+
+    def at(percent: float) -> float:
+        return ordered[min(len(ordered) - 1, max(0, round(percent / 100 * len(ordered)) - 1))]
+
+    return {"p50": round(at(50), 3), "p99": round(at(99), 3), "max": round(ordered[-1], 3)}
+
+
+# ---- the run --------------------------------------------------------------------------------
+
+
+async def run_split(args: argparse.Namespace) -> Report:
+    report = Report(workers=args.workers, triggers=args.triggers, pods=args.pods)
+    say = (
+        (lambda text: print(f"• {text}", file=sys.stderr, flush=True))
+        if args.verbose
+        else (lambda text: None)
+    )
+    state = Path(tempfile.mkdtemp(prefix="cloudburst-burst-"))
+    topology = Topology(
+        state, boot_delay_s=args.boot_delay, workers=args.workers, triggers=args.triggers
+    )
+    watch: PodWatch | None = None
+    try:
+        topology.temporal.start()
+        topology.sim.start()
+        client = await connect(topology)
+        api = await asyncio.to_thread(kube_client, topology)
+        for process in [*topology.workers, *topology.triggers]:
+            process.start()
+        await asyncio.to_thread(seed, api, topology, args.pods, args.empty_ttl)
+        await asyncio.sleep(args.settle)  # the workers poll, the triggers have listed
+        watch = PodWatch(api)
+        watch.start()
+        core = k8s.CoreV1Api(api)
+        created: dict[str, float] = {}
+
+        def create(index: int) -> None:
+            pod = burst_pod(index)
+            created[pod_name(index)] = time.time()  # before the call: errs on the long side
+            # The answer unread: the client's models would cost the bench seconds of CPU.
+            core.create_namespaced_pod(NAMESPACE, pod, _preload_content=False)
+
+        killer = asyncio.create_task(kill_worker(topology, args.kill_worker_after, report))
+        cpu0 = _cpu(topology)
+        started = time.time()
+        say(f"creating {args.pods} pods")
+        with ThreadPoolExecutor(max_workers=8) as creators:
+            loop = asyncio.get_running_loop()
+            await asyncio.gather(
+                *(loop.run_in_executor(creators, create, i) for i in range(args.pods))
+            )
+        report.seconds_to_create_pods = round(time.time() - started, 2)
+        deadline = time.monotonic() + args.timeout
+        while len(watch.bound) < args.pods and time.monotonic() < deadline:
+            await asyncio.sleep(0.25)
+        killer.cancel()
+        cpu1 = _cpu(topology)
+        report.cpu_s_during_burst = {
+            name: round(cpu1[name] - cpu0.get(name, 0.0), 1) for name in cpu1
+        }
+        report.cpu_s_during_burst["bench"] = round(cpu1["bench"] - cpu0["bench"], 1)
+        report.pods_bound = len(watch.bound)
+        if report.pods_bound < args.pods:
+            report.problems.append(f"{args.pods - report.pods_bound} pods never bound")
+        else:
+            report.seconds_to_all_bound = round(max(watch.bound.values()) - started, 2)
+        say(f"{report.pods_bound} bound; reading the histories")
+
+        pods = (
+            await asyncio.to_thread(core.list_namespaced_pod, NAMESPACE, label_selector="app=burst")
+        ).items
+        node_of = {
+            p.metadata.name: p.spec.node_name
+            for p in pods
+            if p.metadata and p.spec and p.spec.node_name
+        }
+        creates = {
+            name: datetime.fromisoformat(at).timestamp()
+            for name, at in (await asyncio.to_thread(_admin, topology, "create-times")).items()
+        }
+        signalled, planned, report.demand_signals, report.plans = await pool_stages(client)
+        starts = await claim_starts(client, set(node_of.values()))
+        report.nodes = len(set(node_of.values()))
+        report.claims_started = len(
+            [e async for e in client.list_workflows("WorkflowType = 'NodeClaimWorkflow'")]
+        )
+        at_stage: dict[str, list[float]] = defaultdict(list)
+        per_step: dict[str, list[float]] = defaultdict(list)
+        for name, t0 in created.items():
+            node = node_of.get(name)
+            if node is None:
+                continue
+            moments = {
+                "unschedulable": watch.unschedulable.get(name),
+                "signalled": signalled.get(name),
+                "planned": planned.get(name),
+                "claim_started": starts.get(node),
+                "create_call": creates.get(node),
+            }
+            previous = t0
+            for stage in STAGES:
+                moment = moments[stage]
+                if moment is None:
+                    continue
+                at_stage[stage].append(moment - t0)
+                per_step[stage].append(moment - previous)
+                previous = moment
+        report.stages = {s: _percentiles(v) for s, v in at_stage.items() if v}
+        report.steps = {s: _percentiles(v) for s, v in per_step.items() if v}
+        decision = at_stage.get("create_call", [])
+        if decision:
+            report.decision_p50_s = report.stages["create_call"]["p50"]
+            report.decision_p99_s = report.stages["create_call"]["p99"]
+
+        # ---- teardown: the pods go, the empty nodes follow
+        say("deleting the pods; waiting for every VM to go")
+        teardown_t0 = time.monotonic()
+        await asyncio.to_thread(
+            core.delete_collection_namespaced_pod, NAMESPACE, label_selector="app=burst"
+        )
+        left = await no_vms(topology, args.timeout)
+        report.vms_leaked = len(left)
+        if left:
+            report.problems.append(f"{len(left)} VMs left after the pods went")
+        else:
+            report.seconds_to_all_gone = round(time.monotonic() - teardown_t0, 1)
+        stats = await asyncio.to_thread(_admin, topology, "stats")
+        by_name: dict[str, int] = stats.get("created_by_name", {})
+        report.vms_created = sum(by_name.values())
+        report.vms_created_twice = sorted(n for n, times in by_name.items() if times > 1)
+        if report.vms_created_twice:
+            report.problems.append(f"{len(report.vms_created_twice)} VMs created twice")
+    except Exception as err:  # a report with the cause and the logs, not a bare traceback
+        report.problems.append(f"{type(err).__name__}: {err}")
+        logging.exception("the burst failed")
+        for process in topology.all:
+            print(f"--- {process.name} log, last lines\n{process.tail()}", file=sys.stderr)
+    finally:
+        if watch:
+            watch.stop()
+        topology.stop()
+        report.load_average = " ".join(Path("/proc/loadavg").read_text().split()[:3])
+        if args.keep_state:
+            report.problems.append(f"state kept in {state}")
+        else:
+            shutil.rmtree(state, ignore_errors=True)
+    report.ok = not [p for p in report.problems if not p.startswith("state kept")]
+    return report
+
+
+async def kill_worker(topology: Topology, after_s: float | None, report: Report) -> None:
+    if after_s is None:
+        return
+    t0 = time.monotonic()
+    await asyncio.sleep(after_s)
+    topology.worker.kill()
+    report.worker_killed_at_s = round(time.monotonic() - t0, 2)
+    if len(topology.workers) == 1:
+        topology.worker.start()
+
+
+def _cpu(topology: Topology) -> dict[str, float]:
+    """CPU seconds so far of each process of the topology, and of this one."""
+    used = {p.name: cpu_s(p.popen.pid) for p in topology.all if p.popen and not p.exited()}
+    own = os.times()
+    return {**used, "bench": own.user + own.system}  # not its children: they are above
+
+
+def _admin(topology: Topology, what: str) -> dict[str, Any]:
+    answer = httpx.get(f"{topology.cloud_url}/_admin/{what}", timeout=30)
+    answer.raise_for_status()
+    result: dict[str, Any] = answer.json()
+    return result
+
+
+async def no_vms(topology: Topology, timeout_s: float) -> list[dict[str, Any]]:
+    deadline = time.monotonic() + timeout_s
+    left: list[dict[str, Any]] = []
+    while time.monotonic() < deadline:
+        with contextlib.suppress(Exception):
+            left = await asyncio.to_thread(cloud_instances, topology)
+            if not left:
+                return []
+        await asyncio.sleep(1)
+    return left
+
+
+def table(report: Report) -> str:
+    lines = [
+        f"{report.pods} pods, {report.workers} worker(s), {report.triggers} trigger(s) "
+        f"(load {report.load_average})",
+        f"  created in {report.seconds_to_create_pods} s; all bound after "
+        f"{report.seconds_to_all_bound} s; every VM gone {report.seconds_to_all_gone} s "
+        "after the pods went",
+        f"  decision latency p50 {report.decision_p50_s} s / p99 {report.decision_p99_s} s",
+        f"  {report.demand_signals} demand signals, {report.plans} plans, "
+        f"{report.claims_started} claims, {report.nodes} nodes with pods, "
+        f"{report.vms_created} VMs created, {len(report.vms_created_twice)} twice, "
+        f"{report.vms_leaked} leaked",
+        "",
+        f"  {'stage':<15} {'since created p50/p99':>24} {'this step p50/p99':>22}",
+    ]
+    for stage in STAGES:
+        total, step = report.stages.get(stage), report.steps.get(stage)
+        if total and step:
+            lines.append(
+                f"  {stage:<15} {total['p50']:>11.3f} / {total['p99']:<10.3f}"
+                f" {step['p50']:>9.3f} / {step['p99']:<10.3f}"
+            )
+    lines.append(
+        "  CPU s during the burst: "
+        + ", ".join(f"{name} {cpu}" for name, cpu in report.cpu_s_during_burst.items())
+    )
+    if report.worker_killed_at_s is not None:
+        lines.append(f"  worker SIGKILLed {report.worker_killed_at_s} s into the burst")
+    lines += [f"  problem: {p}" for p in report.problems]
+    return "\n".join(lines)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--pods", type=int, default=1000)
+    parser.add_argument("--topology", choices=("split", "embedded"), default="split")
+    parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--triggers", type=int, default=1)
+    parser.add_argument("--kill-worker-after", type=float, default=None, help="seconds")
+    parser.add_argument("--boot-delay", type=float, default=0.0, help="the VMs' boot, seconds")
+    parser.add_argument("--empty-ttl", type=int, default=5, help="the pool's, seconds")
+    parser.add_argument("--settle", type=float, default=5.0, help="seconds before the burst")
+    parser.add_argument("--timeout", type=float, default=900.0, help="seconds per phase")
+    parser.add_argument("--keep-state", action="store_true", help="keep logs and the db")
+    parser.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    parser.add_argument("-v", "--verbose", action="store_true", help="progress on stderr")
+    return parser.parse_args(argv)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--pods", type=int, default=1000)
-    parser.add_argument("--boot-delay", type=float, default=0.0)
-    args = parser.parse_args()
+    args = parse_args()
     logging.basicConfig(level=logging.ERROR)
     logging.getLogger("temporalio").setLevel(logging.CRITICAL)
-    report = asyncio.run(
-        run_burst(
-            lambda text: print(f"• {text}"), args.pods, boot_delay_s=args.boot_delay, timeout_s=900
+    if args.topology == "embedded":
+        embedded = asyncio.run(
+            run_burst(
+                lambda text: print(f"• {text}", file=sys.stderr),
+                args.pods,
+                boot_delay_s=args.boot_delay,
+                timeout_s=args.timeout,
+            )
         )
-    )
-    print(json.dumps(report.as_dict(), indent=2))
+        print(json.dumps(embedded.as_dict(), indent=None if args.json else 2))
+        sys.exit(0 if embedded.ok else 1)
+    report = asyncio.run(run_split(args))
+    print(json.dumps(asdict(report)) if args.json else table(report))
+    sys.exit(0 if report.ok else 1)
 
 
 if __name__ == "__main__":

@@ -103,6 +103,15 @@ class Process:
                 preexec_fn=_own_group_dying_with_parent,
             )
 
+    def exited(self) -> bool:
+        return self.popen is not None and self.popen.poll() is not None
+
+    def tail(self, lines: int = 30) -> str:
+        """The end of its log: what a report shows when this process did not do its part."""
+        with contextlib.suppress(OSError):
+            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+        return ""
+
     def kill(self) -> None:
         if self.popen and self.popen.poll() is None:
             os.killpg(self.popen.pid, signal.SIGKILL)
@@ -117,6 +126,11 @@ class Process:
                 self.kill()
 
 
+def _names(role: str, count: int) -> list[str]:
+    """ "worker", or "worker-1", "worker-2", … when there are several."""
+    return [role] if count == 1 else [f"{role}-{i}" for i in range(1, count + 1)]
+
+
 def _own_group_dying_with_parent() -> None:
     """In the child before exec: its own process group (killed as one), and SIGKILL when
     the soak itself dies (Linux), so that a soak killed by a test's timeout leaves nothing."""
@@ -126,7 +140,12 @@ def _own_group_dying_with_parent() -> None:
 
 
 class Topology:
-    def __init__(self, state: Path, boot_delay_s: float) -> None:
+    """Temporal, the simulated cluster, and `workers` workers and `triggers` triggers (each
+    its own process; no leader election: the pool workflow is the single writer)."""
+
+    def __init__(
+        self, state: Path, boot_delay_s: float, *, workers: int = 1, triggers: int = 1
+    ) -> None:
         self.state = state
         self.temporal_port = free_port()
         self.kube_port = free_port()
@@ -194,16 +213,26 @@ class Topology:
                 {"fake": [f"http://127.0.0.1:{self.cloud_port}"]}
             ),
         }
-        self.worker = Process(
-            "worker", [str(BIN / "cloudburst"), "worker"], product_env, state / "worker.log"
-        )
-        self.trigger = Process(
-            "trigger", [str(BIN / "cloudburst"), "trigger"], product_env, state / "trigger.log"
-        )
+        self.workers = [
+            Process(name, [str(BIN / "cloudburst"), "worker"], product_env, state / f"{name}.log")
+            for name in _names("worker", workers)
+        ]
+        self.triggers = [
+            Process(name, [str(BIN / "cloudburst"), "trigger"], product_env, state / f"{name}.log")
+            for name in _names("trigger", triggers)
+        ]
+
+    @property
+    def worker(self) -> Process:
+        return self.workers[0]
+
+    @property
+    def trigger(self) -> Process:
+        return self.triggers[0]
 
     @property
     def all(self) -> list[Process]:
-        return [self.trigger, self.worker, self.sim, self.temporal]
+        return [*self.triggers, *self.workers, self.sim, self.temporal]
 
     @property
     def cloud_url(self) -> str:
@@ -225,7 +254,7 @@ def _quiet_runtime() -> Runtime:
 async def connect(topology: Topology) -> Client:
     last: Exception | None = None
     runtime = _quiet_runtime()
-    for _ in range(150):
+    for _ in range(600):
         try:
             return await Client.connect(
                 f"127.0.0.1:{topology.temporal_port}",
@@ -238,10 +267,13 @@ async def connect(topology: Topology) -> Client:
     raise RuntimeError(f"Temporal never answered: {last}")
 
 
-def kube_client(topology: Topology) -> k8s.ApiClient:
-    for _ in range(150):
-        if topology.kubeconfig.exists():
-            break
+def kube_client(topology: Topology, timeout_s: float = 120.0) -> k8s.ApiClient:
+    """The simulated cluster's client, once `python -m sim` has written its kubeconfig (it does
+    after its servers listen; on a loaded machine the imports alone can take many seconds)."""
+    deadline = time.monotonic() + timeout_s
+    while not topology.kubeconfig.exists():
+        if time.monotonic() > deadline or topology.sim.exited():
+            raise RuntimeError(f"the simulated cluster wrote no kubeconfig: {topology.sim.tail()}")
         time.sleep(0.1)
     configuration = k8s.Configuration()
     k8s_config.load_kube_config(str(topology.kubeconfig), client_configuration=configuration)

@@ -33,6 +33,7 @@ import sys
 import tempfile
 import threading
 import time
+import traceback
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
@@ -577,6 +578,11 @@ async def run(args: argparse.Namespace) -> Report:
         with contextlib.suppress(Exception):
             stats = await asyncio.to_thread(_stats, topology)
             report.vms_created = sum(stats.get("created_by_name", {}).values())
+    except Exception as err:  # a report with the cause and the logs, not a bare traceback
+        report.problems.append(f"{type(err).__name__}: {err}")
+        traceback.print_exc(file=sys.stderr)
+        for process in topology.all:
+            print(f"--- {process.name} log, last lines\n{process.tail()}", file=sys.stderr)
     finally:
         if sampler:
             sampler.stop()

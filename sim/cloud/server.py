@@ -7,7 +7,7 @@ Public, bearer-authenticated API (Hetzner-like JSON):
     DELETE /v1/instances/{id}
     GET    /v1/instance-types
 Admin API for tests and the demo (no auth: it is a test control, never exposed):
-    GET    /_admin/stats
+    GET    /_admin/stats           GET /_admin/create-times
     POST   /_admin/failures {op, kind, times?, region?, instance_type?}   DELETE /_admin/failures
     POST   /_admin/hold {op}       POST /_admin/release {op?}
     GET    /_admin/instances       (with user_data)   GET /_admin/instances/{id}
@@ -169,6 +169,9 @@ class _Handler(BaseHTTPRequestHandler):
         match method, parts:
             case "GET", ["stats"]:
                 return 200, cloud.stats()
+            case "GET", ["create-times"]:
+                # When the first create of each instance name arrived: decision latencies.
+                return 200, {name: at.isoformat() for name, at in cloud.create_times().items()}
             case "GET", ["failures"]:
                 return 200, {"failures": cloud.failures()}
             case "POST", ["failures"]:

@@ -23,7 +23,9 @@ def test_three_claims_ready_idle_and_gone() -> None:
         text=True,
         timeout=240,
     )  # fmt: skip
-    report = json.loads(run.stdout.strip().splitlines()[-1])
+    lines = run.stdout.strip().splitlines()
+    assert lines, (run.returncode, run.stderr[-4000:])
+    report = json.loads(lines[-1])
     assert run.returncode == 0 and report["ok"], (report, run.stderr[-3000:])
     assert report["ready"] == 3 and report["failed"] == 0, report
     # One VM per floor claim: their empty TTL (2 s) passes while idle, and the pool holds
