@@ -149,6 +149,7 @@ class KubeActivities:
         return [
             self.label_node,
             self.cordon_node,
+            self.cordon_and_look,
             self.uncordon_node,
             self.drain_node,
             self.delete_node,
@@ -210,6 +211,13 @@ class KubeActivities:
             return body
 
         self._patch_node(input.node_name, "cordoning", patch, missing_ok=True)
+
+    @activity.defn(name="cordon_and_look")
+    def cordon_and_look(self, input: NodeRef) -> NodeState:
+        """Cordon, then look at the node again: one call for the check Karpenter makes
+        after tainting a node it means to take away (pods bound meanwhile keep it)."""
+        self.cordon_node(input)
+        return self.get_node_state(input)
 
     @activity.defn(name="uncordon_node")
     def uncordon_node(self, input: NodeRef) -> None:

@@ -60,6 +60,8 @@ class NodeObservation(BaseModel):
     observed_at: datetime
     # The provider is reclaiming the VM (spot interruption notice): the node must go now.
     interruption: str | None = None
+    # The kubelet's capacity (cpu, memory, pods …) as the node reports it.
+    capacity: dict[str, str] = {}
 
 
 class NodeClaimInput(BaseModel):

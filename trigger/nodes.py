@@ -41,6 +41,8 @@ class _NodeView:
     ready: bool
     not_ready_since: datetime | None
     interruption: str | None = None
+    # What the kubelet reports: the claim records it, without a read of its own.
+    capacity: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -287,6 +289,7 @@ class NodeWatcher:
                 do_not_disrupt=list(protected),
                 observed_at=now,
                 interruption=node.interruption,
+                capacity=node.capacity,
             )
             if await self._send(node.claim, observation):
                 self._sent[name] = key
@@ -339,4 +342,5 @@ def _node_view(node: Any) -> _NodeView | None:
         ready=is_ready,
         not_ready_since=since,
         interruption=interruption_notice(node),
+        capacity=dict((node.status.capacity if node.status else None) or {}),
     )

@@ -9,8 +9,9 @@ line only means the step runs again.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from datetime import datetime, timedelta
+from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
@@ -38,6 +39,7 @@ with workflow.unsafe.imports_passed_through():
         NodeClaimInput,
         NodeObservation,
         NodeRef,
+        NodeState,
         ScaleDownRequest,
         ScaleDownResult,
         TailnetDeviceRef,
@@ -87,6 +89,16 @@ class ClaimFailed(Exception):
         self.message = message
 
 
+async def _together(*steps: Coroutine[Any, Any, None]) -> None:
+    """Run the steps side by side (their commands in one workflow task) and return when all
+    are done; a failure is raised only then, so that no step outlives the call. (No await in
+    a `finally`: an evicted workflow's coroutines must close without waiting again.)"""
+    tasks = [asyncio.create_task(step) for step in steps]
+    await workflow.wait(tasks)
+    for task in tasks:
+        task.result()
+
+
 @workflow.defn
 class NodeClaimWorkflow:
     @workflow.init
@@ -112,6 +124,11 @@ class NodeClaimWorkflow:
         # only through them and wait on a dirty flag; older ones keep their recorded ways.
         self._alarmed = workflow.patched("deadline-alarms")
         self._alarms = Alarms(on_ring=self._wake)
+        # Claims started since: steps that do not need each other's results run side by side
+        # in one workflow task (fewer round trips before the create call and after Ready),
+        # and a node cordoned to re-check it is empty is not cordoned again to delete it.
+        self._side_by_side = workflow.patched("claim-steps-side-by-side")
+        self._cordoned = False
         # Set by every signal and alarm; cleared at the top of each round, before the round
         # looks at the state, so news that comes while the round awaits is never missed.
         self._dirty = True
@@ -234,7 +251,18 @@ class NodeClaimWorkflow:
         born = workflow.info().start_time if self._alarmed else workflow.now()
         self._status.created_at = self._status.created_at or born
         self._set_phase(NodeClaimPhase.PROVISIONING, "preparing join token and first-boot script")
-        await self._publish()
+        if self._side_by_side:
+            # The report and the mirror go beside the first bootstrap, and land before the
+            # launch is reported (or the claim goes on to fail, if the bootstrap cannot be).
+            reporting = asyncio.create_task(self._publish())
+            launching = asyncio.create_task(self._launch_first_that_works(reporting))
+            await workflow.wait([reporting, launching])
+            launching.result()
+        else:
+            await self._publish()
+            await self._launch_first_that_works(None)
+
+    async def _launch_first_that_works(self, reporting: asyncio.Task[None] | None) -> None:
         spec = self._claim.spec
         # Newer claims render the script per offering, so the node registers with its
         # provider/region/instance-type labels; the join token is reused across renders.
@@ -248,6 +276,8 @@ class NodeClaimWorkflow:
             self._tried.append(offering)
             if per_offering:
                 await self._prepare_bootstrap(offering)
+            if reporting is not None and not reporting.done():
+                await reporting  # PROVISIONING is shown before whatever the launch says
             self._launched_on.append(offering)
             try:
                 instance = await self._create_instance(offering)
@@ -350,6 +380,8 @@ class NodeClaimWorkflow:
                 sa.PROVIDER.value_set(offering.provider),
                 sa.REGION.value_set(offering.region),
                 sa.INSTANCE_TYPE.value_set(offering.instance_type),
+                # Known from the start (the claim names its node): searchable from launch.
+                *([sa.NODE_NAME.value_set(self._name)] if self._side_by_side else []),
             ]
         )
         self._event(f"VM {instance.instance_id} created with the first-boot script")
@@ -415,6 +447,21 @@ class NodeClaimWorkflow:
         return True
 
     async def _become_ready(self) -> None:
+        if self._side_by_side:
+            # The watcher's word carries the kubelet's capacity; a look only when it did not.
+            known = self._node is not None and bool(self._node.capacity)
+            if known and self._node is not None:
+                self._status.capacity = dict(self._node.capacity)
+            looks = [] if known else [self._poll_node()]
+            await _together(self._label_node(), self._delete_bootstrap(), *looks)
+        else:
+            await self._label_node()
+            await self._delete_bootstrap()
+            if self._alarmed or workflow.patched("record-node-capacity"):
+                await self._poll_node()  # the kubelet's capacity, not the catalog's promise
+        await self._ready()
+
+    async def _label_node(self) -> None:
         spec = self._claim.spec
         status = self._status
         await workflow.execute_activity_method(
@@ -438,9 +485,9 @@ class NodeClaimWorkflow:
             retry_policy=_RETRY,
             summary="label node",
         )
-        await self._delete_bootstrap()
-        if self._alarmed or workflow.patched("record-node-capacity"):
-            await self._poll_node()  # the kubelet's capacity, not the catalog's promise
+
+    async def _ready(self) -> None:
+        status = self._status
         now = workflow.now()
         status.ready_at = now
         status.set_condition(ConditionType.INITIALIZED, True, "Initialized", "labels synced", now)
@@ -584,20 +631,18 @@ class NodeClaimWorkflow:
         node make it busy after all (as Karpenter validates a disruption after tainting).
         Busy: uncordon, give the permit back, and live on."""
         ref = NodeRef(node_name=self._name)
-        await self._kube(KubeActivities.cordon_node, ref, "taint + cordon (still empty?)")
-        state = await workflow.execute_activity_method(
-            KubeActivities.get_node_state,
-            ref,
-            start_to_close_timeout=KUBE_CALL,
-            heartbeat_timeout=HEARTBEAT,
-            retry_policy=_RETRY,
-            summary="still empty?",
-        )
+        if self._side_by_side:
+            state = await self._look(KubeActivities.cordon_and_look, "taint + cordon, still empty?")
+        else:
+            await self._kube(KubeActivities.cordon_node, ref, "taint + cordon (still empty?)")
+            state = await self._look(KubeActivities.get_node_state, "still empty?")
+        self._cordoned = True
         if not state.exists or state.empty:
             return True
         await self._kube(
             KubeActivities.uncordon_node, ref, f"uncordon: {state.pod_count} pods arrived"
         )
+        self._cordoned = False
         if self._node is not None:
             self._node = self._node.model_copy(
                 update={"empty_since": None, "pod_count": state.pod_count}
@@ -741,46 +786,62 @@ class NodeClaimWorkflow:
             status.set_condition(
                 ConditionType.INTERRUPTED, True, "Interrupted", f"provider notice: {notice}", now
             )
-        await self._publish(
+        reporting = self._publish(
             reason=reason,
             events=[self._deletion_event(reason)],
             # Spot capacity of this type is being reclaimed: the pool plans elsewhere for a
             # while (its failed-offering cache), as Karpenter does after an interruption.
             failed_offering=self._offering_key() if interrupted else None,
         )
-        node_reachable = self._node is None or (self._node.exists and reason != "NodeLost")
-        if self._node is not None and node_reachable:
-            await self._kube(
-                KubeActivities.cordon_node, NodeRef(node_name=self._name), "taint + cordon"
-            )
-            grace = self._claim.spec.disruption.termination_grace_period_seconds
-            drained = await workflow.execute_activity_method(
-                KubeActivities.drain_node,
-                DrainInput(
-                    node_name=self._name,
-                    force_after=now + timedelta(seconds=grace),
-                    grace_s=grace,
-                    poll_interval_s=self._input.timings.drain_poll_interval_s,
-                    eviction_retry_s=self._input.timings.eviction_retry_s,
-                    hold_do_not_disrupt=not (self._scale_down and self._scale_down.force),
-                ),
-                start_to_close_timeout=timedelta(seconds=grace + 300),
-                heartbeat_timeout=HEARTBEAT,
-                retry_policy=_RETRY,
-                summary="drain (Eviction API)",
-            )
-            self._event(
-                f"drained: {drained.evicted} evicted, {drained.forced} forced, "
-                f"{drained.left_alone} DaemonSet/mirror pods left"
-            )
-        await self._kube(KubeActivities.delete_node, NodeRef(node_name=self._name), "delete Node")
-        await self._delete_instances()
+        if self._side_by_side:
+            await _together(reporting, self._cordon_and_drain(reason, now))
+        else:
+            await reporting
+            await self._cordon_and_drain(reason, now)
+        deleting_node = self._kube(
+            KubeActivities.delete_node, NodeRef(node_name=self._name), "delete Node"
+        )
+        if self._side_by_side:
+            # Drained: the Node and the VM go together (a kubelet left running without its
+            # Node object would register it again; Karpenter even ends the VM first).
+            await _together(deleting_node, self._delete_instances())
+        else:
+            await deleting_node
+            await self._delete_instances()
         if self._alarmed:
             await self._remove_tailnet_device()
         await self._delete_bootstrap()
         status.deleted_at = workflow.now()
         self._set_phase(NodeClaimPhase.DELETED, f"node and VM deleted ({reason})")
         await self._publish(reason=reason, remove=True)
+
+    async def _cordon_and_drain(self, reason: str, now: datetime) -> None:
+        if self._node is None or not self._node.exists or reason == "NodeLost":
+            return  # no node to drain
+        if not (self._side_by_side and self._cordoned):  # cordoned to re-check it is empty
+            await self._kube(
+                KubeActivities.cordon_node, NodeRef(node_name=self._name), "taint + cordon"
+            )
+        grace = self._claim.spec.disruption.termination_grace_period_seconds
+        drained = await workflow.execute_activity_method(
+            KubeActivities.drain_node,
+            DrainInput(
+                node_name=self._name,
+                force_after=now + timedelta(seconds=grace),
+                grace_s=grace,
+                poll_interval_s=self._input.timings.drain_poll_interval_s,
+                eviction_retry_s=self._input.timings.eviction_retry_s,
+                hold_do_not_disrupt=not (self._scale_down and self._scale_down.force),
+            ),
+            start_to_close_timeout=timedelta(seconds=grace + 300),
+            heartbeat_timeout=HEARTBEAT,
+            retry_policy=_RETRY,
+            summary="drain (Eviction API)",
+        )
+        self._event(
+            f"drained: {drained.evicted} evicted, {drained.forced} forced, "
+            f"{drained.left_alone} DaemonSet/mirror pods left"
+        )
 
     async def _fail(self, failure: ClaimFailed) -> None:
         status = self._status
@@ -854,6 +915,7 @@ class NodeClaimWorkflow:
     ) -> None:
         """Show the change: to the pool that started the claim, on the NodeClaim resource."""
         pool_id = self._input.pool_workflow_id
+        report = None
         if pool_id is not None:
             report = ClaimReport(
                 claim_name=self._name,
@@ -864,17 +926,34 @@ class NodeClaimWorkflow:
                 at=workflow.now(),
                 failure_reason=failure_reason.value if failure_reason else None,
             )
-            try:
-                await workflow.get_external_workflow_handle(pool_id).signal("claim_report", report)
-            except Exception as err:  # the pool is gone: the claim's own life goes on
-                workflow.logger.warning("could not report to pool %s: %s", pool_id, err)
+        # Both taken now: what the claim is at this moment, whatever arrives meanwhile.
+        mirror = MirrorInput(
+            claim=self._claim.model_copy(update={"status": self._status.model_copy(deep=True)}),
+            events=events or [],
+            remove=remove,
+            keep=keep,
+        )
+        if self._side_by_side:
+            await _together(self._report_to_pool(pool_id, report), self._mirror(mirror))
+            return
+        await self._report_to_pool(pool_id, report)
         if not workflow.patched("nodeclaim-mirror"):
             return  # a claim started before the mirror existed keeps its recorded steps
-        claim = self._claim.model_copy(update={"status": self._status})
+        await self._mirror(mirror)
+
+    async def _report_to_pool(self, pool_id: str | None, report: ClaimReport | None) -> None:
+        if pool_id is None or report is None:
+            return
+        try:
+            await workflow.get_external_workflow_handle(pool_id).signal("claim_report", report)
+        except Exception as err:  # the pool is gone: the claim's own life goes on
+            workflow.logger.warning("could not report to pool %s: %s", pool_id, err)
+
+    async def _mirror(self, mirror: MirrorInput) -> None:
         try:
             await workflow.execute_activity_method(
                 MirrorActivities.sync_nodeclaim,
-                MirrorInput(claim=claim, events=events or [], remove=remove, keep=keep),
+                mirror,
                 start_to_close_timeout=KUBE_CALL,
                 heartbeat_timeout=HEARTBEAT,
                 retry_policy=_MIRROR_RETRY,
@@ -1040,6 +1119,19 @@ class NodeClaimWorkflow:
             summary=summary,
         )
 
+    async def _look(
+        self, activity: Callable[[KubeActivities, NodeRef], NodeState], summary: str
+    ) -> NodeState:
+        """The node's state now, as an activity reads it from the API server."""
+        return await workflow.execute_activity_method(
+            activity,
+            NodeRef(node_name=self._name),
+            start_to_close_timeout=KUBE_CALL,
+            heartbeat_timeout=HEARTBEAT,
+            retry_policy=_RETRY,
+            summary=summary,
+        )
+
     async def _wait_for_signal(self, timeout_s: float, what: str) -> bool:
         """Wait for any signal; False when the timeout passed first."""
         seen = self._signals
@@ -1057,7 +1149,8 @@ class NodeClaimWorkflow:
             self._status.set_condition(
                 ConditionType.REGISTERED, True, "Registered", "node joined", workflow.now()
             )
-            workflow.upsert_search_attributes([sa.NODE_NAME.value_set(self._name)])
+            if not self._side_by_side:
+                workflow.upsert_search_attributes([sa.NODE_NAME.value_set(self._name)])
             self._event("node registered")
 
     def _set_phase(self, phase: NodeClaimPhase, event: str) -> None:

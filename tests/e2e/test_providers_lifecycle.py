@@ -205,5 +205,7 @@ def test_demo_lifecycle_through_hetzner_exits_0() -> None:
     assert report["ok"] and report["provider"] == "hetzner"
     assert report["offering"].startswith("hetzner/") and report["vms_created"] == 1
     assert report["vms_leaked"] == 0 and report["pods_bound"] == 1
-    # What the claim's life costs in history (180 events before the quiet-by-default work).
-    assert 0 < report["history_events"] < 180
+    # What the claim's life costs in history: 180 events before the quiet-by-default work,
+    # 142 before its steps ran side by side, 120 with the fake cloud since. Side-by-side
+    # activities share a workflow task only when they finish close together: some slack.
+    assert 0 < report["history_events"] <= 126

@@ -77,6 +77,7 @@ class Cluster:
             self.get_node_state,
             self.get_instance,
             self.cordon_node,
+            self.cordon_and_look,
             self.uncordon_node,
             self.delete_node,
             self.label_node,
@@ -128,6 +129,10 @@ class Cluster:
     @activity.defn(name="cordon_node")
     async def cordon_node(self, input: NodeRef) -> None:
         pass
+
+    @activity.defn(name="cordon_and_look")
+    async def cordon_and_look(self, input: NodeRef) -> NodeState:
+        return await self.get_node_state(input)
 
     @activity.defn(name="uncordon_node")
     async def uncordon_node(self, input: NodeRef) -> None:
