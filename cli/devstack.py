@@ -44,7 +44,7 @@ from api.nodeclass import NodeClassSpec
 from api.nodepool import API_VERSION
 from sim.cluster import SimulatedCluster
 from trigger.nodes import NodeWatcher
-from trigger.pending import PendingPodTrigger
+from trigger.pending import BatchWindows, PendingPodTrigger
 from worker.client import connect_temporal, kube_api_client
 from worker.main import run_worker
 from worker.settings import Settings
@@ -153,6 +153,7 @@ async def embedded_stack(options: StackOptions) -> AsyncIterator[EmbeddedStack]:
             task_queue=settings.task_queue,
             cluster_id=settings.cluster_id,
             tenancy=settings.tenancy(),
+            windows=BatchWindows.of(settings),
         )
         tasks += [
             # No price Schedule: it would reach the real clouds' price APIs from a dev machine

@@ -111,7 +111,7 @@ def trigger(
 ) -> None:
     """Run the watchers: pending pods -> pool demand; claim nodes and their pods -> claims."""
     from trigger.nodes import NodeWatcher
-    from trigger.pending import PendingPodTrigger
+    from trigger.pending import BatchWindows, PendingPodTrigger
     from worker.health import serving_health
 
     settings = _process_settings("trigger", temporal_address, kubeconfig, health_port, log_format)
@@ -125,6 +125,7 @@ def trigger(
             task_queue=settings.task_queue,
             cluster_id=settings.cluster_id,
             tenancy=settings.tenancy(),
+            windows=BatchWindows.of(settings),
         )
         with serving_health(settings.health_port, client, api_client):
             await asyncio.gather(NodeWatcher(client, api_client).run(stop), pending.run(stop))

@@ -40,6 +40,7 @@ from cluster.pods import is_unschedulable
 from cluster.requirements import pod_demand, pool_can_host
 from trigger.verdicts import INVALID_SPEC, SpecVerdicts
 from trigger.watch import start_watches
+from worker.settings import BATCH_IDLE_S, BATCH_MAX_S, Settings
 from worker.telemetry import tracer
 from workflows.nodepool import NodePoolWorkflow
 
@@ -51,10 +52,15 @@ _SPEC_KINDS = frozenset({"nodepool", "nodeclass"})
 
 
 class BatchWindows(BaseModel):
-    """Like Karpenter's batching: send after 1 s without new pods, or 10 s at most."""
+    """Like Karpenter's batching: send once no new pod came for `idle_s`, or `max_s` after
+    the first (the defaults and why: `worker/settings.py`)."""
 
-    idle_s: float = 1.0
-    max_s: float = 10.0
+    idle_s: float = BATCH_IDLE_S
+    max_s: float = BATCH_MAX_S
+
+    @classmethod
+    def of(cls, settings: Settings) -> BatchWindows:
+        return cls(idle_s=settings.batch_idle_s, max_s=settings.batch_max_s)
 
 
 @dataclass

@@ -37,6 +37,10 @@ from api.messages import TASK_QUEUE
 CONFIG_FILE_ENV = "CLOUDBURST_CONFIG_FILE"
 
 
+BATCH_IDLE_S = 1.0
+BATCH_MAX_S = 10.0
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="CLOUDBURST_", extra="ignore")
 
@@ -70,6 +74,15 @@ class Settings(BaseSettings):
     # A workflow task waits this long on a dead worker's sticky queue before any worker may
     # take it: part of how long a claim or a pool stalls when a worker is killed.
     sticky_queue_timeout_s: float = 5.0
+
+    # --- the trigger ----------------------------------------------------------------------
+    # Pending pods go to their pool in batches, as Karpenter's BATCH_IDLE_DURATION and
+    # BATCH_MAX_DURATION: once no new one came for `batch_idle_s`, or `batch_max_s` after
+    # the first. Shorter than Karpenter's 1 s / 10 s: the pool batches on its own (what
+    # arrives while it plans is planned next, into the room its new nodes still have), so a
+    # window here only trades latency for fewer signals (docs/benchmarks.md "Burst").
+    batch_idle_s: float = Field(default=BATCH_IDLE_S, gt=0)
+    batch_max_s: float = Field(default=BATCH_MAX_S, gt=0)
 
     # --- who may reach what (docs/security.md) --------------------------------------------
     # The worker's own namespace: first-boot script Secrets live here (never in a tenant's).
