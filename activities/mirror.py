@@ -20,7 +20,8 @@ from api import labels
 from api.errors import KUBE_CONFLICT
 from api.events import ObjectRef
 from api.messages import MirrorInput
-from api.nodepool_status import READY, VALIDATION_SUCCEEDED, NodePoolStatusUpdate
+from api.nodepool import READY, VALIDATION_SUCCEEDED
+from api.nodepool.messages import NodePoolStatusUpdate
 from reporting import metrics
 from reporting.events import record_event
 

@@ -30,8 +30,14 @@ from temporalio.service import RPCError, RPCStatusCode
 from api import NodeClass, NodePool, events
 from api.events import KubeEvent, ObjectRef
 from api.messages import ClaimTimings
+from api.nodepool.messages import (
+    DemandUpdate,
+    NodePoolInput,
+    PoolSpecs,
+    PoolState,
+    pool_workflow_id,
+)
 from api.planning import PodDemand
-from api.pool import DemandUpdate, NodePoolInput, PoolSpecs, PoolState, pool_workflow_id
 from api.problems import summary
 from cluster.pods import is_unschedulable
 from cluster.requirements import pod_demand, pool_can_host

@@ -23,8 +23,7 @@ from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
 from api.events import KubeEvent, ObjectRef
-from api.nodepool import API_VERSION
-from api.nodepool_status import READY, VALIDATION_SUCCEEDED
+from api.nodepool import API_VERSION, READY, VALIDATION_SUCCEEDED
 from cluster.tenancy import ENDPOINT_NOT_ALLOWED, NAMESPACE_NOT_SERVED
 from reporting.events import record_event
 

@@ -17,7 +17,7 @@ from typer.testing import CliRunner, Result
 
 from api import NodeClaimPhase
 from api.messages import ScaleDownRequest, claim_workflow_id
-from api.pool import pool_workflow_id
+from api.nodepool.messages import pool_workflow_id
 from cli.claims import new_claim_name
 from cli.main import app
 from cli.timeline import format_duration, phase_timeline

@@ -17,7 +17,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from temporalio.client import Client
 
 from api.messages import claim_workflow_id
-from api.pool import pool_workflow_id
+from api.nodepool.messages import pool_workflow_id
 from reporting import metrics
 from sim.cluster import SimulatedCluster
 from tests.e2e.harness import (

@@ -20,8 +20,8 @@ from activities.planning.catalog import Catalog
 from api import NodeClaimPhase, NodeClaimStatus, NodeClass, NodePool, Offering
 from api.nodeclaim import Condition
 from api.nodepool import Requirements
+from api.nodepool.messages import BudgetStatus, PoolClaim, PoolStatus
 from api.planning import Resources
-from api.pool import BudgetStatus, PoolClaim, PoolStatus
 from cli.claims import ClaimError, PoolContext, check_offering, price_offering
 from cli.claims_cmd import print_claim
 from cli.main import app
