@@ -15,7 +15,7 @@ import yaml
 from api import NodeClaim
 from api.claims import new_claim
 from api.nodepool import NodePoolResources, NodePoolSpec, NodePoolStatus
-from cli.crds_cmd import KINDS, file_name, write_crds
+from cli.commands.crds import KINDS, file_name, write_crds
 from tests.deploy.conftest import DEPLOY, ROOT
 
 CRDS = DEPLOY / "base" / "crds"

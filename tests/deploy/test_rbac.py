@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from cli.rbac_cmd import tenant_objects
+from cli.commands.tenant_rbac import tenant_objects
 from tests.deploy.conftest import OVERLAYS
 from tests.deploy.kube_calls import needs_of
 
