@@ -39,7 +39,6 @@ from activities.kube import (
     read_secret_value,
 )
 from activities.tailscale import MintedKey, open_api, reusable_key
-from activities.tenancy import Tenancy
 from api import labels
 from api._base import SecretKeyRef
 from api.errors import INVALID_CONFIGURATION, KUBE_CONFLICT, kube_api_error
@@ -47,6 +46,7 @@ from api.messages import BootstrapInput, BootstrapRefs
 from api.nodeclaim import Offering
 from api.nodeclass import NodeClassSpec
 from api.nodepool import Taint
+from cluster.tenancy import Tenancy
 
 log = logging.getLogger(__name__)
 

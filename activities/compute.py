@@ -17,7 +17,6 @@ from kubernetes import client as k8s
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities import metrics
 from activities.bootstrap import read_user_data
 from activities.heartbeat import heartbeating, heartbeats_itself
 from activities.kube import read_secret_value
@@ -32,7 +31,6 @@ from activities.providers.base import (
     ProviderError,
     RetryableError,
 )
-from activities.tenancy import Tenancy
 from api import labels
 from api.errors import (
     CAPACITY_ERROR,
@@ -43,6 +41,8 @@ from api.errors import (
 )
 from api.messages import CreateInstanceInput, InstanceInfo, InstanceRef
 from api.nodeclass import NodeClassSpec
+from cluster.tenancy import Tenancy
+from reporting import metrics
 
 log = logging.getLogger(__name__)
 

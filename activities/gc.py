@@ -41,7 +41,6 @@ from activities.heartbeat import heartbeating, heartbeats_itself
 from activities.kube import discard, read_secret_value
 from activities.providers import provider_class
 from activities.providers.base import Provider, ProviderError
-from activities.tenancy import Tenancy
 from api import labels
 from api.gc import (
     ClaimState,
@@ -61,6 +60,7 @@ from api.gc import (
 )
 from api.messages import claim_workflow_id
 from api.nodeclass import NodeClass
+from cluster.tenancy import Tenancy
 
 log = logging.getLogger(__name__)
 

@@ -16,13 +16,14 @@ from kubernetes.client.exceptions import ApiException
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities import metrics
-from activities.events import record_event
 from api import labels
 from api.errors import KUBE_CONFLICT
 from api.events import ObjectRef
 from api.messages import MirrorInput
-from api.nodepool_status import READY, VALIDATION_SUCCEEDED, NodePoolStatusUpdate
+from api.nodepool import READY, VALIDATION_SUCCEEDED
+from api.nodepool.messages import NodePoolStatusUpdate
+from reporting import metrics
+from reporting.events import record_event
 
 log = logging.getLogger(__name__)
 

@@ -35,11 +35,11 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.kube import read_secret_value
-from activities.tenancy import Tenancy
 from api._base import SecretKeyRef
 from api.errors import INVALID_CONFIGURATION
 from api.messages import TailnetDeviceRef, TailnetDeviceRemoval
 from api.nodeclass import TailscaleSettings
+from cluster.tenancy import Tenancy
 
 log = logging.getLogger(__name__)
 

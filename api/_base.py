@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
@@ -42,6 +45,15 @@ class SecretKeyRef(CamelModel):
         description="Only the referencing object's own namespace (or unset): a Secret is "
         "never read across namespaces.",
     )
+
+
+# A Kubernetes status condition, as NodeClaims and NodePools report them.
+class Condition(CamelModel):
+    type: str
+    status: Literal["True", "False", "Unknown"]
+    reason: str = ""
+    message: str = ""
+    last_transition_time: datetime
 
 
 class ObjectMeta(CamelModel):

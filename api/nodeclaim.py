@@ -8,7 +8,7 @@ from typing import Annotated, Literal
 
 from pydantic import ConfigDict, Field, field_validator
 
-from api._base import CamelModel, ObjectMeta
+from api._base import CamelModel, Condition, ObjectMeta
 from api.limits import (
     CPU_BOUND_RULE,
     DNS_SUBDOMAIN_PATTERN,
@@ -169,14 +169,6 @@ class NodeClaimSpec(CamelModel):
     disruption: ClaimDisruption = ClaimDisruption()
 
     _labels = field_validator("labels")(_valid_labels)
-
-
-class Condition(CamelModel):
-    type: str
-    status: Literal["True", "False", "Unknown"]
-    reason: str = ""
-    message: str = ""
-    last_transition_time: datetime
 
 
 class NodeClaimStatus(CamelModel):

@@ -53,7 +53,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.runtime import LogForwardingConfig, LoggingConfig, Runtime, TelemetryConfig
 
 from api import search_attributes
-from api.pool import pool_workflow_id
+from api.nodepool.messages import pool_workflow_id
 from cli.devstack import free_port, temporal_cli
 from workflows.nodeclaim import NodeClaimWorkflow
 from workflows.nodepool import NodePoolWorkflow

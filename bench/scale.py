@@ -50,7 +50,13 @@ from temporalio.service import RPCError
 from api import NodeClass, NodePool
 from api.limits import MAX_TTL_S
 from api.messages import TASK_QUEUE, ClaimTimings, ScaleDownRequest
-from api.pool import DemandUpdate, NodePoolInput, PoolSpecs, PoolState, pool_workflow_id
+from api.nodepool.messages import (
+    DemandUpdate,
+    NodePoolInput,
+    PoolSpecs,
+    PoolState,
+    pool_workflow_id,
+)
 from workflows.nodeclaim import NodeClaimWorkflow
 from workflows.nodepool import NodePoolWorkflow
 

@@ -19,7 +19,6 @@ from kubernetes import client as k8s
 from temporalio.client import WorkflowFailureError
 
 from api import NodeClaimPhase, NodeClaimStatus, labels
-from cli.claims import build_claim, load_pool, start_claim
 from cli.devstack import (
     SAMPLE_POOL,
     EmbeddedStack,
@@ -29,6 +28,7 @@ from cli.devstack import (
     free_port,
     standin_offering,
 )
+from cli.manual_claims import build_claim, load_pool, start_claim
 from workflows.nodeclaim import NodeClaimWorkflow
 
 Say = Callable[[str], None]

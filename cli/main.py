@@ -1,4 +1,5 @@
-"""The `cloudburst` command."""
+"""The `cloudburst` app: the short top-level commands here, the others from `cli/commands/`
+(one module a command, named after it; see `cli/commands/__init__.py`)."""
 
 from __future__ import annotations
 
@@ -14,15 +15,15 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
-from cli.bootstrap_cmd import bootstrap_app
-from cli.catalog_cmd import catalog_app
-from cli.claims_cmd import claims_app
+from cli.commands.bootstrap import bootstrap_app
+from cli.commands.catalog import catalog_app
+from cli.commands.claims import claims_app
+from cli.commands.crds import crds
+from cli.commands.pools import pools_app
+from cli.commands.tenant_rbac import tenant_rbac
 from cli.connect import Kubeconfig, TemporalAddress, cli_settings, connect_or_exit, fail
-from cli.crds_cmd import crds
 from cli.manifests import Loaded, Problem, load_manifests
 from cli.output import stdout_console
-from cli.pools_cmd import pools_app
-from cli.rbac_cmd import tenant_rbac
 from worker.client import kube_api_client
 from worker.settings import Settings
 

@@ -26,7 +26,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from api import labels
 from api.messages import NodeObservation, ScaleDownRequest, claim_workflow_id
-from api.pool import pool_workflow_id
+from api.nodepool.messages import pool_workflow_id
 from cluster.interruption import interruption_notice
 from cluster.pods import is_do_not_disrupt, is_left_alone
 from trigger.watch import start_watches

@@ -4,7 +4,7 @@ Stateless in every way that matters: the pool workflow keys demand by pod UID, s
 (which re-lists and re-sends everything) or a second replica sending the same pods changes
 nothing. Pods no pool can host get a `NoMatchingNodePool` Event saying why.
 
-Only what the operator lets this Cloudburst serve is served (activities/tenancy.py): a
+Only what the operator lets this Cloudburst serve is served (cluster/tenancy.py): a
 NodePool or NodeClass outside the tenant namespaces, or a NodeClass whose endpoint override
 is not allowed, is refused like an invalid one (condition, Event; its pods are told why) and
 never reaches a workflow, so nothing reads its Secrets or calls its endpoint.
@@ -27,17 +27,23 @@ from temporalio.client import Client
 from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.service import RPCError, RPCStatusCode
 
-from activities import metrics
-from activities.events import record_event
-from activities.tenancy import Refusal, Tenancy
 from api import NodeClass, NodePool, events
 from api.events import KubeEvent, ObjectRef
 from api.messages import ClaimTimings
+from api.nodepool.messages import (
+    DemandUpdate,
+    NodePoolInput,
+    PoolSpecs,
+    PoolState,
+    pool_workflow_id,
+)
 from api.planning import PodDemand
-from api.pool import DemandUpdate, NodePoolInput, PoolSpecs, PoolState, pool_workflow_id
 from api.problems import summary
 from cluster.pods import is_unschedulable
 from cluster.requirements import pod_demand, pool_can_host
+from cluster.tenancy import Refusal, Tenancy
+from reporting import metrics
+from reporting.events import record_event
 from trigger.verdicts import INVALID_SPEC, SpecVerdicts
 from trigger.watch import start_watches
 from worker.settings import BATCH_IDLE_S, BATCH_MAX_S, Settings

@@ -9,7 +9,7 @@ A NodePool's `Ready` is its workflow's to write (activities/mirror.py keeps the 
 conditions when it does).
 
 A valid object this Cloudburst will not serve is refused the same way, with its own reason
-(activities/tenancy.py): `NamespaceNotServed` (its namespace is not one the operator lists)
+(cluster/tenancy.py): `NamespaceNotServed` (its namespace is not one the operator lists)
 or `EndpointNotAllowed` (a NodeClass endpoint override the operator does not allow).
 """
 
@@ -22,11 +22,10 @@ from typing import Any
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
-from activities.events import record_event
-from activities.tenancy import ENDPOINT_NOT_ALLOWED, NAMESPACE_NOT_SERVED
 from api.events import KubeEvent, ObjectRef
-from api.nodepool import API_VERSION
-from api.nodepool_status import READY, VALIDATION_SUCCEEDED
+from api.nodepool import API_VERSION, READY, VALIDATION_SUCCEEDED
+from cluster.tenancy import ENDPOINT_NOT_ALLOWED, NAMESPACE_NOT_SERVED
+from reporting.events import record_event
 
 log = logging.getLogger(__name__)
 

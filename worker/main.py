@@ -25,7 +25,7 @@ from activities.planning.config import PriceSettings
 from activities.planning.consolidation import ConsolidationActivities
 from activities.planning.prices import PriceActivities
 from activities.tailscale import TailscaleActivities
-from activities.tenancy import Tenancy
+from cluster.tenancy import Tenancy
 from worker.client import connect_temporal, kube_api_client, register_search_attributes
 from worker.gc_schedule import ensure_gc_schedule
 from worker.health import serving_health

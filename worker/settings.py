@@ -30,9 +30,9 @@ from pydantic_settings import (
     YamlConfigSettingsSource,
 )
 
-from activities.tenancy import DEFAULT_WORKER_NAMESPACE, SERVICES, Tenancy, url_parts
 from api.limits import DNS_LABEL_PATTERN
 from api.messages import TASK_QUEUE
+from cluster.tenancy import DEFAULT_WORKER_NAMESPACE, SERVICES, Tenancy, url_parts
 
 CONFIG_FILE_ENV = "CLOUDBURST_CONFIG_FILE"
 
@@ -157,7 +157,7 @@ class Settings(BaseSettings):
         return value
 
     def tenancy(self) -> Tenancy:
-        """What the worker's activities and the trigger enforce (activities/tenancy.py)."""
+        """What the worker's activities and the trigger enforce (cluster/tenancy.py)."""
         return Tenancy(
             worker_namespace=self.worker_namespace,
             namespaces=None

@@ -46,7 +46,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from api.nodeclaim import ConditionType, NodeClaimPhase, NodeClaimStatus, Offering
     from api.nodepool import API_VERSION, ON_DEMAND
-    from api.pool import ClaimReport, DisruptionPermit, DisruptionRequest
+    from api.nodepool.messages import ClaimReport, DisruptionPermit, DisruptionRequest
     from workflows.alarms import Alarms
     from workflows.decisions import disruption
     from workflows.timeouts import HEARTBEAT, KUBE_CALL, VM_CALL

@@ -36,14 +36,15 @@ with workflow.unsafe.imports_passed_through():
     from api.events import EventBatch, KubeEvent, ObjectRef
     from api.messages import FailureReason, NodeClaimInput, claim_workflow_id
     from api.nodeclaim import NodeClaimPhase
-    from api.nodepool import API_VERSION, Budget, Limits, parse_duration
-    from api.nodepool_status import (
+    from api.nodepool import (
+        API_VERSION,
         LIMIT_REACHED,
+        Budget,
+        Limits,
         NodePoolStatus,
-        NodePoolStatusUpdate,
+        parse_duration,
     )
-    from api.planning import Plan, PlannedNode, PlanRequest, PodDemand
-    from api.pool import (
+    from api.nodepool.messages import (
         BudgetStatus,
         ClaimReport,
         ConsolidationDecision,
@@ -52,10 +53,12 @@ with workflow.unsafe.imports_passed_through():
         DisruptionPermit,
         DisruptionRequest,
         NodePoolInput,
+        NodePoolStatusUpdate,
         PoolClaim,
         PoolSpecs,
         PoolStatus,
     )
+    from api.planning import Plan, PlannedNode, PlanRequest, PodDemand
     from api.quantity import cpu_millis, memory_bytes
     from workflows.alarms import Alarms
     from workflows.decisions import budgets as budget_rules

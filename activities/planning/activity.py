@@ -33,7 +33,6 @@ from activities.planning.price_store import LiveCatalog
 from activities.planning.recommend import CatalogRecommender, Recommender
 from activities.providers.base import FatalError, ProviderError
 from activities.providers.fake import FakeProvider
-from activities.tenancy import Tenancy
 from api.errors import INVALID_CONFIGURATION, RECOMMENDER_UNAVAILABLE
 from api.nodeclaim import Offering
 from api.nodepool import NodePoolSpec
@@ -45,6 +44,7 @@ from cluster.requirements import (
     static_labels,
     tolerates,
 )
+from cluster.tenancy import Tenancy
 
 log = logging.getLogger(__name__)
 

@@ -16,8 +16,8 @@ from kubernetes import client as k8s
 from temporalio import activity
 
 from activities.planning.activity import PlanningActivities
+from api.nodepool.messages import ConsolidationDecision, ConsolidationInput
 from api.planning import PlanRequest, PodDemand, Resources
-from api.pool import ConsolidationDecision, ConsolidationInput
 from api.quantity import cpu_millis, memory_bytes
 from cluster.pods import has_do_not_disrupt, is_left_alone
 from cluster.requirements import pod_demand

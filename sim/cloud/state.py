@@ -71,19 +71,28 @@ class FakeInstanceType:
         }
 
 
-DEFAULT_INSTANCE_TYPES: tuple[FakeInstanceType, ...] = (
-    FakeInstanceType("fk-small", 2, 4, "x86_64", 0.012),
-    FakeInstanceType("fk-medium", 4, 8, "x86_64", 0.022),
-    FakeInstanceType("fk-large", 8, 16, "x86_64", 0.041),
-    FakeInstanceType("fk-xlarge", 16, 32, "x86_64", 0.079),
-    FakeInstanceType("fk-2xlarge", 32, 64, "x86_64", 0.152),
-    FakeInstanceType("fk-mem-medium", 4, 32, "x86_64", 0.048),
-    FakeInstanceType("fk-mem-large", 8, 64, "x86_64", 0.092),
-    FakeInstanceType("fk-cpu-large", 16, 16, "x86_64", 0.068),
-    FakeInstanceType("fk-arm-small", 2, 4, "arm64", 0.009),
-    FakeInstanceType("fk-arm-medium", 4, 8, "arm64", 0.017),
-    FakeInstanceType("fk-arm-large", 8, 16, "arm64", 0.032),
-    FakeInstanceType("fk-arm-xlarge", 16, 32, "arm64", 0.061),
+# The fake cloud's catalog: a size ladder of general (x86_64 and arm64), memory- and
+# CPU-optimised types, with their EUR prices per hour.
+_INSTANCE_TABLE = """
+name           vcpu   GiB  arch    EUR/h
+fk-small          2     4  x86_64  0.012
+fk-medium         4     8  x86_64  0.022
+fk-large          8    16  x86_64  0.041
+fk-xlarge        16    32  x86_64  0.079
+fk-2xlarge       32    64  x86_64  0.152
+fk-mem-medium     4    32  x86_64  0.048
+fk-mem-large      8    64  x86_64  0.092
+fk-cpu-large     16    16  x86_64  0.068
+fk-arm-small      2     4  arm64   0.009
+fk-arm-medium     4     8  arm64   0.017
+fk-arm-large      8    16  arm64   0.032
+fk-arm-xlarge    16    32  arm64   0.061
+"""
+DEFAULT_INSTANCE_TYPES: tuple[FakeInstanceType, ...] = tuple(
+    FakeInstanceType(name, int(vcpu), int(memory_gib), arch, float(price))
+    for name, vcpu, memory_gib, arch, price in (
+        row.split() for row in _INSTANCE_TABLE.strip().splitlines()[1:]
+    )
 )
 
 

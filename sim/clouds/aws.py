@@ -165,7 +165,6 @@ class AwsStandin(CloudStandin):
         regions: tuple[str, ...] = DEFAULT_REGIONS,
         account_id: str | None = None,
     ) -> None:
-        self.boot_delay_s = boot_delay_s
         self.host = host
         self.regions = list(regions)
         self.account_id = account_id or f"{secrets.randbelow(10**12):012d}"
@@ -189,7 +188,9 @@ class AwsStandin(CloudStandin):
         # instance id -> the spot instance-action IMDS serves it (until it is terminated)
         self._notices: dict[str, SpotNotice] = {}
         # The proxy in front of moto, injecting failures; moto keeps the VMs (and counts them).
-        super().__init__(ops=OPS, host=host, port=port, name="aws-standin")
+        super().__init__(
+            ops=OPS, name="aws-standin", boot_delay_s=boot_delay_s, host=host, port=port
+        )
 
     # ---- lifecycle -------------------------------------------------------------------------
 

@@ -35,7 +35,7 @@ import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
-from typing import Any
+from typing import Any, Unpack
 from urllib.parse import quote
 
 from sim.clouds.base import (
@@ -44,6 +44,7 @@ from sim.clouds.base import (
     Request,
     Response,
     SpotNotice,
+    StandinOptions,
     lifecycle_state,
     private_ip,
     rfc3339,
@@ -198,19 +199,14 @@ class AzureStandin(CloudStandin):
         *,
         subscription_id: str | None = None,
         resource_group: str = "cloudburst-rg",
-        boot_delay_s: float = 1.0,
-        delete_delay_s: float = 0.2,
         op_delay_s: float = 0.2,
-        host: str = "127.0.0.1",
-        port: int = 0,
         locations: tuple[str, ...] = DEFAULT_LOCATIONS,
         sizes: tuple[VmSize, ...] = DEFAULT_SIZES,
         page_size: int = 50,
+        **options: Unpack[StandinOptions],
     ) -> None:
         self.subscription_id = subscription_id or str(uuid.uuid4())
         self.resource_group = resource_group
-        self.boot_delay_s = boot_delay_s
-        self.delete_delay_s = delete_delay_s
         self.op_delay_s = op_delay_s
         self.locations = list(locations)
         self.sizes = {s.name: s for s in sizes}
@@ -230,7 +226,7 @@ class AzureStandin(CloudStandin):
         self._polls: list[tuple[str, str]] = []
         self._notices: dict[str, SpotNotice] = {}  # VM name (lower case) -> its eviction
         self._incarnation = 0  # Scheduled Events' DocumentIncarnation
-        super().__init__(ops=OPS, kinds=KINDS, host=host, port=port, name="azure-standin")
+        super().__init__(ops=OPS, kinds=KINDS, name="azure-standin", **options)
 
     def nodeclass_block(self, secret_name: str, secret_key: str) -> dict[str, Any]:
         return {

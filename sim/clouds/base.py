@@ -11,7 +11,9 @@ The helpers below are for writing stand-ins quickly and alike (none is required)
   (`start`/`stop`/`with`, from `ServedStandin`), the lock over its state, failure injection
   (`inject_failure`/`clear_failures`, `_fail(op)` answering with the subclass's
   `_failure_response(kind)`), the created/deleted counters and the delete delay after which
-  a VM is gone (`_purge_deleted`); each subclass keeps only what its real API shapes;
+  a VM is gone (`_purge_deleted`), and the constructor keywords every stand-in takes
+  (`StandinOptions`: boot and delete delays, host, port); each subclass keeps only what its
+  real API shapes;
 - `Failures`: per-op injected failures (`inject_failure(op, kind, times=1)`), consumed in
   order; each stand-in maps a kind to its own cloud's wire error;
 - `lifecycle_state`: pending → running after a boot delay, stopping → gone after a delete
@@ -51,7 +53,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Protocol, Self, TypeVar, runtime_checkable
+from typing import Any, Protocol, Self, TypedDict, TypeVar, runtime_checkable
 from urllib.parse import parse_qs, urlsplit
 
 from sim.cloud import FakeCloud
@@ -405,6 +407,16 @@ class _DeletableVm(Protocol):
 _Vm = TypeVar("_Vm", bound=_DeletableVm)
 
 
+class StandinOptions(TypedDict, total=False):
+    """What every cloud stand-in's constructor takes besides its own cloud's settings (a
+    stand-in's `**options: Unpack[StandinOptions]`, handed on to `CloudStandin`)."""
+
+    boot_delay_s: float  # a new VM is pending this long, then running
+    delete_delay_s: float  # a deleted VM is still listed this long
+    host: str
+    port: int  # 0: any free port
+
+
 class CloudStandin(ServedStandin):
     """What the cloud stand-ins share besides their API: the lock over their state, failure
     injection, the counters `stats()` reports, and VMs that go once a delete delay is over.
@@ -422,11 +434,15 @@ class CloudStandin(ServedStandin):
         *,
         ops: tuple[str, ...],
         kinds: tuple[str, ...] = FAILURE_KINDS,
-        host: str,
-        port: int,
         name: str,
         tls: ssl.SSLContext | None = None,
+        boot_delay_s: float = 1.0,
+        delete_delay_s: float = 0.2,
+        host: str = "127.0.0.1",
+        port: int = 0,
     ) -> None:
+        self.boot_delay_s = boot_delay_s
+        self.delete_delay_s = delete_delay_s
         self.failures = Failures(ops, kinds)
         self._lock = threading.Lock()
         self._created_by_name: Counter[str] = Counter()

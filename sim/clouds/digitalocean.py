@@ -19,7 +19,7 @@ from __future__ import annotations
 import itertools
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Unpack
 from urllib.parse import urlencode
 
 from api.label_tags import labels_from_tags
@@ -28,6 +28,7 @@ from sim.clouds.base import (
     CloudStandin,
     Request,
     Response,
+    StandinOptions,
     lifecycle_state,
     private_ip,
     rfc3339,
@@ -108,18 +109,13 @@ class DigitalOceanStandin(CloudStandin):
         self,
         *,
         token: str = "dop_v1_standin-token",
-        boot_delay_s: float = 1.0,
-        delete_delay_s: float = 0.2,
-        host: str = "127.0.0.1",
-        port: int = 0,
         regions: tuple[str, ...] = DEFAULT_REGIONS,
         sizes: tuple[Size, ...] = DEFAULT_SIZES,
         page_size_cap: int = 200,
+        **options: Unpack[StandinOptions],
     ) -> None:
         self.token = token
         self.credential = token
-        self.boot_delay_s = boot_delay_s
-        self.delete_delay_s = delete_delay_s
         self.regions = list(regions)
         self.sizes = {s.slug: s for s in sizes}
         self.page_size_cap = page_size_cap
@@ -129,7 +125,7 @@ class DigitalOceanStandin(CloudStandin):
         self._ids = itertools.count(301_000_001)
         self._actions = itertools.count(1)
         self._requests: list[tuple[str, str, str]] = []
-        super().__init__(ops=OPS, kinds=KINDS, host=host, port=port, name="do-standin")
+        super().__init__(ops=OPS, kinds=KINDS, name="do-standin", **options)
 
     # ---- lifecycle -------------------------------------------------------------------------
 

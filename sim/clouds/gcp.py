@@ -32,7 +32,7 @@ import secrets
 import ssl
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Unpack
 from urllib.parse import parse_qs
 
 from sim.clouds.base import (
@@ -40,6 +40,7 @@ from sim.clouds.base import (
     Request,
     Response,
     SpotNotice,
+    StandinOptions,
     lifecycle_state,
     private_ip,
     rfc3339,
@@ -215,20 +216,15 @@ class GcpStandin(CloudStandin):
         self,
         *,
         project: str = "cb-standin",
-        boot_delay_s: float = 1.0,
-        delete_delay_s: float = 0.2,
         op_delay_s: float = 0.2,
-        host: str = "127.0.0.1",
-        port: int = 0,
         zones: tuple[str, ...] = DEFAULT_ZONES,
         machine_types: tuple[MachineType, ...] = DEFAULT_MACHINE_TYPES,
         require_auth: bool = True,
         page_size_cap: int = 500,
         tls: ssl.SSLContext | None = None,
+        **options: Unpack[StandinOptions],
     ) -> None:
         self.project = project
-        self.boot_delay_s = boot_delay_s
-        self.delete_delay_s = delete_delay_s
         self.op_delay_s = op_delay_s
         self.zones = list(zones)
         self.machine_types = {m.name: m for m in machine_types}
@@ -248,7 +244,7 @@ class GcpStandin(CloudStandin):
         self._tokens_issued = 0
         self._notices: dict[str, SpotNotice] = {}  # VM name -> its preemption
         # `tls`: serve HTTPS (the provider sends the worker's own identity to https only).
-        super().__init__(ops=OPS, host=host, port=port, name="gcp-standin", tls=tls)
+        super().__init__(ops=OPS, name="gcp-standin", tls=tls, **options)
 
     def nodeclass_block(self, secret_name: str, secret_key: str) -> dict[str, Any]:
         return {

@@ -26,12 +26,13 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Unpack
 
 from sim.clouds.base import (
     CloudStandin,
     Request,
     Response,
+    StandinOptions,
     lifecycle_state,
     private_ip,
     rfc3339,
@@ -187,14 +188,9 @@ class HetznerStandin(CloudStandin):
         self,
         *,
         token: str | None = None,
-        boot_delay_s: float = 1.0,
-        delete_delay_s: float = 0.2,
-        host: str = "127.0.0.1",
-        port: int = 0,
+        **options: Unpack[StandinOptions],
     ) -> None:
         self.token = token if token is not None else secrets.token_hex(32)
-        self.boot_delay_s = boot_delay_s
-        self.delete_delay_s = delete_delay_s
         self.types = {t.name: t for t in SERVER_TYPES}
         self.region = "fsn1"
         self.instance_type = "cx23"
@@ -202,7 +198,7 @@ class HetznerStandin(CloudStandin):
         self._ids = itertools.count(4711001)
         self._actions = itertools.count(90001)
         self._creates_attempted = 0
-        super().__init__(ops=OPS, host=host, port=port, name="hetzner-standin")
+        super().__init__(ops=OPS, name="hetzner-standin", **options)
 
     # ---- lifecycle -------------------------------------------------------------------------
 

@@ -26,7 +26,7 @@ import time
 import uuid
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Unpack
 from urllib.parse import urlencode
 
 from api import labels
@@ -35,6 +35,7 @@ from sim.clouds.base import (
     CloudStandin,
     Request,
     Response,
+    StandinOptions,
     lifecycle_state,
     private_ip,
     rfc3339,
@@ -145,14 +146,11 @@ class OvhStandin(CloudStandin):
         self,
         *,
         project_id: str = "0123456789abcdef0123456789abcdef",
-        boot_delay_s: float = 1.0,
-        delete_delay_s: float = 0.2,
-        host: str = "127.0.0.1",
-        port: int = 0,
         regions: tuple[str, ...] = DEFAULT_REGIONS,
         flavors: tuple[Flavor, ...] = DEFAULT_FLAVORS,
         images: tuple[str, ...] = DEFAULT_IMAGES,
         clock_skew_s: int = 0,
+        **options: Unpack[StandinOptions],
     ) -> None:
         self.project_id = project_id
         self.application_key = secrets.token_hex(8)
@@ -165,8 +163,6 @@ class OvhStandin(CloudStandin):
                 "consumer_key": self.consumer_key,
             }
         )
-        self.boot_delay_s = boot_delay_s
-        self.delete_delay_s = delete_delay_s
         self.regions = list(regions)
         self.flavors = {f.name: f for f in flavors}
         self.images = list(images)
@@ -176,7 +172,7 @@ class OvhStandin(CloudStandin):
         self._instances: dict[str, _Instance] = {}
         self._n = itertools.count(1)
         self._requests: list[tuple[str, str]] = []
-        super().__init__(ops=OPS, kinds=KINDS, host=host, port=port, name="ovh-standin")
+        super().__init__(ops=OPS, kinds=KINDS, name="ovh-standin", **options)
 
     # ---- lifecycle -------------------------------------------------------------------------
 

@@ -34,12 +34,13 @@ import uuid
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Unpack
 
 from sim.clouds.base import (
     CloudStandin,
     Request,
     Response,
+    StandinOptions,
     private_ip,
     rfc3339,
 )
@@ -181,15 +182,10 @@ class ScalewayStandin(CloudStandin):
         *,
         secret_key: str | None = None,
         project_id: str = DEFAULT_PROJECT,
-        boot_delay_s: float = 1.0,
-        delete_delay_s: float = 0.2,
-        host: str = "127.0.0.1",
-        port: int = 0,
+        **options: Unpack[StandinOptions],
     ) -> None:
         self.secret_key = secret_key or str(uuid.uuid4())
         self.project_id = project_id
-        self.boot_delay_s = boot_delay_s
-        self.delete_delay_s = delete_delay_s
         self.types = {t.name: t for t in SERVER_TYPES}
         self.region = "fr-par"
         self.zone = "fr-par-1"
@@ -199,7 +195,7 @@ class ScalewayStandin(CloudStandin):
         self._n = 0
         self._creates_attempted = 0
         self._booted_without_user_data: list[str] = []
-        super().__init__(ops=OPS, host=host, port=port, name="scaleway-standin")
+        super().__init__(ops=OPS, name="scaleway-standin", **options)
 
     # ---- lifecycle -------------------------------------------------------------------------
 

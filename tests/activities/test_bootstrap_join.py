@@ -13,12 +13,12 @@ from temporalio.testing import ActivityEnvironment
 
 from activities.bootstrap import BootstrapActivities, read_user_data
 from activities.kube import STARTUP_TAINT, KubeActivities
-from activities.tenancy import Tenancy
 from api import labels
 from api.messages import BootstrapInput, LabelNodeInput
 from api.nodeclaim import Offering
 from api.nodeclass import NodeClassSpec
 from api.nodepool import Taint
+from cluster.tenancy import Tenancy
 from sim.cloud import FakeCloud
 from sim.kubeapi import KubeApiServer
 from sim.kubelet import Kubelets

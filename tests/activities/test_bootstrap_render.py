@@ -26,7 +26,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 
 from activities.bootstrap import ca_cert_hash
 from api import NodeClass, NodePool, Offering
-from cli.bootstrap_cmd import (
+from cli.commands.bootstrap import (
     CA_HASH_PLACEHOLDER,
     TOKEN_PLACEHOLDER,
     RenderError,

@@ -20,11 +20,11 @@ from temporalio.testing import ActivityEnvironment
 from activities.compute import ComputeActivities
 from activities.providers import provider_class
 from activities.providers.base import Instance, InstanceSpec, Provider, split_instance_id
-from activities.tenancy import Tenancy
 from api import labels as L
 from api.errors import INVALID_CONFIGURATION, PROVIDER_FATAL
 from api.messages import InstanceRef
 from api.nodeclass import NodeClassSpec
+from cluster.tenancy import Tenancy
 from sim.clouds.ovh import OvhStandin
 from sim.clouds.scaleway import ScalewayStandin, new_secret_key
 

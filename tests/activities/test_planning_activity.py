@@ -14,10 +14,10 @@ from temporalio.testing import ActivityEnvironment
 
 from activities.planning.activity import PlanningActivities
 from activities.planning.config import PlanningConfig
-from activities.tenancy import Tenancy
 from api.nodeclass import NodeClassSpec
 from api.nodepool import NodePoolSpec
 from api.planning import PlanRequest, PodDemand, Resources
+from cluster.tenancy import Tenancy
 from sim.cloud import FakeCloud, FakeCloudServer, FakeInstanceType
 from sim.kubeapi import KubeApiServer
 

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from activities.planning.catalog import SHIPPED_PATH, Catalog
 from api.nodepool import Requirements
-from cli.catalog_cmd import catalog_app
+from cli.commands.catalog import catalog_app
 
 Route = Callable[[str, dict[str, str], dict[str, str]], tuple[int, Any]]
 

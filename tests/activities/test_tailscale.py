@@ -14,10 +14,10 @@ from temporalio.testing import ActivityEnvironment
 
 from activities.bootstrap import BootstrapActivities, read_user_data
 from activities.tailscale import TailscaleActivities
-from activities.tenancy import Tenancy
 from api import labels
 from api.messages import BootstrapInput, BootstrapRefs, TailnetDeviceRef
 from api.nodeclass import NodeClassSpec
+from cluster.tenancy import Tenancy
 from sim.kubeapi import KubeApiServer
 from sim.tailscale import TailnetStandin
 from tests.activities.conftest import WORKER_NAMESPACE

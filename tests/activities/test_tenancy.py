@@ -18,13 +18,13 @@ from activities.compute import ComputeActivities
 from activities.gc import GcActivities
 from activities.planning.activity import PlanningActivities
 from activities.planning.config import PlanningConfig
-from activities.tenancy import ENDPOINT_NOT_ALLOWED, NAMESPACE_NOT_SERVED, Tenancy, url_parts
 from api.gc import OrphanGcInput
 from api.messages import BootstrapInput, InstanceRef
 from api.nodeclaim import Offering
 from api.nodeclass import NodeClassSpec
 from api.nodepool import NodePoolSpec
 from api.planning import PlanRequest
+from cluster.tenancy import ENDPOINT_NOT_ALLOWED, NAMESPACE_NOT_SERVED, Tenancy, url_parts
 from sim.clouds.base import Request, Response, StandinHTTPServer
 from sim.kubeapi import KubeApiServer
 

@@ -3,8 +3,9 @@
 An AST scan finds every method of `CoreV1Api`, `AppsV1Api`, `PolicyV1Api` and
 `CustomObjectsApi` the code calls or hands to a watch, and turns each into the RBAC
 (apiGroup, resource, verb) it needs. Per process: the worker runs everything under
-`activities/` and `worker/`; the trigger runs `trigger/` and only the functions it imports
-from `activities/` (followed to the helpers they call in their own module).
+`activities/`, `reporting/` and `worker/`; the trigger runs `trigger/` and only the functions
+it imports from `activities/`, `reporting/` and `cluster/` (followed to the helpers they call
+in their own module).
 """
 
 from __future__ import annotations
@@ -78,16 +79,21 @@ def _methods() -> dict[str, str]:
 
 def needs_of(process: str) -> set[Need]:
     if process == "worker":
-        files = sorted((ROOT / "activities").rglob("*.py")) + sorted((ROOT / "worker").glob("*.py"))
+        files = [
+            *sorted((ROOT / "activities").rglob("*.py")),
+            *sorted((ROOT / "reporting").glob("*.py")),
+            *sorted((ROOT / "worker").glob("*.py")),
+        ]
         return {need for path in files for need in _scan(path).all()}
     if process == "trigger":
         found: set[Need] = set()
         for path in sorted((ROOT / "trigger").glob("*.py")):
             scan = _scan(path)
             found |= scan.all()
-            for module, names in scan.imports_from("activities").items():
-                imported = _scan(ROOT / (module.replace(".", "/") + ".py"))
-                found |= imported.of_functions(names)
+            for package in ("activities", "reporting", "cluster"):
+                for module, names in scan.imports_from(package).items():
+                    imported = _scan(ROOT / (module.replace(".", "/") + ".py"))
+                    found |= imported.of_functions(names)
         return found
     raise ValueError(process)
 

@@ -14,9 +14,8 @@ import yaml
 
 from api import NodeClaim
 from api.claims import new_claim
-from api.nodepool import NodePoolSpec
-from api.nodepool_status import NodePoolResources, NodePoolStatus
-from cli.crds_cmd import KINDS, file_name, write_crds
+from api.nodepool import NodePoolResources, NodePoolSpec, NodePoolStatus
+from cli.commands.crds import KINDS, file_name, write_crds
 from tests.deploy.conftest import DEPLOY, ROOT
 
 CRDS = DEPLOY / "base" / "crds"

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from cli.rbac_cmd import tenant_objects
+from cli.commands.tenant_rbac import tenant_objects
 from tests.deploy.conftest import OVERLAYS
 from tests.deploy.kube_calls import needs_of
 
@@ -100,7 +100,7 @@ def test_the_scan_sees_the_calls_we_know_about() -> None:
     assert ("", "secrets", "create") in worker
     assert ("", "pods", "watch") in trigger  # a list function handed to the watch loop
     assert ("cloudburst.io", "nodepools", "watch") in trigger
-    assert ("", "events", "create") in trigger  # followed into activities.events.record_event
+    assert ("", "events", "create") in trigger  # followed into reporting.events.record_event
     assert ("", "nodes", "get") in trigger  # a Node gone while no watcher ran
     assert ("", "nodes", "delete") not in trigger  # imports a helper of kube.py, not its calls
 

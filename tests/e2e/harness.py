@@ -23,7 +23,7 @@ from temporalio.client import Client, WorkflowHandle
 
 from api import NodeClaimPhase, NodeClaimStatus, Offering, labels
 from api.messages import ClaimTimings
-from cli.claims import build_claim, load_pool, new_claim_name, start_claim
+from cli.manual_claims import build_claim, load_pool, new_claim_name, start_claim
 from sim.cluster import SimulatedCluster
 from trigger.nodes import NodeWatcher
 from trigger.pending import BatchWindows, PendingPodTrigger

@@ -17,7 +17,7 @@ from temporalio.testing import WorkflowEnvironment
 from api import NodeClaimPhase, NodeClaimStatus, labels
 from api.limits import MIN_EXPIRY_S
 from api.messages import ScaleDownRequest
-from api.pool import PoolStatus, pool_workflow_id
+from api.nodepool.messages import PoolStatus, pool_workflow_id
 from sim.cluster import SimulatedCluster
 from tests.e2e.harness import (
     CLUSTER_ID,

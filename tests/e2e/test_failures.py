@@ -19,7 +19,7 @@ from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError
 
 from api import NodeClaimPhase
 from api import search_attributes as sa
-from api.pool import PoolStatus, pool_workflow_id
+from api.nodepool.messages import PoolStatus, pool_workflow_id
 from tests.e2e.harness import (
     Stack,
     eventually,

@@ -32,7 +32,7 @@ from api import NodeClaimPhase, labels
 from api.gc import GC_SCHEDULE_ID, OrphanGcInput, OrphanGcReport
 from api.messages import ScaleDownRequest
 from api.nodeclass import DigitalOceanClass, OvhClass
-from cli.claims import build_claim, load_pool, new_claim_name, start_claim
+from cli.manual_claims import build_claim, load_pool, new_claim_name, start_claim
 from sim.clouds.digitalocean import DigitalOceanStandin
 from sim.clouds.ovh import OvhStandin
 from sim.cluster import SimulatedCluster

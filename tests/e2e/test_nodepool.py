@@ -12,7 +12,7 @@ from typing import Any
 from kubernetes import client as k8s
 
 from api import NodeClaimPhase, labels
-from api.pool import PoolStatus, pool_workflow_id
+from api.nodepool.messages import PoolStatus, pool_workflow_id
 from api.quantity import format_cpu
 from sim.cluster import SimulatedCluster
 from tests.e2e.harness import (

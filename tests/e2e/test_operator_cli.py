@@ -17,9 +17,9 @@ from typer.testing import CliRunner, Result
 
 from api import NodeClaimPhase
 from api.messages import ScaleDownRequest, claim_workflow_id
-from api.pool import pool_workflow_id
-from cli.claims import new_claim_name
+from api.nodepool.messages import pool_workflow_id
 from cli.main import app
+from cli.manual_claims import new_claim_name
 from cli.timeline import format_duration, phase_timeline
 from tests.e2e.harness import (
     CLUSTER_ID,

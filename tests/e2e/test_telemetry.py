@@ -16,9 +16,9 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from temporalio.client import Client
 
-from activities import metrics
 from api.messages import claim_workflow_id
-from api.pool import pool_workflow_id
+from api.nodepool.messages import pool_workflow_id
+from reporting import metrics
 from sim.cluster import SimulatedCluster
 from tests.e2e.harness import (
     CLUSTER_ID,

@@ -31,7 +31,7 @@ from api._base import ObjectMeta
 from api.gc import OrphanGcInput, OrphanGcReport
 from api.messages import ScaleDownRequest
 from api.nodeclass import NodeClassSpec
-from cli.claims import PoolContext, build_claim, new_claim_name, start_claim
+from cli.manual_claims import PoolContext, build_claim, new_claim_name, start_claim
 from sim.clouds.base import Request, Response, StandinHTTPServer
 from sim.cluster import SimulatedCluster
 from tests.conftest import SecretRecorder

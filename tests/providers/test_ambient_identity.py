@@ -26,9 +26,9 @@ from activities.providers.aws import AwsProvider
 from activities.providers.azure import AzureProvider
 from activities.providers.base import NoIdentityError
 from activities.providers.gcp import GcpProvider
-from activities.tenancy import Tenancy
 from api.messages import InstanceRef
 from api.nodeclass import AwsClass, AzureClass, GcpClass, NodeClassSpec
+from cluster.tenancy import Tenancy
 from sim.clouds.aws import AwsStandin
 from sim.clouds.gcp import GcpStandin
 from tests.tls_material import make_tls_files

@@ -20,13 +20,13 @@ from activities.planning.catalog import Catalog
 from api import NodeClaimPhase, NodeClaimStatus, NodeClass, NodePool, Offering
 from api.nodeclaim import Condition
 from api.nodepool import Requirements
+from api.nodepool.messages import BudgetStatus, PoolClaim, PoolStatus
 from api.planning import Resources
-from api.pool import BudgetStatus, PoolClaim, PoolStatus
-from cli.claims import ClaimError, PoolContext, check_offering, price_offering
-from cli.claims_cmd import print_claim
+from cli.commands.claims import print_claim
+from cli.commands.pools import PoolDescription, print_pool
 from cli.main import app
+from cli.manual_claims import ClaimError, PoolContext, check_offering, price_offering
 from cli.output import TableStream
-from cli.pools_cmd import PoolDescription, print_pool
 from cli.timeline import PhaseSpan
 from tests.unit.test_bounds import NODE_CLASS, POOL
 

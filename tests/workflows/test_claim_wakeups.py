@@ -47,7 +47,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from api.nodeclass import FakeClass, JoinSettings, NodeClassSpec
     from api.nodepool import NodePoolSpec
-    from api.pool import DisruptionPermit, DisruptionRequest
+    from api.nodepool.messages import DisruptionPermit, DisruptionRequest
     from workflows.nodeclaim import NodeClaimWorkflow
 
 

@@ -14,7 +14,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from api import NodeClaimPhase, search_attributes
 from api.messages import ClaimTimings, ScaleDownRequest
-from api.pool import pool_workflow_id
+from api.nodepool.messages import pool_workflow_id
 from sim.cluster import SimulatedCluster
 from tests.conftest import TEMPORAL_CLI
 from tests.e2e.harness import (

@@ -24,17 +24,17 @@ with workflow.unsafe.imports_passed_through():
     from api.nodeclaim import Offering
     from api.nodeclass import FakeClass, JoinSettings, NodeClassSpec
     from api.nodepool import Budget, Disruption, Limits, NodePoolSpec
-    from api.nodepool_status import NodePoolStatusUpdate
-    from api.planning import Plan, PlannedNode, PlanRequest, Resources
-    from api.pool import (
+    from api.nodepool.messages import (
         DemandUpdate,
         DisruptionPermit,
         DisruptionRequest,
         NodePoolInput,
+        NodePoolStatusUpdate,
         PoolSpecs,
         PoolState,
         PoolStatus,
     )
+    from api.planning import Plan, PlannedNode, PlanRequest, Resources
     from workflows.nodepool import NodePoolWorkflow
 
 

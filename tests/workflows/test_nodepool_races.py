@@ -24,9 +24,15 @@ with workflow.unsafe.imports_passed_through():
     from api.nodeclaim import Offering
     from api.nodeclass import FakeClass, JoinSettings, NodeClassSpec
     from api.nodepool import NodePoolSpec
-    from api.nodepool_status import NodePoolStatusUpdate
+    from api.nodepool.messages import (
+        DemandUpdate,
+        NodePoolInput,
+        NodePoolStatusUpdate,
+        PoolSpecs,
+        PoolState,
+        PoolStatus,
+    )
     from api.planning import Plan, PlannedNode, PlanRequest, PodDemand, Resources
-    from api.pool import DemandUpdate, NodePoolInput, PoolSpecs, PoolState, PoolStatus
     from workflows.nodepool import NodePoolWorkflow
 
 

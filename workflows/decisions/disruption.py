@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 
 from api.messages import NodeObservation, ScaleDownRequest
 from api.nodeclaim import ClaimDisruption
-from api.pool import DisruptionPermit
+from api.nodepool.messages import DisruptionPermit
 
 Reached = Callable[[str, datetime], bool]
 # Disruptions the pool starts itself, within its budgets.

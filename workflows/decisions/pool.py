@@ -8,16 +8,16 @@ from datetime import datetime
 from typing import Literal
 
 from api.nodeclaim import Condition, NodeClaimPhase, Offering
-from api.nodepool import Limits
-from api.nodepool_status import (
+from api.nodepool import (
     LIMIT_REACHED,
     PRICES_STALE,
     READY,
+    Limits,
     NodePoolResources,
     NodePoolStatus,
 )
+from api.nodepool.messages import PoolClaim, PoolState
 from api.planning import InFlightNode, PlanRequest, PodDemand, Resources
-from api.pool import PoolClaim, PoolState
 from api.quantity import cpu_millis, format_cpu, format_memory, memory_bytes
 
 

@@ -7,8 +7,8 @@ from datetime import UTC, datetime, timedelta
 from api.nodeclaim import NodeClaimPhase, Offering
 from api.nodeclass import FakeClass, JoinSettings, NodeClassSpec
 from api.nodepool import NodePoolSpec
+from api.nodepool.messages import PoolClaim, PoolSpecs, PoolState
 from api.planning import PodDemand, Resources
-from api.pool import PoolClaim, PoolSpecs, PoolState
 from workflows.decisions.pool import held, plan_request, pool_status
 
 NOW = datetime(2026, 11, 24, 9, 0, tzinfo=UTC)

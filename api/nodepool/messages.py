@@ -1,4 +1,5 @@
-"""NodePoolWorkflow payloads: demand from the trigger, reports from claims, the pool's status."""
+"""NodePoolWorkflow payloads: demand from the trigger, reports from claims, the pool's status
+(its query, and the `sync_nodepool_status` activity's input)."""
 
 from __future__ import annotations
 
@@ -7,11 +8,11 @@ from typing import Literal
 
 from pydantic import BaseModel
 
+from api._base import CamelModel
 from api.messages import ClaimTimings
 from api.nodeclaim import NodeClaimPhase, Offering
 from api.nodeclass import NodeClassSpec
-from api.nodepool import NodePoolSpec
-from api.nodepool_status import NodePoolStatus
+from api.nodepool import NodePoolSpec, NodePoolStatus
 from api.planning import PlannedNode, PodDemand, Resources
 
 
@@ -210,3 +211,17 @@ class ConsolidationDecision(BaseModel):
     replacement: PlannedNode | None = None
     savings_eur_per_hour: float = 0.0
     explanation: str = ""
+
+
+class NodePoolStatusUpdate(CamelModel):
+    """What the pool workflow asks `sync_nodepool_status` to write (and to export as metrics)."""
+
+    namespace: str
+    name: str
+    status: NodePoolStatus
+    cpu_m: int = 0
+    memory_bytes: int = 0
+    # The pool's limits, for the usage-vs-limit gauges; None = unlimited.
+    max_nodes: int | None = None
+    limit_cpu_m: int | None = None
+    limit_memory_bytes: int | None = None

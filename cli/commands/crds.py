@@ -23,7 +23,7 @@ import yaml
 from pydantic import BaseModel
 
 from api import NodeClaim, NodeClass, NodePool
-from api.nodepool_status import NodePoolStatus
+from api.nodepool import NodePoolStatus
 
 GROUP = "cloudburst.io"
 VERSION = "v1alpha1"

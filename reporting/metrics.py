@@ -1,9 +1,9 @@
 """The metrics operators read, named in parallel with Karpenter's where the meaning is the same.
 
-Activities and watchers record through these functions only (it lives here, the lowest layer
-that records, so that activities and the trigger import it without importing upwards). They
-are no-ops until `worker.telemetry.setup_telemetry` binds a meter provider (the CLI and unit tests record
-nothing). Served as Prometheus text by the process' metrics endpoint:
+Activities and watchers record through these functions only (it lives in `reporting/`, below
+both, so that activities and the trigger import it without importing sideways or upwards). They
+are no-ops until `worker.telemetry.setup_telemetry` binds a meter provider (the CLI and unit
+tests record nothing). Served as Prometheus text by the process' metrics endpoint:
 
 | Prometheus name                                   | labels                        |
 |---------------------------------------------------|-------------------------------|

@@ -1,4 +1,9 @@
-"""NodePool: which pods a pool serves, where its nodes may come from, and when they leave."""
+"""NodePool: which pods a pool serves, where its nodes may come from, and when they leave.
+
+The package is the pool's one home in the API: this module holds the resource (its spec and
+the status `kubectl get nodepools` shows); `api/nodepool/messages.py` what the
+NodePoolWorkflow is sent and answers, and what it asks of its activities.
+"""
 
 from __future__ import annotations
 
@@ -12,7 +17,7 @@ from croniter import CroniterError, croniter
 from pydantic import ConfigDict, Field, ValidationInfo, field_validator, model_validator
 from pydantic.json_schema import JsonDict
 
-from api._base import CamelModel, ObjectMeta
+from api._base import CamelModel, Condition, ObjectMeta
 from api.limits import (
     BUDGET_NODES_PATTERN,
     CPU_BOUND_RULE,
@@ -349,3 +354,32 @@ class NodePool(CamelModel):
                 "claims are named <pool>-<5 characters>, a label value of at most 63)"
             )
         return value
+
+
+# --- status: what `kubectl get nodepools` shows (NODES READY CPU MEMORY LIMIT) ----------------
+# Written by the pool's workflow through an activity (`nodepools/status` patch); read by the
+# CRD's printer columns. Quantities are Kubernetes quantity strings ("4", "8Gi").
+
+# Condition types a pool reports (Karpenter's NodePool has Ready and ValidationSucceeded).
+LIMIT_REACHED = "LimitReached"
+# True (a warning) while the pool's latest new nodes were chosen by prices older than
+# CLOUDBURST_PRICES_MAX_AGE_HOURS; present once that has happened.
+PRICES_STALE = "PricesStale"
+READY = "Ready"
+# Written by the trigger, which validates the spec (trigger/verdicts.py); the pool's workflow
+# keeps it, and keeps Ready=False while it is False.
+VALIDATION_SUCCEEDED = "ValidationSucceeded"
+
+
+class NodePoolResources(CamelModel):
+    """Resources of the pool's claims that are not Deleted or Failed."""
+
+    cpu: str | None = None
+    memory: str | None = None
+
+
+class NodePoolStatus(CamelModel):
+    nodes: int = 0
+    ready_nodes: int = 0
+    resources: NodePoolResources = NodePoolResources()
+    conditions: list[Condition] = []

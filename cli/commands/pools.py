@@ -17,7 +17,7 @@ from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 from urllib3.exceptions import HTTPError
 
-from api.pool import PoolStatus, pool_workflow_id
+from api.nodepool.messages import PoolStatus, pool_workflow_id
 from cli.connect import (
     UNREACHABLE,
     Kubeconfig,

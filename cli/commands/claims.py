@@ -23,7 +23,15 @@ from temporalio.service import RPCError, RPCStatusCode
 from api import NodeClaimStatus, search_attributes
 from api._base import CamelModel
 from api.messages import ScaleDownRequest, ScaleDownResult, claim_name_of, claim_workflow_id
-from cli.claims import (
+from cli.connect import (
+    Kubeconfig,
+    TemporalAddress,
+    cli_settings,
+    connect_or_exit,
+    fail,
+    run_or_exit,
+)
+from cli.manual_claims import (
     ClaimError,
     build_claim,
     check_offering,
@@ -32,14 +40,6 @@ from cli.claims import (
     parse_offering,
     price_offering,
     start_claim,
-)
-from cli.connect import (
-    Kubeconfig,
-    TemporalAddress,
-    cli_settings,
-    connect_or_exit,
-    fail,
-    run_or_exit,
 )
 from cli.output import (
     Output,

@@ -16,8 +16,8 @@ from temporalio.exceptions import ApplicationError
 
 from activities.bootstrap import ca_cert_hash, render_claim_script
 from api import NodeClass, NodePool, Offering
-from cli.claims import ClaimError, PoolContext, check_offering, parse_offering
 from cli.manifests import load_manifests
+from cli.manual_claims import ClaimError, PoolContext, check_offering, parse_offering
 
 bootstrap_app = typer.Typer(help="Inspect the first-boot script burst VMs run.")
 

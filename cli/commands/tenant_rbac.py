@@ -16,7 +16,7 @@ from typing import Annotated, Any
 import typer
 import yaml
 
-from activities.tenancy import DEFAULT_WORKER_NAMESPACE
+from cluster.tenancy import DEFAULT_WORKER_NAMESPACE
 
 ROLE = "cloudburst-worker-credentials"
 SERVICE_ACCOUNT = "cloudburst-worker"

@@ -1,0 +1,11 @@
+"""The `cloudburst` commands that need a module of their own, one module a command, named after
+it: `claims.py` holds `cloudburst claims …` (the typer app `claims_app`), `pools.py`,
+`bootstrap.py` and `catalog.py` likewise; `crds.py` and `tenant_rbac.py` the single commands
+`cloudburst crds` and `cloudburst tenant-rbac`.
+
+`cli/main.py` builds the `cloudburst` app from them and holds the short top-level commands
+(`worker`, `trigger`, `dev`, `demo`, `validate`). The other modules of `cli/` are what the
+commands share, named for what they do (`connect.py`, `output.py`, `manifests.py`,
+`manual_claims.py`, `timeline.py`, the embedded stack `devstack.py` and the demo scenarios
+`demo.py`, `dr.py`, `spot.py`); none of them defines a command.
+"""

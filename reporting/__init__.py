@@ -1,0 +1,7 @@
+"""What Cloudburst tells operators, shared by the activities and the trigger: Kubernetes Events
+(`reporting/events.py`) and the `cloudburst_*` metrics (`reporting/metrics.py`).
+
+These have side effects (Kubernetes API calls, OpenTelemetry instruments), so they are not
+for workflow code: a workflow records an Event through the `record_events` activity. The
+layering (docs/architecture.md) is api → cluster → reporting → workflows/activities →
+worker/trigger → cli; workflows import none of it."""
