@@ -54,7 +54,7 @@ from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client
 
 from api.messages import claim_workflow_id
-from api.pool import pool_workflow_id
+from api.nodepool.messages import pool_workflow_id
 from cli.demo import BURST_SHAPES, run_burst
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
