@@ -26,6 +26,7 @@ lint: setup
 
 typecheck: setup
 	$(BIN)/mypy
+	$(BIN)/mypy bench  # scripts, not a package: checked on their own
 
 unit: setup
 	$(BIN)/pytest tests/unit
