@@ -168,6 +168,14 @@ class Topology:
                 "error",
                 "--db-filename",
                 str(state / "temporal.db"),
+                # Write-ahead log, synced at checkpoints: a commit survives the process being
+                # SIGKILLed (what the soak does), not a power cut. With sqlite's default (an
+                # fsync per commit) one burst's child starts queue for seconds on this disk;
+                # a real cluster's PostgreSQL or Cassandra writes in parallel.
+                "--sqlite-pragma",
+                "journal_mode=WAL",
+                "--sqlite-pragma",
+                "synchronous=NORMAL",
                 *[
                     a
                     for k in search_attributes.ALL

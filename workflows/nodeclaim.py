@@ -254,7 +254,9 @@ class NodeClaimWorkflow:
         if self._side_by_side:
             # The report and the mirror go beside the first bootstrap, and land before the
             # launch is reported (or the claim goes on to fail, if the bootstrap cannot be).
-            reporting = asyncio.create_task(self._publish())
+            # Only the mirror: the pool that started this claim counts it live already, and
+            # 34 claims' signals at once would queue behind the pool's own child starts.
+            reporting = asyncio.create_task(self._publish(to_pool=False))
             launching = asyncio.create_task(self._launch_first_that_works(reporting))
             await workflow.wait([reporting, launching])
             launching.result()
@@ -912,9 +914,10 @@ class NodeClaimWorkflow:
         remove: bool = False,
         failure_reason: FailureReason | None = None,
         keep: bool = False,
+        to_pool: bool = True,
     ) -> None:
         """Show the change: to the pool that started the claim, on the NodeClaim resource."""
-        pool_id = self._input.pool_workflow_id
+        pool_id = self._input.pool_workflow_id if to_pool else None
         report = None
         if pool_id is not None:
             report = ClaimReport(

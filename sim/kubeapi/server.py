@@ -231,7 +231,10 @@ class KubeApiServer:
         """Write a kubeconfig (no auth, context `cloudburst-sim`) pointing at this server."""
         target = Path(path)
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(client_kubeconfig(self.url))
+        # Whole or not at all: a process waiting for the file never reads half of it.
+        partial = target.with_name(f".{target.name}.partial")
+        partial.write_text(client_kubeconfig(self.url))
+        partial.replace(target)
         return target
 
     def api_client(self) -> ApiClient:
