@@ -74,3 +74,24 @@ def test_overlays_point_at_their_temporal(rendered: dict[str, list[dict[str, Any
     assert cloud["CLOUDBURST_TEMPORAL_ADDRESS"].endswith(".tmprl.cloud:7233")
     assert cloud["CLOUDBURST_TEMPORAL_TLS"] == "true"
     assert cloud["CLOUDBURST_TEMPORAL_API_KEY_FILE"].startswith("/etc/cloudburst/temporal/")
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_every_shipped_setting_is_one_the_processes_read(
+    rendered: dict[str, list[dict[str, Any]]], overlay: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The settings ignore keys they do not know: a misspelt key in the ConfigMap would be
+    dropped without a word. Each must name a field, and its value must validate."""
+    from activities.planning.config import PriceSettings
+    from worker.settings import Settings
+
+    maps = [o for o in rendered[overlay] if o["kind"] == "ConfigMap"]
+    data = next(m["data"] for m in maps if m["metadata"]["name"] == "cloudburst-config")
+    known = {f"CLOUDBURST_{name.upper()}" for name in Settings.model_fields} | {
+        f"CLOUDBURST_PRICES_{name.upper()}" for name in PriceSettings.model_fields
+    }
+    assert sorted(set(data) - known) == []
+    for key, value in data.items():
+        monkeypatch.setenv(key, value)
+    Settings()
+    PriceSettings()
