@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
 import logging
 import os
@@ -46,7 +45,6 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import httpx
 from kubernetes import client as k8s
 from kubernetes import watch as k8s_watch
 from temporalio.api.enums.v1 import EventType
@@ -58,7 +56,7 @@ from api.nodepool.messages import pool_workflow_id
 from cli.demo import BURST_SHAPES, run_burst
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from chaos import Topology, cloud_instances, connect, kube_client
+from chaos import Topology, admin, connect, kube_client, no_vms
 from scale import cpu_s
 
 POOL = "burst"
@@ -345,7 +343,7 @@ async def run_split(args: argparse.Namespace) -> Report:
         }
         creates = {
             name: datetime.fromisoformat(at).timestamp()
-            for name, at in (await asyncio.to_thread(_admin, topology, "create-times")).items()
+            for name, at in (await asyncio.to_thread(admin, topology, "create-times")).items()
         }
         signalled, planned, report.demand_signals, report.plans = await pool_stages(client)
         starts = await claim_starts(client, set(node_of.values()))
@@ -393,7 +391,7 @@ async def run_split(args: argparse.Namespace) -> Report:
             report.problems.append(f"{len(left)} VMs left after the pods went")
         else:
             report.seconds_to_all_gone = round(time.monotonic() - teardown_t0, 1)
-        stats = await asyncio.to_thread(_admin, topology, "stats")
+        stats = await asyncio.to_thread(admin, topology, "stats")
         by_name: dict[str, int] = stats.get("created_by_name", {})
         report.vms_created = sum(by_name.values())
         report.vms_created_twice = sorted(n for n, times in by_name.items() if times > 1)
@@ -433,25 +431,6 @@ def _cpu(topology: Topology) -> dict[str, float]:
     used = {p.name: cpu_s(p.popen.pid) for p in topology.all if p.popen and not p.exited()}
     own = os.times()
     return {**used, "bench": own.user + own.system}  # not its children: they are above
-
-
-def _admin(topology: Topology, what: str) -> dict[str, Any]:
-    answer = httpx.get(f"{topology.cloud_url}/_admin/{what}", timeout=30)
-    answer.raise_for_status()
-    result: dict[str, Any] = answer.json()
-    return result
-
-
-async def no_vms(topology: Topology, timeout_s: float) -> list[dict[str, Any]]:
-    deadline = time.monotonic() + timeout_s
-    left: list[dict[str, Any]] = []
-    while time.monotonic() < deadline:
-        with contextlib.suppress(Exception):
-            left = await asyncio.to_thread(cloud_instances, topology)
-            if not left:
-                return []
-        await asyncio.sleep(1)
-    return left
 
 
 def table(report: Report) -> str:

@@ -521,6 +521,27 @@ async def settle(
     return running, vms
 
 
+def admin(topology: Topology, what: str) -> dict[str, Any]:
+    """The fake cloud's admin API: `stats`, `create-times`, …"""
+    answer = httpx.get(f"{topology.cloud_url}/_admin/{what}", timeout=30)
+    answer.raise_for_status()
+    result: dict[str, Any] = answer.json()
+    return result
+
+
+async def no_vms(topology: Topology, timeout_s: float) -> list[dict[str, Any]]:
+    """Wait until the fake cloud has no VM; the VMs still there at the timeout."""
+    deadline = time.monotonic() + timeout_s
+    left: list[dict[str, Any]] = []
+    while time.monotonic() < deadline:
+        with contextlib.suppress(Exception):
+            left = await asyncio.to_thread(cloud_instances, topology)
+            if not left:
+                return []
+        await asyncio.sleep(1)
+    return left
+
+
 def cloud_instances(topology: Topology) -> list[dict[str, Any]]:
     answer = httpx.get(f"{topology.cloud_url}/_admin/instances", timeout=10)
     answer.raise_for_status()

@@ -61,7 +61,7 @@ from workflows.nodeclaim import NodeClaimWorkflow
 from workflows.nodepool import NodePoolWorkflow
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from chaos import CLUSTER_ID, Topology, cloud_instances, connect, kube_client
+from chaos import CLUSTER_ID, Topology, admin, connect, kube_client, no_vms
 
 POOL = "scale"
 NAMESPACE = "default"
@@ -582,7 +582,7 @@ async def run(args: argparse.Namespace) -> Report:
         else:
             report.problems.append(f"{len(leaked)} VMs left after the teardown")
         with contextlib.suppress(Exception):
-            stats = await asyncio.to_thread(_stats, topology)
+            stats = await asyncio.to_thread(admin, topology, "stats")
             report.vms_created = sum(stats.get("created_by_name", {}).values())
     except Exception as err:  # a report with the cause and the logs, not a bare traceback
         report.problems.append(f"{type(err).__name__}: {err}")
@@ -602,15 +602,6 @@ async def run(args: argparse.Namespace) -> Report:
     return report
 
 
-def _stats(topology: Topology) -> dict[str, Any]:
-    import httpx
-
-    answer = httpx.get(f"{topology.cloud_url}/_admin/stats", timeout=10)
-    answer.raise_for_status()
-    result: dict[str, Any] = answer.json()
-    return result
-
-
 async def scale_down_all(client: Client) -> None:
     """`cloudburst claims scale-down --force` on every running claim."""
     ids = [e.id async for e in client.list_workflows(f"{CLAIMS} AND ExecutionStatus = 'Running'")]
@@ -626,18 +617,6 @@ async def scale_down_all(client: Client) -> None:
                 )
 
     await asyncio.gather(*(one(i) for i in ids))
-
-
-async def no_vms(topology: Topology, timeout_s: float) -> list[dict[str, Any]]:
-    deadline = time.monotonic() + timeout_s
-    left: list[dict[str, Any]] = []
-    while time.monotonic() < deadline:
-        with contextlib.suppress(Exception):
-            left = await asyncio.to_thread(cloud_instances, topology)
-            if not left:
-                return []
-        await asyncio.sleep(2)
-    return left
 
 
 def table(report: Report) -> str:

@@ -67,10 +67,11 @@ class Settings(BaseSettings):
     # Written on every VM so that garbage collection never touches another cluster's VMs.
     cluster_id: str = "cloudburst"
     max_concurrent_activities: int = 64
-    # Workflows kept in memory between their tasks (the SDK's default). Each live claim holds
-    # about half a megabyte there (docs/benchmarks.md "Scale"); a smaller cache trades that
-    # for a replay of the claim's history when it next wakes, which idle claims rarely do.
-    max_cached_workflows: int = Field(default=1000, ge=0)
+    # Workflows kept in memory between their tasks. Each cached claim holds about half a
+    # megabyte (docs/benchmarks.md "Scale"): the SDK's default of 1,000 put 1,000 live claims
+    # at 714-845 MB, 100 at ~300 MB. The price is a replay of a claim's ~100-event history
+    # when an evicted one next wakes, which idle claims rarely do; busy ones stay cached.
+    max_cached_workflows: int = Field(default=100, ge=0)
     # A workflow task waits this long on a dead worker's sticky queue before any worker may
     # take it: part of how long a claim or a pool stalls when a worker is killed.
     sticky_queue_timeout_s: float = 5.0
