@@ -94,9 +94,20 @@ async def _together(*steps: Coroutine[Any, Any, None]) -> None:
     are done; a failure is raised only then, so that no step outlives the call. (No await in
     a `finally`: an evicted workflow's coroutines must close without waiting again.)"""
     tasks = [asyncio.create_task(step) for step in steps]
-    await workflow.wait(tasks)
+    await _all_of(tasks)
     for task in tasks:
         task.result()
+
+
+async def _all_of(tasks: list[asyncio.Task[None]]) -> None:
+    """Wait for every task; cancelled, cancel them too (a cancelled claim must not go on
+    creating a VM in a task of its own while it cleans up)."""
+    try:
+        await workflow.wait(tasks)
+    except asyncio.CancelledError:
+        for task in tasks:
+            task.cancel()
+        raise
 
 
 @workflow.defn
@@ -258,7 +269,7 @@ class NodeClaimWorkflow:
             # 34 claims' signals at once would queue behind the pool's own child starts.
             reporting = asyncio.create_task(self._publish(to_pool=False))
             launching = asyncio.create_task(self._launch_first_that_works(reporting))
-            await workflow.wait([reporting, launching])
+            await _all_of([reporting, launching])
             launching.result()
         else:
             await self._publish()
