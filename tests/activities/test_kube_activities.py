@@ -239,6 +239,16 @@ def test_node_state_empty_then_busy(acts, core, node, namespace):
     assert looked(state) == NodeState(exists=True, ready=True, empty=False, pod_count=1)
 
 
+def test_cordon_and_look_cordons_then_sees_pods_bound_meanwhile(acts, core, node, namespace):
+    """The empty re-check: after the taint, a pod the scheduler bound keeps the node."""
+    make_pod(core, namespace, "work", node)
+    state: NodeState = run(acts.cordon_and_look, NodeRef(node_name=node))
+    assert looked(state) == NodeState(exists=True, ready=True, empty=False, pod_count=1)
+    spec = core.read_node(node).spec
+    assert spec.unschedulable is True
+    assert (labels.DISRUPTED_TAINT, "NoSchedule") in [(t.key, t.effect) for t in spec.taints]
+
+
 def test_node_state_not_ready(acts, core, unique):
     name = f"node-{unique}"
     make_node(core, name, ready=False)
@@ -333,6 +343,7 @@ def test_activities_names(acts):
     assert {fn.__name__ for fn in acts.activities()} == {
         "label_node",
         "cordon_node",
+        "cordon_and_look",
         "uncordon_node",
         "drain_node",
         "delete_node",
