@@ -33,7 +33,6 @@ import asyncio
 import json
 import logging
 import os
-import shutil
 import sys
 import tempfile
 import threading
@@ -56,7 +55,16 @@ from api.nodepool.messages import pool_workflow_id
 from cli.demo import BURST_SHAPES, run_burst
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from chaos import Topology, admin, connect, kube_client, no_vms
+from chaos import (
+    Topology,
+    admin,
+    connect,
+    kube_client,
+    no_vms,
+    report_failure,
+    tear_down,
+    without_kept,
+)
 from scale import cpu_s
 
 POOL = "burst"
@@ -398,20 +406,14 @@ async def run_split(args: argparse.Namespace) -> Report:
         if report.vms_created_twice:
             report.problems.append(f"{len(report.vms_created_twice)} VMs created twice")
     except Exception as err:  # a report with the cause and the logs, not a bare traceback
-        report.problems.append(f"{type(err).__name__}: {err}")
-        logging.exception("the burst failed")
-        for process in topology.all:
-            print(f"--- {process.name} log, last lines\n{process.tail()}", file=sys.stderr)
+        report_failure(topology, report.problems, err)
     finally:
         if watch:
             watch.stop()
-        topology.stop()
-        report.load_average = " ".join(Path("/proc/loadavg").read_text().split()[:3])
-        if args.keep_state:
-            report.problems.append(f"state kept in {state}")
-        else:
-            shutil.rmtree(state, ignore_errors=True)
-    report.ok = not [p for p in report.problems if not p.startswith("state kept")]
+        report.load_average = tear_down(
+            topology, state, keep=args.keep_state, problems=report.problems
+        )
+    report.ok = not without_kept(report.problems)
     return report
 
 

@@ -32,6 +32,7 @@ import logging
 import os
 import random
 import secrets
+import shutil
 import signal
 import statistics
 import subprocess
@@ -39,6 +40,7 @@ import sys
 import tempfile
 import threading
 import time
+import traceback
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -60,6 +62,7 @@ from workflows.nodepool import NodePoolWorkflow
 
 POOLS = ("lane-a", "lane-b")
 CLUSTER_ID = "chaos"
+KEPT = "state kept in"
 BIN = Path(sys.executable).parent
 
 
@@ -519,6 +522,32 @@ async def settle(
                 break
         await asyncio.sleep(2)
     return running, vms
+
+
+def report_failure(topology: Topology, problems: list[str], err: Exception) -> None:
+    """A run that broke: its cause among the problems, the traceback and each process's
+    last log lines on stderr (stdout carries nothing but the report)."""
+    problems.append(f"{type(err).__name__}: {err}")
+    traceback.print_exc(file=sys.stderr)
+    for process in topology.all:
+        print(f"--- {process.name} log, last lines\n{process.tail()}", file=sys.stderr)
+
+
+def tear_down(topology: Topology, state: Path, *, keep: bool, problems: list[str]) -> str:
+    """Stop every process and remove the state (or say where it is kept); returns the load
+    average at the end, for the report."""
+    topology.stop()
+    load_average = " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    if keep:
+        problems.append(f"{KEPT} {state}")
+    else:
+        shutil.rmtree(state, ignore_errors=True)
+    return load_average
+
+
+def without_kept(problems: list[str]) -> list[str]:
+    """The problems that are real: a kept state dir is a note, not a failure."""
+    return [p for p in problems if not p.startswith(KEPT)]
 
 
 def admin(topology: Topology, what: str) -> dict[str, Any]:

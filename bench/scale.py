@@ -27,13 +27,11 @@ import contextlib
 import json
 import logging
 import os
-import shutil
 import statistics
 import sys
 import tempfile
 import threading
 import time
-import traceback
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
@@ -61,7 +59,17 @@ from workflows.nodeclaim import NodeClaimWorkflow
 from workflows.nodepool import NodePoolWorkflow
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from chaos import CLUSTER_ID, Topology, admin, connect, kube_client, no_vms
+from chaos import (
+    CLUSTER_ID,
+    Topology,
+    admin,
+    connect,
+    kube_client,
+    no_vms,
+    report_failure,
+    tear_down,
+    without_kept,
+)
 
 POOL = "scale"
 NAMESPACE = "default"
@@ -585,20 +593,14 @@ async def run(args: argparse.Namespace) -> Report:
             stats = await asyncio.to_thread(admin, topology, "stats")
             report.vms_created = sum(stats.get("created_by_name", {}).values())
     except Exception as err:  # a report with the cause and the logs, not a bare traceback
-        report.problems.append(f"{type(err).__name__}: {err}")
-        traceback.print_exc(file=sys.stderr)
-        for process in topology.all:
-            print(f"--- {process.name} log, last lines\n{process.tail()}", file=sys.stderr)
+        report_failure(topology, report.problems, err)
     finally:
         if sampler:
             sampler.stop()
-        topology.stop()
-        report.load_average = " ".join(Path("/proc/loadavg").read_text().split()[:3])
-        if args.keep_state:
-            report.problems.append(f"state kept in {state}")
-        else:
-            shutil.rmtree(state, ignore_errors=True)
-    report.ok = not [p for p in report.problems if not p.startswith("state kept")]
+        report.load_average = tear_down(
+            topology, state, keep=args.keep_state, problems=report.problems
+        )
+    report.ok = not without_kept(report.problems)
     return report
 
 
