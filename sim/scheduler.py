@@ -40,6 +40,9 @@ log = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
 DEFAULT_SCHEDULER = "default-scheduler"
+# kube-scheduler's per-pod backoff: podInitialBackoffSeconds, podMaxBackoffSeconds.
+_BACKOFF_S = 1.0
+_MAX_BACKOFF_S = 10.0
 _TERMINAL = ("Succeeded", "Failed")
 
 
@@ -101,6 +104,7 @@ class Informer:
         self.synced = threading.Event()
         self._thread: threading.Thread | None = None
         self._response: Any = None  # the open watch stream, so that stop() can cut it
+        self.version = 0  # changes with every change seen: "has anything changed since"
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name=f"informer-{self.name}", daemon=True)
@@ -146,6 +150,7 @@ class Informer:
         items = {pod_key(o): o for o in data.get("items") or []}
         with self._lock:
             self._items = items
+            self.version += 1
         self.synced.set()
         self._on_change()
         return str((data.get("metadata") or {}).get("resourceVersion") or "")
@@ -178,6 +183,7 @@ class Informer:
                         self._items.pop(pod_key(obj), None)
                     else:
                         self._items[pod_key(obj)] = obj
+                    self.version += 1
                 self._on_change()
         finally:
             self._response = None
@@ -407,6 +413,22 @@ def is_pending_unbound(pod: Obj) -> bool:
     )
 
 
+def _alike(pod: Obj, req: Requests) -> str:
+    """What decides where a pod fits, as one key: pods with the same key fit the same nodes."""
+    spec = pod.get("spec") or {}
+    return json.dumps(
+        [
+            req.cpu,
+            req.memory,
+            spec.get("nodeSelector"),
+            spec.get("affinity"),
+            spec.get("tolerations"),
+        ],
+        sort_keys=True,
+        default=str,
+    )
+
+
 def _order(pod: Obj) -> tuple[int, str, str]:
     """Scheduling order: priority (highest first), then age, then name."""
     md = pod.get("metadata") or {}
@@ -434,9 +456,12 @@ class Scheduler:
         self._assumed: dict[str, tuple[str, float]] = {}
         # The Unschedulable message last written per pod, so that we patch on change only.
         self._reported: dict[str, str] = {}
+        # When each pending pod's reason was last written, and how often it was rewritten.
+        self._rewritten: dict[str, tuple[float, int]] = {}
         # Pods and nodes that cannot be read -> the resourceVersion already reported.
         self._unreadable: dict[str, str] = {}  # pending pods, reported with an Event
         self._uncounted: dict[str, str] = {}  # bound pods whose requests count as none
+        self._bound_seen: dict[str, tuple[str, Requests]] = {}  # key -> (version, requests)
         self._unreadable_nodes: dict[str, str] = {}
         self._thread: threading.Thread | None = None
         self.bindings = 0  # for tests and the demo
@@ -473,6 +498,7 @@ class Scheduler:
         """One pass over every pending pod. Returns how many were bound."""
         now = time.monotonic()
         infos: dict[str, NodeInfo] = {}
+        nodes_seen = self.nodes.version
         nodes = self.nodes.items()
         for node in nodes:
             info = self._node_info(node)
@@ -482,7 +508,8 @@ class Scheduler:
         for gone in [n for n in self._unreadable_nodes if n not in names]:
             del self._unreadable_nodes[gone]
         pending: list[Obj] = []
-        for pod in self.pods.items():
+        pods = self.pods.items()
+        for pod in pods:
             key = pod_key(pod)
             spec = pod.get("spec") or {}
             node_name = spec.get("nodeName")
@@ -502,27 +529,43 @@ class Scheduler:
         live = {pod_key(p) for p in pending}
         for key in [k for k in self._reported if k not in live]:
             del self._reported[key]
+        for key in [k for k in self._rewritten if k not in live]:
+            del self._rewritten[key]
         for key in [k for k in self._unreadable if k not in live]:
             del self._unreadable[key]
-        present = {pod_key(p) for p in self.pods.items()}
+        present = {pod_key(p) for p in pods}
         for key in [k for k in self._uncounted if k not in present]:
             del self._uncounted[key]
+        for key in [k for k in self._bound_seen if k not in present]:
+            del self._bound_seen[key]
 
         bound = 0
         ordered = sorted(infos.values(), key=lambda i: i.name)
+        # Pods alike that failed in this pass fail the same way until a node changes (nodes
+        # only fill up within a pass): kube-scheduler's pod equivalence, and what keeps a
+        # pass over a thousand pending pods of a few shapes cheap.
+        failed_alike: dict[str, str] = {}
         for pod in sorted(pending, key=_order):
             # Each pod sees the nodes as they are now (the real scheduler snapshots its cache
             # per cycle): a node cordoned or deleted during a long pass takes no more pods.
-            ordered = self._refreshed(ordered)
+            if self.nodes.version != nodes_seen:
+                nodes_seen = self.nodes.version
+                ordered = self._refreshed(ordered)
+                failed_alike.clear()
             try:
-                bound += self._schedule_one(pod, ordered)
+                bound += self._schedule_one(pod, ordered, failed_alike)
             except Exception as exc:
                 # Whatever in this one pod we cannot read: skip it, never the pass.
                 self._report_unreadable(pod, str(exc) or type(exc).__name__)
         return bound
 
-    def _schedule_one(self, pod: Obj, ordered: list[NodeInfo]) -> int:
+    def _schedule_one(self, pod: Obj, ordered: list[NodeInfo], failed_alike: dict[str, str]) -> int:
         req = pod_requests(pod)
+        alike = _alike(pod, req)
+        known_failure = failed_alike.get(alike)
+        if known_failure is not None:
+            self._report_unschedulable(pod, known_failure)
+            return 0
         best: NodeInfo | None = None
         best_score = -1.0
         reasons: Counter[str] = Counter()
@@ -535,7 +578,8 @@ class Scheduler:
             if score > best_score:
                 best, best_score = info, score
         if best is None:
-            self._report_unschedulable(pod, unschedulable_message(len(ordered), reasons))
+            failed_alike[alike] = unschedulable_message(len(ordered), reasons)
+            self._report_unschedulable(pod, failed_alike[alike])
             return 0
         if self._bind(pod, best.name):
             best.used = best.used + req
@@ -559,12 +603,18 @@ class Scheduler:
             return None
 
     def _bound_requests(self, pod: Obj) -> Requests:
-        """A bound pod's requests; one that cannot be read counts for nothing (logged once)."""
+        """A bound pod's requests; one that cannot be read counts for nothing (logged once).
+        Remembered per version of the pod: every pass adds up every bound pod."""
+        key = pod_key(pod)
+        version = str((pod.get("metadata") or {}).get("resourceVersion", ""))
+        known = self._bound_seen.get(key)
+        if known is not None and known[0] == version:
+            return known[1]
         try:
-            return pod_requests(pod)
+            requests = pod_requests(pod)
+            self._bound_seen[key] = (version, requests)
+            return requests
         except (ValueError, TypeError, AttributeError, ArithmeticError) as exc:
-            key = pod_key(pod)
-            version = str((pod.get("metadata") or {}).get("resourceVersion", ""))
             if self._uncounted.get(key) != version:
                 self._uncounted[key] = version
                 log.warning("%s: requests cannot be read, counted as none: %s", key, exc)
@@ -636,6 +686,7 @@ class Scheduler:
             return False
         self._assumed[pod_key(pod)] = (node, time.monotonic())
         self._reported.pop(pod_key(pod), None)
+        self._rewritten.pop(pod_key(pod), None)
         self.bindings += 1
         log.info("bound %s/%s to %s", namespace, name, node)
         return True
@@ -649,6 +700,14 @@ class Scheduler:
             and current.get("message") == message
         ):
             self._reported[key] = message
+            return
+        already = current.get("status") == "False" and current.get("reason") == "Unschedulable"
+        last, rewrites = self._rewritten.get(key, (0.0, 0))
+        now = time.monotonic()
+        if already and now - last < min(_BACKOFF_S * 2**rewrites, _MAX_BACKOFF_S):
+            # kube-scheduler tries a pod again only after a backoff (1 s, doubling, up to
+            # 10 s), so it rewrites why it waits no more often than that; the first report
+            # goes at once.
             return
         md = pod.get("metadata") or {}
         patch = {
@@ -681,4 +740,5 @@ class Scheduler:
             log.debug("marking %s unschedulable: %s %s", key, exc.status, exc.reason)
             return
         self._reported[key] = message
+        self._rewritten[key] = (now, rewrites + 1 if already else 0)
         log.info("%s unschedulable: %s", key, message)

@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from kubernetes import client
+from kubernetes import client, watch
 
 from sim.kubeapi import KubeApiServer
 from sim.kubeapi.resources import PODS, REGISTRY
@@ -331,3 +331,33 @@ def test_message_format() -> None:
         "0/3 nodes are available: 1 Insufficient cpu, 2 node(s) were unschedulable. "
         "preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling."
     )
+
+
+def test_why_a_pod_waits_is_rewritten_no_more_often_than_kube_schedulers_backoff(
+    core: client.CoreV1Api,
+) -> None:
+    """kube-scheduler tries a pod that did not fit again only after a backoff (1 s, doubling,
+    up to 10 s): nodes joining one after another do not each rewrite every waiting pod (in
+    a 1,000-pod burst that was most of what the simulator did)."""
+    make_node(core, "n0", cpu="1")
+    make_pod(core, "huge", cpu="16")
+    first = wait_for(
+        lambda: (c := scheduled_condition(core, "huge")) and "0/1 nodes" in c["message"] and c
+    )
+    assert first["reason"] == "Unschedulable"
+    rv = raw(core.read_namespaced_pod, "huge", "default")["metadata"]["resourceVersion"]
+    stream = watch.Watch().stream(
+        core.list_namespaced_pod,
+        "default",
+        field_selector="metadata.name=huge",
+        resource_version=rv,
+        timeout_seconds=2,
+        deserialize=False,
+    )
+    for index in range(1, 9):  # a node joins every 0.1 s, none fits
+        make_node(core, f"n{index}", cpu="1")
+        time.sleep(0.1)
+    rewrites = [e["object"]["status"]["conditions"] for e in stream if e["type"] == "MODIFIED"]
+    assert 1 <= len(rewrites) <= 2, rewrites
+    # Not stale for good: once the backoff is over it says what it sees.
+    assert wait_for(lambda: "0/9 nodes" in scheduled_condition(core, "huge")["message"])
