@@ -34,7 +34,6 @@ from temporalio.exceptions import ApplicationError
 from activities.kube import (
     MERGE_PATCH,
     STARTUP_TAINT,
-    discard,
     is_not_found,
     read_secret_value,
 )
@@ -46,6 +45,7 @@ from api.messages import BootstrapInput, BootstrapRefs
 from api.nodeclaim import Offering
 from api.nodeclass import NodeClassSpec
 from api.nodepool import Taint
+from cluster.responses import discard
 from cluster.tenancy import Tenancy
 
 log = logging.getLogger(__name__)

@@ -38,7 +38,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from activities.bootstrap import SCRIPT_PURPOSE, TOKEN_NAMESPACE
 from activities.heartbeat import heartbeating, heartbeats_itself
-from activities.kube import discard, read_secret_value
+from activities.kube import read_secret_value
 from activities.providers import provider_class
 from activities.providers.base import Provider, ProviderError
 from api import labels
@@ -60,6 +60,7 @@ from api.gc import (
 )
 from api.messages import claim_workflow_id
 from api.nodeclass import NodeClass
+from cluster.responses import discard
 from cluster.tenancy import Tenancy
 
 log = logging.getLogger(__name__)

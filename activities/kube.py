@@ -27,6 +27,7 @@ from api.errors import INVALID_CONFIGURATION, KUBE_CONFLICT, NODE_NOT_FOUND, kub
 from api.messages import DrainInput, DrainResult, LabelNodeInput, NodeRef, NodeState
 from cluster.interruption import interruption_notice
 from cluster.pods import is_do_not_disrupt, is_left_alone
+from cluster.responses import discard
 
 log = logging.getLogger(__name__)
 
@@ -96,15 +97,6 @@ def _sanitized(err: ApiException, what: str) -> ApplicationError:
         f"{what} failed: HTTP {err.status} {err.reason or ''}".strip(),
         type=kube_api_error(err.status),
     )
-
-
-def discard(response: Any) -> None:
-    """Drain and release a raw response (`_preload_content=False`) so its connection is reused."""
-    try:
-        response.read()
-        response.release_conn()
-    except Exception:  # best effort: the pool copes with an unreleased connection
-        log.debug("could not release response", exc_info=True)
 
 
 def _pod_name(pod: Any) -> str:

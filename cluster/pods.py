@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from kubernetes import client as k8s
+
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 # Pods annotated with either (value "true") hold voluntary disruption of their node back.
 DO_NOT_DISRUPT_ANNOTATIONS = ("cloudburst.io/do-not-disrupt", "karpenter.sh/do-not-disrupt")
@@ -49,3 +51,55 @@ def is_unschedulable(pod: Any) -> bool:
         c.type == "PodScheduled" and c.status == "False" and c.reason == "Unschedulable"
         for c in conditions
     )
+
+
+# What the watchers read of a pod (here and in `cluster.requirements.pod_demand`); the rest
+# (images, env, probes, volumes, container statuses, managed fields) is left out before the
+# client builds its model, which cost more than half of a trigger's CPU during a burst.
+_METADATA = (
+    "name",
+    "namespace",
+    "uid",
+    "resourceVersion",
+    "creationTimestamp",
+    "deletionTimestamp",
+    "labels",
+    "annotations",
+    "ownerReferences",
+)
+_SPEC = (
+    "nodeName",
+    "nodeSelector",
+    "affinity",
+    "tolerations",
+    "overhead",
+    "priority",
+    "schedulerName",
+)
+_CONTAINER = ("name", "resources", "restartPolicy")
+
+
+def slim_pod(raw: dict[str, Any]) -> k8s.V1Pod:
+    """A pod as the watchers need it, from its JSON."""
+    metadata = raw.get("metadata") or {}
+    spec = raw.get("spec") or {}
+    status = raw.get("status") or {}
+
+    def containers(key: str) -> list[dict[str, Any]]:
+        listed = spec.get(key) or []
+        return [{k: c[k] for k in _CONTAINER if k in c} for c in listed if isinstance(c, dict)]
+
+    pod = k8s.V1Pod.from_dict(
+        {
+            "metadata": {k: metadata[k] for k in _METADATA if k in metadata},
+            "spec": {
+                **{k: spec[k] for k in _SPEC if k in spec},
+                "containers": containers("containers"),
+                "initContainers": containers("initContainers"),
+            },
+            "status": {k: status[k] for k in ("phase", "conditions") if k in status},
+        }
+    )
+    if pod is None:  # from_dict gives None only for None
+        raise ValueError("no pod")
+    return pod

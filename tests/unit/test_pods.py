@@ -3,12 +3,14 @@ it: these decide whether a node counts as empty and whether a pod asks for a nod
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 
 import pytest
 from kubernetes import client as k8s
 
-from cluster.pods import is_do_not_disrupt, is_left_alone, is_unschedulable
+from cluster.pods import is_do_not_disrupt, is_left_alone, is_unschedulable, slim_pod
+from cluster.requirements import pod_demand
 
 
 def pod(
@@ -89,3 +91,114 @@ def test_only_a_pod_the_scheduler_found_no_room_for_asks_for_a_node(
     case: k8s.V1Pod, asks_for_a_node: bool
 ) -> None:
     assert is_unschedulable(case) is asks_for_a_node
+
+
+# A pod as an API server sends it, with what the watchers leave out (images, env, probes,
+# volumes, statuses, managed fields) and all they read.
+FULL_POD = {
+    "apiVersion": "v1",
+    "kind": "Pod",
+    "metadata": {
+        "name": "web-1",
+        "namespace": "shop",
+        "uid": "0b8c",
+        "resourceVersion": "42",
+        "creationTimestamp": "2026-11-26T03:00:00Z",
+        "labels": {"app": "web"},
+        "annotations": {"karpenter.sh/do-not-disrupt": "true"},
+        "ownerReferences": [
+            {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web", "uid": "r"}
+        ],
+        "managedFields": [
+            {"manager": "kubectl", "operation": "Update", "fieldsV1": {"f:spec": {}}}
+        ],
+    },
+    "spec": {
+        "nodeSelector": {"cloudburst.io/pool": "burst"},
+        "affinity": {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [
+                        {
+                            "matchExpressions": [
+                                {"key": "arch", "operator": "In", "values": ["arm64"]}
+                            ]
+                        }
+                    ]
+                }
+            }
+        },
+        "tolerations": [{"key": "spot", "operator": "Exists", "effect": "NoSchedule"}],
+        "overhead": {"cpu": "100m"},
+        "priority": 1000,
+        "volumes": [{"name": "data", "emptyDir": {}}],
+        "initContainers": [
+            {"name": "migrate", "image": "web:1", "resources": {"requests": {"cpu": "2"}}},
+            {
+                "name": "proxy",
+                "image": "envoy:1",
+                "restartPolicy": "Always",
+                "resources": {"requests": {"cpu": "250m", "memory": "64Mi"}},
+            },
+        ],
+        "containers": [
+            {
+                "name": "app",
+                "image": "web:1",
+                "env": [{"name": "A", "value": "b"}],
+                "livenessProbe": {"httpGet": {"path": "/", "port": 80}},
+                "resources": {"requests": {"cpu": "500m"}, "limits": {"memory": "1Gi"}},
+            }
+        ],
+    },
+    "status": {
+        "phase": "Pending",
+        "conditions": [
+            {
+                "type": "PodScheduled",
+                "status": "False",
+                "reason": "Unschedulable",
+                "message": "0/3 nodes are available",
+                "lastTransitionTime": "2026-11-26T03:00:01Z",
+            }
+        ],
+        "containerStatuses": [
+            {"name": "app", "ready": False, "restartCount": 0, "image": "web:1", "imageID": ""}
+        ],
+    },
+}
+
+
+def test_a_slim_pod_reads_as_the_whole_one_to_every_watcher_rule() -> None:
+    whole = k8s.ApiClient().deserialize(json.dumps(FULL_POD), "V1Pod", "application/json")
+    slim = slim_pod(FULL_POD)
+    assert pod_demand(slim) == pod_demand(whole)
+    assert pod_demand(slim).requests.cpu_m == 2100  # the init container's peak, + overhead
+    for rule in (is_unschedulable, is_left_alone, is_do_not_disrupt):
+        assert rule(slim) == rule(whole)
+    assert is_unschedulable(slim) and is_do_not_disrupt(slim)
+    assert slim.metadata.resource_version == "42"
+    assert slim.status.conditions[0].last_transition_time == datetime(
+        2026, 11, 26, 3, 0, 1, tzinfo=UTC
+    )
+    # What no watcher reads is left out.
+    assert slim.metadata.managed_fields is None and slim.spec.volumes is None
+    assert slim.spec.containers[0].env is None and slim.status.container_statuses is None
+
+
+def test_a_slim_pod_keeps_a_daemonset_pod_and_a_bound_one_what_they_are() -> None:
+    daemon = {
+        "metadata": {
+            "name": "agent",
+            "namespace": "kube-system",
+            "uid": "d",
+            "ownerReferences": [
+                {"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "a", "uid": "x"}
+            ],
+        },
+        "spec": {"nodeName": "burst-abcde", "containers": [{"name": "agent", "image": "agent:1"}]},
+        "status": {"phase": "Running"},
+    }
+    slim = slim_pod(daemon)
+    assert is_left_alone(slim) and slim.spec.node_name == "burst-abcde"
+    assert pod_demand(slim).requests.pods == 1
