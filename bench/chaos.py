@@ -64,6 +64,11 @@ POOLS = ("lane-a", "lane-b")
 CLUSTER_ID = "chaos"
 KEPT = "state kept in"
 BIN = Path(sys.executable).parent
+REPO = Path(__file__).resolve().parent.parent
+# What the image installs compiled (pip writes bytecode): the workflow sandbox loads a
+# workflow's module afresh for every run, so without it (PYTHONDONTWRITEBYTECODE, a fresh
+# checkout) every new claim would compile its module from source and the figures with it.
+PACKAGES = ("api", "activities", "cluster", "reporting", "sim", "trigger", "worker", "workflows")
 
 
 @dataclass
@@ -149,6 +154,11 @@ class Topology:
     def __init__(
         self, state: Path, boot_delay_s: float, *, workers: int = 1, triggers: int = 1
     ) -> None:
+        subprocess.run(
+            [sys.executable, "-m", "compileall", "-q", *(str(REPO / p) for p in PACKAGES)],
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
         self.state = state
         self.temporal_port = free_port()
         self.kube_port = free_port()
@@ -224,8 +234,10 @@ class Topology:
                 {"fake": [f"http://127.0.0.1:{self.cloud_port}"]}
             ),
         }
+        # As the worker's Deployment runs it (deploy/base/worker.yaml): two malloc arenas.
+        worker_env = {**product_env, "MALLOC_ARENA_MAX": "2"}
         self.workers = [
-            Process(name, [str(BIN / "cloudburst"), "worker"], product_env, state / f"{name}.log")
+            Process(name, [str(BIN / "cloudburst"), "worker"], worker_env, state / f"{name}.log")
             for name in _names("worker", workers)
         ]
         self.triggers = [

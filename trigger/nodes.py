@@ -1,6 +1,10 @@
 """The node watcher: claim-owned Nodes and the pods on them → `observe_node` signals to each
 claim, and `workload_left` to its pool when pods leave a node that still runs some (news for
-consolidation, which otherwise looks only on its periodic safety net).
+consolidation, which otherwise looks only on its periodic safety net). While a node is new
+(on its way, or Ready for less than `USAGE_WINDOW_S`) the scheduler fills it with whatever is
+pending, not only the pods the pool nominated there: its pool hears what the pods bound to
+it request (`node_usage`, at most every `USAGE_EVERY_S`), so that it plans into the room
+really left and plans again at once the pods that were left out.
 
 It holds no state that matters. On start (and after any watch error) it re-lists and re-sends
 every claim's current observation; the workflow treats repeats as no-ops, so a restart, a
@@ -26,13 +30,22 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from api import labels
 from api.messages import NodeObservation, ScaleDownRequest, claim_workflow_id
-from api.nodepool.messages import pool_workflow_id
+from api.nodepool.messages import NodeUsage, pool_workflow_id
+from api.planning import Resources
 from cluster.interruption import interruption_notice
-from cluster.pods import is_do_not_disrupt, is_left_alone
+from cluster.pods import is_do_not_disrupt, is_left_alone, slim_pod
+from cluster.requirements import pod_demand
 from trigger.watch import start_watches
 from workflows.nodepool import NodePoolWorkflow
 
 log = logging.getLogger(__name__)
+
+# A node is "new" this long after it became Ready (more than the pool's nomination grace):
+# its pool hears what is bound to it. After that the scheduler has had its turn, and pods
+# coming and going on a node are no news for the pool's planning.
+USAGE_WINDOW_S = 30.0
+# How often at most a pool hears about its new nodes.
+USAGE_EVERY_S = 0.25
 
 
 @dataclass
@@ -40,6 +53,7 @@ class _NodeView:
     claim: str
     ready: bool
     not_ready_since: datetime | None
+    ready_since: datetime | None = None
     interruption: str | None = None
     # What the kubelet reports: the claim records it, without a read of its own.
     capacity: dict[str, str] = field(default_factory=dict)
@@ -49,6 +63,7 @@ class _NodeView:
 class _PodView:
     workload: bool  # not DaemonSet, mirror or finished: it keeps the node busy
     do_not_disrupt: str | None  # "namespace/name" when annotated do-not-disrupt
+    requests: Resources = field(default_factory=Resources)  # a workload pod's
 
 
 @dataclass
@@ -80,6 +95,10 @@ class NodeWatcher:
         self._nodes_listed = False
         # Read directly and found since the last Node list (not looked up again until then).
         self._found_by_reading: set[str] = set()
+        # New nodes whose pods changed, and pods bound to them, not yet told to their pools.
+        self._usage_changed: set[str] = set()
+        self._newly_bound: dict[str, list[str]] = {}  # node -> pod UIDs
+        self._usage_told_at = 0.0  # loop time
         self.signals_sent = 0
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -90,27 +109,39 @@ class NodeWatcher:
             queue,
             halt,
             [
-                ("node", self._core.list_node, {"label_selector": labels.NODECLAIM}),
+                ("node", self._core.list_node, {"label_selector": labels.NODECLAIM}, None),
                 (
                     "pod",
                     self._core.list_pod_for_all_namespaces,
                     {"field_selector": "spec.nodeName!="},
+                    slim_pod,
                 ),
                 (
                     "nodeclaim",
                     self._custom.list_cluster_custom_object,
                     {"group": "cloudburst.io", "version": "v1alpha1", "plural": "nodeclaims"},
+                    None,
                 ),
             ],
         )
         stopper = asyncio.ensure_future(stop.wait())
+        loop = asyncio.get_running_loop()
         try:
             while not stop.is_set():
                 getter = asyncio.ensure_future(queue.get())
-                await asyncio.wait({getter, stopper}, return_when=asyncio.FIRST_COMPLETED)
-                if not getter.done():
+                due = self._usage_told_at + USAGE_EVERY_S - loop.time()
+                await asyncio.wait(
+                    {getter, stopper},
+                    timeout=max(due, 0.0) if self._usage_changed else None,
+                    return_when=asyncio.FIRST_COMPLETED,
+                )
+                if stop.is_set():
                     getter.cancel()
                     break
+                if not getter.done():
+                    getter.cancel()
+                    await self._tell_usage()
+                    continue
                 items = [getter.result()]
                 # Drain whatever else arrived, then signal once per touched node.
                 while not queue.empty():
@@ -123,6 +154,9 @@ class NodeWatcher:
                     else:
                         touched |= self._apply(kind, event, obj)
                 await self._signal(touched)
+                self._usage_changed |= {n for n in touched if self._is_new(n)}
+                if self._usage_changed and loop.time() >= self._usage_told_at + USAGE_EVERY_S:
+                    await self._tell_usage()
                 await self._tell_nodes_gone_unseen()
         finally:
             halt.set()
@@ -238,6 +272,9 @@ class NodeWatcher:
             view.pods.get(old_node, {}).pop(uid, None)
         if event != "DELETED":
             self._put_pod(obj)
+            node = obj.spec.node_name
+            if node and node != old_node and node in view.nodes:
+                self._newly_bound.setdefault(node, []).append(uid)
         return {n for n in (old_node, obj.spec.node_name) if n}
 
     def _put_pod(self, pod: Any) -> None:
@@ -245,9 +282,12 @@ class NodeWatcher:
         if not node:
             return
         protected = is_do_not_disrupt(pod)
+        workload = not is_left_alone(pod)
         self._view.pods.setdefault(node, {})[pod.metadata.uid] = _PodView(
-            workload=not is_left_alone(pod),
+            workload=workload,
             do_not_disrupt=f"{pod.metadata.namespace}/{pod.metadata.name}" if protected else None,
+            # DaemonSet pods are in the allocatable the pool plans with already.
+            requests=pod_demand(pod).requests if workload else Resources(),
         )
         self._view.pod_nodes[pod.metadata.uid] = node
 
@@ -293,6 +333,42 @@ class NodeWatcher:
             )
             if await self._send(node.claim, observation):
                 self._sent[name] = key
+
+    def _is_new(self, name: str) -> bool:
+        node = self._view.nodes.get(name)
+        if node is None:
+            return False
+        if not node.ready:
+            return True  # on its way: the scheduler may bind to it as soon as it is Ready
+        if node.ready_since is None:
+            return False
+        return (datetime.now(UTC) - node.ready_since).total_seconds() < USAGE_WINDOW_S
+
+    async def _tell_usage(self) -> None:
+        """Each pool hears what the pods bound to its new nodes request. Best effort: a
+        lost report costs a pod the nominations' grace, as before there were any."""
+        self._usage_told_at = asyncio.get_running_loop().time()
+        by_pool: dict[tuple[str, str], NodeUsage] = {}
+        for name in sorted(self._usage_changed):
+            node = self._view.nodes.get(name)
+            pool = self._claim_pools.get(node.claim) if node else None
+            if node is None or pool is None:
+                continue
+            usage = by_pool.setdefault(pool, NodeUsage(observed_at=datetime.now(UTC)))
+            pods = self._view.pods.get(name, {}).values()
+            usage.requested[node.claim] = sum((p.requests for p in pods), Resources())
+            usage.bound += self._newly_bound.get(name, [])
+        self._usage_changed.clear()
+        self._newly_bound.clear()
+        for pool, usage in by_pool.items():
+            handle = self._temporal.get_workflow_handle_for(
+                NodePoolWorkflow.run, pool_workflow_id(*pool)
+            )
+            try:
+                await handle.signal(NodePoolWorkflow.node_usage, usage)
+            except RPCError as err:
+                if err.status != RPCStatusCode.NOT_FOUND:
+                    log.warning("could not tell pool %s/%s its nodes' usage: %s", *pool, err)
 
     async def _tell_pool_workload_left(self, claim: str) -> None:
         """Pods left a node that still runs some: the pool may consolidate it (an empty node
@@ -341,6 +417,7 @@ def _node_view(node: Any) -> _NodeView | None:
         claim=claim,
         ready=is_ready,
         not_ready_since=since,
+        ready_since=ready.last_transition_time if is_ready and ready else None,
         interruption=interruption_notice(node),
         capacity=dict((node.status.capacity if node.status else None) or {}),
     )

@@ -31,6 +31,7 @@ from api import NodeClass, NodePool, events
 from api.events import KubeEvent, ObjectRef
 from api.messages import ClaimTimings
 from api.nodepool.messages import (
+    PARTIAL_NODE_HOLD_S,
     DemandUpdate,
     NodePoolInput,
     PoolSpecs,
@@ -39,7 +40,7 @@ from api.nodepool.messages import (
 )
 from api.planning import PodDemand
 from api.problems import summary
-from cluster.pods import is_unschedulable
+from cluster.pods import is_unschedulable, slim_pod
 from cluster.requirements import pod_demand, pool_can_host
 from cluster.tenancy import Refusal, Tenancy
 from reporting import metrics
@@ -63,10 +64,16 @@ class BatchWindows(BaseModel):
 
     idle_s: float = BATCH_IDLE_S
     max_s: float = BATCH_MAX_S
+    # What the pools it starts hold back for more of a burst (NodePoolInput).
+    partial_node_hold_s: float = PARTIAL_NODE_HOLD_S
 
     @classmethod
     def of(cls, settings: Settings) -> BatchWindows:
-        return cls(idle_s=settings.batch_idle_s, max_s=settings.batch_max_s)
+        return cls(
+            idle_s=settings.batch_idle_s,
+            max_s=settings.batch_max_s,
+            partial_node_hold_s=settings.partial_node_hold_s,
+        )
 
 
 @dataclass
@@ -124,6 +131,9 @@ class PendingPodTrigger:
         # kind -> (namespace, name) -> why it is not served: invalid (field paths) or refused.
         self._invalid: dict[str, dict[PoolKey, Refusal]] = {"nodepool": {}, "nodeclass": {}}
         self._verdicts = SpecVerdicts(api_client)
+        # What each pool was last told of its specs: a NodePool's own status writes (and
+        # every other pool's) come back as events, which are no news for a pool.
+        self._specs_told: dict[PoolKey, PoolSpecs] = {}  # `observed_at` left out
         self.updates_sent = 0
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -134,12 +144,13 @@ class PendingPodTrigger:
             queue,
             halt,
             [
-                ("nodepool", self._custom.list_cluster_custom_object, _crd("nodepools")),
-                ("nodeclass", self._custom.list_cluster_custom_object, _crd("nodeclasses")),
+                ("nodepool", self._custom.list_cluster_custom_object, _crd("nodepools"), None),
+                ("nodeclass", self._custom.list_cluster_custom_object, _crd("nodeclasses"), None),
                 (
                     "pod",
                     self._core.list_pod_for_all_namespaces,
                     {"field_selector": "spec.nodeName="},
+                    slim_pod,
                 ),
             ],
         )
@@ -189,6 +200,7 @@ class PendingPodTrigger:
             store.clear()
             invalid.clear()
             self._specs_listed.add(kind)
+            self._specs_told.clear()  # after a re-list every pool hears its specs again
         plural = f"{kind}s" if kind == "nodepool" else "nodeclasses"
         for raw in listed:
             # Each object on its own: one that cannot be read never hides the others.
@@ -295,8 +307,11 @@ class PendingPodTrigger:
                     metrics.observe_pod_provisioning_latency(pool[1], time.time() - since)
             return
         demand = pod_demand(pod)
-        pool = self._match(pod, demand)
         previous = self._pending.get(uid)
+        if previous in self._pools and self._pending_demand.get(uid) == demand:
+            # Still pending as its pool heard (the scheduler re-wrote why it waits, say).
+            return
+        pool = self._match(pod, demand)
         if previous is not None and previous != pool:
             self._batch(previous).resolve(uid)
         if pool is None:
@@ -442,6 +457,7 @@ class PendingPodTrigger:
                 name=name,
                 cluster_id=self._cluster_id,
                 claim_timings=timings,
+                partial_node_hold_s=self._windows.partial_node_hold_s,
                 state=PoolState(specs=specs),
             ),
             id=pool_workflow_id(namespace, name),
@@ -459,11 +475,16 @@ class PendingPodTrigger:
             specs = self._specs(key)
             if specs is None:
                 continue
+            told = specs.model_copy(update={"observed_at": None})
+            if self._specs_told.get(key) == told:
+                continue
             if pool.spec.limits.min_nodes > 0:
                 try:
                     await self._start_or_signal(key, specs, DemandUpdate(specs=specs))
                 except Exception as err:  # retried on the next spec event or re-list
                     log.warning("starting pool %s/%s failed: %s", *key, err)
+                    continue
+                self._specs_told[key] = told
                 continue
             handle = self._temporal.get_workflow_handle(pool_workflow_id(*key))
             try:
@@ -471,6 +492,8 @@ class PendingPodTrigger:
             except RPCError as err:
                 if err.status != RPCStatusCode.NOT_FOUND:
                     log.warning("spec update for pool %s/%s failed: %s", *key, err)
+                    continue
+            self._specs_told[key] = told
 
     def _specs(self, key: PoolKey) -> PoolSpecs | None:
         pool = self._pools.get(key)

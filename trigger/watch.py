@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import threading
 from collections.abc import Callable
@@ -33,12 +34,18 @@ def items_of(listing: Any) -> tuple[list[Any], str]:
     return listing.items, str(listing.metadata.resource_version)
 
 
+# A watch that reads the objects' JSON itself and turns each into what its consumer wants
+# (`cluster.pods.slim_pod`), instead of the client's model of the whole object.
+Decode = Callable[[dict[str, Any]], Any]
+
+
 def watch_forever(
     kind: str,
     list_fn: Callable[..., Any],
     kwargs: dict[str, Any],
     emit: Emit,
     halt: threading.Event,
+    decode: Decode | None = None,
 ) -> None:
     """List, then watch from that resourceVersion; on any error or expiry, list again.
 
@@ -47,7 +54,12 @@ def watch_forever(
     """
     while not halt.is_set():
         try:
-            items, version = items_of(list_fn(**kwargs))
+            if decode is None:
+                items, version = items_of(list_fn(**kwargs))
+            else:
+                listing = json.loads(list_fn(**kwargs, _preload_content=False).data)
+                items, version = items_of(listing)
+                items = [decode(item) for item in items]
             emit(kind, "SYNC", items)
             while not halt.is_set():
                 # Bookmarks keep `version` current while nothing of this kind changes, so a
@@ -57,6 +69,7 @@ def watch_forever(
                     resource_version=version,
                     timeout_seconds=WATCH_TIMEOUT_S,
                     allow_watch_bookmarks=True,
+                    deserialize=decode is None,
                     **kwargs,
                 )
                 for event in stream:
@@ -64,7 +77,8 @@ def watch_forever(
                         return
                     version = resource_version(event["object"])
                     if event["type"] != "BOOKMARK":  # a bookmark only moves the version on
-                        emit(kind, event["type"], event["object"])
+                        obj = event["object"] if decode is None else decode(event["object"])
+                        emit(kind, event["type"], obj)
         except ApiException as err:
             if err.status != 410:
                 log.warning("%s watch failed (%s); re-listing", kind, err.reason)
@@ -77,19 +91,22 @@ def start_watches(
     loop: asyncio.AbstractEventLoop,
     queue: asyncio.Queue[tuple[str, str, Any]],
     halt: threading.Event,
-    watches: list[tuple[str, Callable[..., Any], dict[str, Any]]],
+    watches: list[tuple[str, Callable[..., Any], dict[str, Any], Decode | None]],
 ) -> list[threading.Thread]:
+    """One thread per (kind, list function, its arguments, decode or None for the client's
+    models)."""
+
     def emit(kind: str, event: str, obj: Any) -> None:
         loop.call_soon_threadsafe(queue.put_nowait, (kind, event, obj))
 
     threads = [
         threading.Thread(
             target=watch_forever,
-            args=(kind, list_fn, kwargs, emit, halt),
+            args=(kind, list_fn, kwargs, emit, halt, decode),
             name=f"watch-{kind}",
             daemon=True,
         )
-        for kind, list_fn, kwargs in watches
+        for kind, list_fn, kwargs, decode in watches
     ]
     for thread in threads:
         thread.start()

@@ -31,7 +31,7 @@ from worker.gc_schedule import ensure_gc_schedule
 from worker.health import serving_health
 from worker.price_schedule import ensure_price_schedule
 from worker.settings import Settings
-from workflows import WORKFLOWS
+from workflows.registry import WORKFLOWS
 
 log = logging.getLogger(__name__)
 

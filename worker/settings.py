@@ -32,13 +32,14 @@ from pydantic_settings import (
 
 from api.limits import DNS_LABEL_PATTERN
 from api.messages import TASK_QUEUE
+from api.nodepool.messages import PARTIAL_NODE_HOLD_S
 from cluster.tenancy import DEFAULT_WORKER_NAMESPACE, SERVICES, Tenancy, url_parts
 
 CONFIG_FILE_ENV = "CLOUDBURST_CONFIG_FILE"
 
 
-BATCH_IDLE_S = 1.0
-BATCH_MAX_S = 10.0
+BATCH_IDLE_S = 0.2
+BATCH_MAX_S = 0.5
 
 
 class Settings(BaseSettings):
@@ -77,13 +78,14 @@ class Settings(BaseSettings):
     sticky_queue_timeout_s: float = 5.0
 
     # --- the trigger ----------------------------------------------------------------------
-    # Pending pods go to their pool in batches, as Karpenter's BATCH_IDLE_DURATION and
-    # BATCH_MAX_DURATION (same defaults): once no new one came for `batch_idle_s`, or
-    # `batch_max_s` after the first. Shorter windows send sooner but split a burst into
-    # plans of its parts: 0.2 s / 1 s made 46 nodes of a 1,000-pod burst that one batch put
-    # on 34 (docs/benchmarks.md "Burst").
+    # Pending pods go to their pool in batches, like Karpenter's BATCH_IDLE_DURATION and
+    # BATCH_MAX_DURATION: once no new one came for `batch_idle_s`, or `batch_max_s` after
+    # the first. Karpenter's 1 s / 10 s make a burst's first pods wait for its last; ours are
+    # short, and the pool holds back only the node a part of the burst fills partly, up to
+    # `partial_node_hold_s`, for the rest to be packed with it (docs/benchmarks.md "Burst").
     batch_idle_s: float = Field(default=BATCH_IDLE_S, gt=0)
     batch_max_s: float = Field(default=BATCH_MAX_S, gt=0)
+    partial_node_hold_s: float = Field(default=PARTIAL_NODE_HOLD_S, ge=0)
 
     # --- who may reach what (docs/security.md) --------------------------------------------
     # The worker's own namespace: first-boot script Secrets live here (never in a tenant's).

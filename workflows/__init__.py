@@ -1,13 +1,4 @@
-"""Deterministic orchestration; the worker registers `WORKFLOWS`."""
+"""Deterministic orchestration; the worker registers `workflows.registry.WORKFLOWS`.
 
-from workflows.gc import OrphanGcWorkflow
-from workflows.nodeclaim import NodeClaimWorkflow
-from workflows.nodepool import NodePoolWorkflow
-from workflows.prices import PriceRefreshWorkflow
-
-WORKFLOWS: list[type] = [
-    NodeClaimWorkflow,
-    NodePoolWorkflow,
-    OrphanGcWorkflow,
-    PriceRefreshWorkflow,
-]
+Nothing is imported here: the sandbox runs this file again for every workflow run.
+"""

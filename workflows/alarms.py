@@ -63,6 +63,14 @@ class Alarms:
             del self._rung[key]
         self._asked.clear()
 
+    def cancel(self, key: str) -> None:
+        """No longer wanted, decided mid-round (after `settle`): cancel it now."""
+        armed = self._armed.pop(key, None)
+        if armed is not None:
+            armed[1].cancel()
+        self._rung.pop(key, None)
+        self._asked.discard(key)
+
     def clear(self) -> None:
         """Cancel every alarm (a phase of the lifecycle is over)."""
         self._asked.clear()

@@ -54,6 +54,7 @@ with workflow.unsafe.imports_passed_through():
         DisruptionRequest,
         NodePoolInput,
         NodePoolStatusUpdate,
+        NodeUsage,
         PoolClaim,
         PoolSpecs,
         PoolStatus,
@@ -78,6 +79,8 @@ _PLANNING_RETRY_S = 15.0
 _CONFIG_BACKOFF_S = 30.0
 _CONFIG_BACKOFF_MAX_S = 600.0
 _CONFIG_BLOCKED = "claims fail on the configuration"
+_HOLD_PATCH = "hold-partly-filled-nodes"
+_HOLD_ALARM = "launch partly filled nodes"
 _LIVE_PHASES = (
     NodeClaimPhase.PENDING,
     NodeClaimPhase.PROVISIONING,
@@ -96,6 +99,7 @@ class _TimeFacts:
     active_budgets: list[Budget] = field(default_factory=list)
     consolidation_due: bool = False
     config_retry_due: bool = False
+    hold_over: bool = False
 
 
 @workflow.defn
@@ -116,6 +120,15 @@ class NodePoolWorkflow:
         self._wake_for: list[str] = []
         self._timer_reached: list[str] = []
         self._status_stale = False
+        # Runs since then write Events and the NodePool's status beside the pool's next
+        # steps, not before them: during a burst a status write took a third of each round.
+        self._aside = self._alarmed and workflow.patched("events-and-status-aside")
+        self._recording: set[asyncio.Future[Any]] = set()  # Events being written
+        self._publishing: asyncio.Task[None] | None = None  # the status write in flight
+        self._status_behind = False  # the state changed while it was being written
+        # The pods the last plan held back (with `hold_until`): news that uncovers no other
+        # pod does not plan them again. Rebuilt by replay; empty after continuing as new.
+        self._held: set[str] = set()
 
     @workflow.run
     async def run(self, input: NodePoolInput) -> None:
@@ -135,10 +148,18 @@ class NodePoolWorkflow:
                     self._timer_reached = self._wake_for
             self._dirty = False
             await self._reconcile()
-            if self._alarmed or workflow.patched("nodepool-status"):
+            if self._aside:
+                self._publish_aside()
+            elif self._alarmed or workflow.patched("nodepool-status"):
                 await self._publish_status()
             if workflow.info().is_continue_as_new_suggested():
-                await workflow.wait_condition(workflow.all_handlers_finished)
+                await workflow.wait_condition(
+                    lambda: (
+                        workflow.all_handlers_finished()
+                        and not self._recording
+                        and (self._publishing is None or self._publishing.done())
+                    )
+                )
                 workflow.continue_as_new(self._input.model_copy(update={"state": self._state}))
 
     def _wake(self) -> None:
@@ -162,6 +183,20 @@ class NodePoolWorkflow:
         self._dirty = True
 
     @workflow.signal
+    def node_usage(self, usage: NodeUsage) -> None:
+        """What the scheduler put on the pool's new nodes (repeats are harmless: the latest
+        figures replace the earlier ones)."""
+        state = self._state
+        for uid in usage.bound:
+            if uid in state.pending:
+                self._resolve(uid)
+        for name, requested in usage.requested.items():
+            claim = state.claims.get(name)
+            if claim is not None:
+                claim.bound = requested
+        self._dirty = True
+
+    @workflow.signal
     def update_specs(self, specs: PoolSpecs) -> None:
         self._apply_specs(specs)
         self._dirty = True
@@ -181,6 +216,8 @@ class NodePoolWorkflow:
             return
         if report.phase == NodeClaimPhase.READY and claim.ready_at is None:
             claim.ready_at = at
+            # Its room counts for new pods until the grace is over (the scheduler fills it).
+            claim.filling = self._alarmed and workflow.patched("ready-claims-fill")
         claim.phase = report.phase
         if report.offering:
             claim.offering = report.offering
@@ -277,7 +314,7 @@ class NodePoolWorkflow:
         facts.lapsed_nominations = {
             claim.name
             for claim in self._live_claims()
-            if claim.nominated
+            if (claim.nominated or claim.filling)
             and claim.ready_at
             and alarms.reached(f"nominations on {claim.name} lapse", claim.ready_at + grace)
         }
@@ -295,6 +332,8 @@ class NodePoolWorkflow:
             )
         if state.plan_retry_at is not None:
             alarms.reached("retry planning", state.plan_retry_at)  # a wake-up, nothing more
+        if state.hold_until is not None:
+            facts.hold_over = alarms.reached(_HOLD_ALARM, state.hold_until)
         if state.safety_net_at is None or alarms.reached("periodic look", state.safety_net_at):
             # This round is the look; the next one is armed from now.
             interval = timedelta(seconds=self._input.reconcile_interval_s)
@@ -364,6 +403,13 @@ class NodePoolWorkflow:
         for claim in self._live_claims():
             if claim.name in facts.lapsed_nominations:
                 claim.nominated.clear()
+                claim.filling = False
+            elif (
+                self._alarmed
+                and (left_out := pool_rules.overflowing(claim, state.pending))
+                and workflow.patched("replan-nominations-that-no-longer-fit")
+            ):
+                claim.nominated = [uid for uid in claim.nominated if uid not in left_out]
         if facts.config_retry_due:
             state.config_error = ""
             state.config_retry_at = None
@@ -375,9 +421,18 @@ class NodePoolWorkflow:
         uncovered = [pod for uid, pod in state.pending.items() if uid not in nominated]
         pool = state.specs.pool
         missing_floor = max(0, pool.limits.min_nodes - len(live))
+        if (
+            state.hold_until is not None
+            and not facts.hold_over
+            and {pod.uid for pod in uncovered} == self._held
+        ):
+            return  # only the pods held back are uncovered: they wait for company, or the alarm
         if not uncovered and not missing_floor:
             state.blocked.clear()
             state.plan_retry_at = None
+            if state.hold_until is not None:
+                state.hold_until = None
+                self._alarms.cancel(_HOLD_ALARM)
             return
         if state.config_error:
             # Another claim would fail the same way: the pods wait, and say why.
@@ -411,16 +466,15 @@ class NodePoolWorkflow:
             if claim_name in state.claims and uid in state.pending:
                 state.claims[claim_name].nominated.append(uid)
                 notices.append(self._nominated(uid, claim_name))
+        launching = self._launch_now(plan.new_nodes, facts.hold_over)
         if self._alarmed or workflow.patched("parallel-claim-starts"):
             # All in one workflow task: a burst of nodes starts at once, not one per round trip.
             names = await asyncio.gather(
-                *(self._start_claim(n, for_min_nodes=not n.pod_uids) for n in plan.new_nodes)
+                *(self._start_claim(n, for_min_nodes=not n.pod_uids) for n in launching)
             )
         else:
-            names = [
-                await self._start_claim(n, for_min_nodes=not n.pod_uids) for n in plan.new_nodes
-            ]
-        for node, claim_name in zip(plan.new_nodes, names, strict=True):
+            names = [await self._start_claim(n, for_min_nodes=not n.pod_uids) for n in launching]
+        for node, claim_name in zip(launching, names, strict=True):
             notices += [
                 self._nominated(uid, claim_name) for uid in node.pod_uids if uid in state.pending
             ]
@@ -430,17 +484,29 @@ class NodePoolWorkflow:
     async def _record_events(self, notices: list[KubeEvent]) -> None:
         if not notices:
             return
+        recording = workflow.start_activity_method(
+            EventActivities.record_events,
+            EventBatch(events=notices),
+            start_to_close_timeout=KUBE_CALL,
+            heartbeat_timeout=HEARTBEAT,
+            retry_policy=RetryPolicy(maximum_attempts=5),
+            summary=f"{len(notices)} events",
+        )
+        if self._aside:
+            # A burst's Nominated Events (one per pod) take seconds to write: the next
+            # plan must not wait for them. They are awaited before continuing as new.
+            self._recording.add(recording)
+            recording.add_done_callback(self._recorded)
+            return
         try:
-            await workflow.execute_activity_method(
-                EventActivities.record_events,
-                EventBatch(events=notices),
-                start_to_close_timeout=KUBE_CALL,
-                heartbeat_timeout=HEARTBEAT,
-                retry_policy=RetryPolicy(maximum_attempts=5),
-                summary=f"{len(notices)} events",
-            )
+            await recording
         except ActivityError as err:  # Events are a courtesy; the pool goes on without them
             workflow.logger.warning("events not recorded: %s", _cause(err))
+
+    def _recorded(self, recording: asyncio.Future[Any]) -> None:
+        self._recording.discard(recording)
+        if not recording.cancelled() and isinstance(recording.exception(), ActivityError):
+            workflow.logger.warning("events not recorded: %s", recording.exception())
 
     def _waiting(self, pods: list[PodDemand], reason: str) -> list[KubeEvent]:
         """Record why these pods wait; a Warning Event on each when the reason is new."""
@@ -470,6 +536,27 @@ class NodePoolWorkflow:
             retry_policy=_ACTIVITY_RETRY,
             summary=summary,
         )
+
+    def _launch_now(self, planned: list[PlannedNode], hold_over: bool) -> list[PlannedNode]:
+        """The planned nodes to start now. While a burst is arriving, nodes its pods fill only
+        partly wait (by alarm, at most `partial_node_hold_s` from the first held) so that the
+        rest of the burst is packed with them: pods no longer wait for the whole burst (the
+        trigger sends in short windows) and its parts do not each end on a node of their
+        own. Their pods stay uncovered meanwhile, and are planned again with the next pods
+        that arrive (or whatever else uncovers pods), or when the alarm rings."""
+        state = self._state
+        held = pool_rules.partly_filled(planned) if self._input.partial_node_hold_s > 0 else []
+        if not held or hold_over or not self._alarmed or not workflow.patched(_HOLD_PATCH):
+            self._held = set()
+            if state.hold_until is not None:
+                state.hold_until = None
+                self._alarms.cancel(_HOLD_ALARM)
+            return planned
+        self._held = {uid for node in held for uid in node.pod_uids}
+        if state.hold_until is None:
+            state.hold_until = workflow.now() + timedelta(seconds=self._input.partial_node_hold_s)
+            self._alarms.reached(_HOLD_ALARM, state.hold_until)
+        return [node for node in planned if all(node is not h for h in held)]
 
     def _plan_request(self, uncovered: list[PodDemand], missing_floor: int) -> PlanRequest:
         return pool_rules.plan_request(
@@ -802,6 +889,20 @@ class NodePoolWorkflow:
         return budget_rules.disruptions_allowed(active, reason, len(state.claims), disrupting)
 
     # --- the NodePool resource's status ---------------------------------------------------
+
+    def _publish_aside(self) -> None:
+        """Write the status beside the next round, one write at a time; a change made while
+        one is on its way is written after it (the pool looks again when it is done)."""
+        if self._publishing is not None and not self._publishing.done():
+            self._status_behind = True
+            return
+        self._publishing = asyncio.create_task(self._publish_status())
+        self._publishing.add_done_callback(self._published)
+
+    def _published(self, publishing: asyncio.Task[None]) -> None:
+        if self._status_behind:
+            self._status_behind = False
+            self._dirty = True
 
     async def _publish_status(self) -> None:
         """Write `kubectl get nodepools`' NODES READY CPU MEMORY and conditions, when changed."""

@@ -15,6 +15,10 @@ from api.nodeclass import NodeClassSpec
 from api.nodepool import NodePoolSpec, NodePoolStatus
 from api.planning import PlannedNode, PodDemand, Resources
 
+# How long a pool holds back a planned node its pods fill only partly, for more of a burst
+# (`CLOUDBURST_PARTIAL_NODE_HOLD_S`): the longest a pod waits for company.
+PARTIAL_NODE_HOLD_S = 1.0
+
 
 def pool_workflow_id(namespace: str, name: str) -> str:
     return f"nodepool-{namespace}-{name}"
@@ -79,12 +83,35 @@ class DisruptionPermit(BaseModel):
     reason: str
 
 
+class NodeUsage(BaseModel):
+    """What the watcher sees on a pool's new nodes (on their way, or Ready for less than
+    the trigger's `USAGE_WINDOW_S`), which the scheduler is filling with whatever pods are
+    pending, not only those the pool nominated there. Told at most a few times a second, and
+    only while such nodes change: what the pool plans into a node's room is right only if
+    it knows what already took it."""
+
+    # Node (= claim) name -> what the workload pods bound there request, all of them.
+    requested: dict[str, Resources] = {}
+    # Pods bound to those nodes since the last report: no longer pending, told here in the
+    # same message as the room they took (the pending-pod watch may say so a moment later).
+    bound: list[str] = []
+    observed_at: datetime | None = None
+
+
 class PoolClaim(BaseModel):
     name: str
     phase: NodeClaimPhase
     offering: Offering
     allocatable: Resources
     nominated: list[str] = []  # pod UIDs expected to land on it
+    # What the pods the scheduler bound to its node request, as the watcher last told
+    # (`NodeUsage`, while the node is new): nominated pods that no longer fit beside them
+    # are planned again at once instead of after the grace, and the room left is what new
+    # pods are planned into.
+    bound: Resources = Resources()
+    # Ready, and the scheduler still filling it (until its nominations' grace is over): its
+    # room beside `bound` and what is nominated counts for new pods, as a node's on its way.
+    filling: bool = False
     started_at: datetime
     ready_at: datetime | None = None
     # Started to hold the pool at minNodes, not for pods.
@@ -137,6 +164,9 @@ class PoolState(BaseModel):
     # Why the prices of the pool's latest new nodes may be out of date (one line per
     # provider; empty: current), for the PricesStale condition.
     stale_prices: list[str] = []
+    # Planned nodes that pods fill only partly wait for more pods until then (set when the
+    # first is held back; None: nothing is held).
+    hold_until: datetime | None = None
 
 
 class NodePoolInput(BaseModel):
@@ -153,6 +183,9 @@ class NodePoolInput(BaseModel):
     # Once a node is Ready the scheduler decides; pods nominated to it that are still pending
     # this long after are planned again (the scheduler may have put others there instead).
     nomination_grace_after_ready_s: float = 15
+    # How long a planned node that its pods fill only partly may wait for more of a burst
+    # (workflows/decisions/pool.py `partly_filled`); 0: every planned node goes at once.
+    partial_node_hold_s: float = PARTIAL_NODE_HOLD_S
     state: PoolState
 
 

@@ -251,16 +251,21 @@ async def in_thread(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
 
 @contextlib.asynccontextmanager
 async def running_trigger(
-    stack: Stack, timings: ClaimTimings = FAST, idle_s: float = 0.3, max_s: float = 2.0
+    stack: Stack,
+    timings: ClaimTimings = FAST,
+    idle_s: float = 0.3,
+    max_s: float = 2.0,
+    hold_s: float = 0.3,
 ) -> AsyncIterator[PendingPodTrigger]:
-    """The pending-pod trigger with short batching windows, feeding this test's task queue."""
+    """The pending-pod trigger with short batching windows (and pools holding partly
+    filled nodes back briefly), feeding this test's task queue."""
     stop = asyncio.Event()
     trigger = PendingPodTrigger(
         stack.temporal,
         stack.kube,
         task_queue=stack.task_queue,
         cluster_id=CLUSTER_ID,
-        windows=BatchWindows(idle_s=idle_s, max_s=max_s),
+        windows=BatchWindows(idle_s=idle_s, max_s=max_s, partial_node_hold_s=hold_s),
         claim_timings=timings,
         tenancy=stack.settings.tenancy(),
     )

@@ -16,7 +16,7 @@ from temporalio.client import WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
-from workflows import WORKFLOWS
+from workflows.registry import WORKFLOWS
 
 ROOT = Path(__file__).resolve().parents[2]
 

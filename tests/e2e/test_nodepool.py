@@ -10,10 +10,11 @@ from pathlib import Path
 from typing import Any
 
 from kubernetes import client as k8s
+from temporalio.api.enums.v1 import EventType
 
 from api import NodeClaimPhase, labels
 from api.nodepool.messages import PoolStatus, pool_workflow_id
-from api.quantity import format_cpu
+from api.quantity import cpu_millis, format_cpu
 from sim.cluster import SimulatedCluster
 from tests.e2e.harness import (
     FAST,
@@ -25,6 +26,7 @@ from tests.e2e.harness import (
     pool_pod,
     running_trigger,
     running_watcher,
+    serving,
 )
 from workflows.nodepool import NodePoolWorkflow
 
@@ -102,8 +104,16 @@ async def test_pending_pods_get_nodes_then_leave(stack: Stack) -> None:
         status = await pool_status(stack, "grow")
         # Every node the pool made is one the pods use: nothing was made twice or for nothing.
         assert {c.name for c in status.claims} == nodes
-        # Bound pods are no longer demand: the trigger resolves them.
-        await eventually(lambda: pool_status(stack, "grow"), lambda s: s.pending_pods == 0)
+        # Bound pods are no longer demand, and the watcher told the pool what the scheduler
+        # put on its new nodes (what it plans the rest of a burst into).
+        status = await eventually(
+            lambda: pool_status(stack, "grow"),
+            lambda s: s.pending_pods == 0 and sum(c.bound.pods for c in s.claims) == 3,
+        )
+        requested_cpu_m = 0
+        for pod in pods:
+            requested_cpu_m += cpu_millis(str(pod.spec.containers[0].resources.requests["cpu"]))
+        assert sum(claim.bound.cpu_m for claim in status.claims) == requested_cpu_m
         events = await in_thread(
             stack.core.list_namespaced_event,
             "default",
@@ -115,6 +125,73 @@ async def test_pending_pods_get_nodes_then_leave(stack: Stack) -> None:
         await eventually(
             lambda: asyncio.sleep(0, vms_of_pool(stack.cluster, "grow")), lambda v: v == [], 90
         )
+
+
+async def signals(stack: Stack, pool: str, name: str) -> list[Any]:
+    """The inputs of the signals of this name the pool's workflow has had, oldest first."""
+    handle = stack.temporal.get_workflow_handle(pool_workflow_id("default", pool))
+    history = await handle.fetch_history()
+    return [
+        json.loads(e.workflow_execution_signaled_event_attributes.input.payloads[0].data)
+        for e in history.events
+        if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED
+        and e.workflow_execution_signaled_event_attributes.signal_name == name
+    ]
+
+
+async def test_the_trigger_tells_a_pool_only_what_is_new(stack: Stack) -> None:
+    """Every event of a watched object is not news: a pool's own status writes (and other
+    pools') and the scheduler re-writing why a pod waits reach the trigger, and each was a
+    signal the pool recorded, planned on and paid for. Only a spec change is."""
+    make_pool(stack.kube, "quiet", empty_ttl=3600, limits={"cpu": "1"})
+    async with serving(stack):
+        await in_thread(
+            stack.core.create_namespaced_pod,
+            "default",
+            pool_pod("quiet-0", "quiet", cpu="1500m"),  # more than the limit: it waits
+        )
+        # The pool writes its status (LimitReached), which comes back to the trigger.
+        await eventually(
+            lambda: nodepool_resource(stack, "quiet"),
+            lambda r: any(
+                c["type"] == "LimitReached" and c["status"] == "True"
+                for c in r.get("status", {}).get("conditions", [])
+            ),
+        )
+        # The scheduler re-writes why the pod waits (as when a node joins elsewhere).
+        for nodes in (7, 8):
+            await in_thread(
+                stack.core.patch_namespaced_pod_status,
+                "quiet-0",
+                "default",
+                {
+                    "status": {
+                        "conditions": [
+                            {
+                                "type": "PodScheduled",
+                                "status": "False",
+                                "reason": "Unschedulable",
+                                "message": f"0/{nodes} nodes are available.",
+                            }
+                        ]
+                    }
+                },
+            )
+        await asyncio.sleep(3)  # well past the trigger's batch windows (0.3 s / 2 s)
+        demands = await signals(stack, "quiet", "demand")
+        carrying = [d for d in demands if any(p["name"] == "quiet-0" for p in d["pods"])]
+        assert len(carrying) == 1, carrying
+        assert await signals(stack, "quiet", "update_specs") == []
+
+        # A spec change is news: the pool hears it once.
+        make_pool(stack.kube, "quiet", empty_ttl=3600, limits={"cpu": "1", "memory": "64Gi"})
+        told = await eventually(
+            lambda: signals(stack, "quiet", "update_specs"), lambda found: len(found) >= 1
+        )
+        await asyncio.sleep(2)
+        told = await signals(stack, "quiet", "update_specs")
+        assert [t["pool"]["limits"]["memory"] for t in told] == ["64Gi"], told
+        await delete_pods(stack, "quiet")
 
 
 async def test_limits_hold_and_blocked_demand_is_reported(stack: Stack) -> None:

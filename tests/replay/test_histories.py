@@ -35,8 +35,8 @@ from tests.e2e.harness import (
     wait_for_phase,
 )
 from worker.settings import Settings
-from workflows import WORKFLOWS
 from workflows.nodeclaim import NodeClaimWorkflow
+from workflows.registry import WORKFLOWS
 
 RECORDED = Path(__file__).parent / "histories"
 # Pools whose histories the corpus keeps: limits, failover, drift and consolidation.

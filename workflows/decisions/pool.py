@@ -1,9 +1,9 @@
-"""The pool's own decisions, pure: what to ask the planner for, what holds against the limits,
-and what the NodePool resource's status says."""
+"""The pool's own decisions, pure: what to ask the planner for, which planned nodes go out
+now, what holds against the limits, and what the NodePool resource's status says."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Literal
 
@@ -17,7 +17,7 @@ from api.nodepool import (
     NodePoolStatus,
 )
 from api.nodepool.messages import PoolClaim, PoolState
-from api.planning import InFlightNode, PlanRequest, PodDemand, Resources
+from api.planning import InFlightNode, PlannedNode, PlanRequest, PodDemand
 from api.quantity import cpu_millis, format_cpu, format_memory, memory_bytes
 
 
@@ -43,10 +43,11 @@ def plan_request(
     specs = state.specs
     limits = specs.pool.limits
     in_flight = []
-    # Only nodes still on their way: the scheduler already tried the Ready ones, so a pod
-    # pending now does not fit there.
-    for claim in (c for c in live if c.phase != NodeClaimPhase.READY):
-        used = Resources()
+    # Nodes on their way, and Ready ones the scheduler is still filling (within the grace:
+    # their room beside what it bound and what is nominated takes pods a node filled with
+    # others left out). Past that the scheduler has tried: a pod pending now does not fit.
+    for claim in (c for c in live if c.phase != NodeClaimPhase.READY or c.filling):
+        used = claim.bound  # the scheduler may fill a node before its claim says Ready
         for uid in claim.nominated:
             pod = state.pending.get(uid)
             if pod is not None:
@@ -76,6 +77,52 @@ def plan_request(
         ),
         min_new_nodes=missing_floor,
     )
+
+
+# A planned node its pods fill at least this far (in its most used resource) goes out at
+# once; one they fill less may wait, within the pool's hold, for pods still arriving.
+FULL_ENOUGH = 0.75
+
+
+def fill(node: PlannedNode) -> float:
+    """How far the node's pods fill what pods may use on it, in its most used resource."""
+    room = node.allocatable if node.allocatable.pods else node.requests
+    used = node.requests
+    shares = [
+        used.cpu_m / room.cpu_m if room.cpu_m else 0.0,
+        used.memory_bytes / room.memory_bytes if room.memory_bytes else 0.0,
+        used.pods / room.pods if room.pods else 0.0,
+    ]
+    return max(shares)
+
+
+def partly_filled(nodes: Iterable[PlannedNode]) -> list[PlannedNode]:
+    """The planned nodes worth holding back while a burst is still arriving: those its pods
+    fill less than `FULL_ENOUGH`. A burst's later pods are then packed with theirs, instead
+    of each part of the burst ending on a node of its own (empty nodes for minNodes go at
+    once: nothing that arrives changes them)."""
+    return [node for node in nodes if node.pod_uids and fill(node) < FULL_ENOUGH]
+
+
+def overflowing(claim: PoolClaim, pending: Mapping[str, PodDemand]) -> list[str]:
+    """Pods nominated to the claim that can no longer land on it: the scheduler has begun to
+    fill its node with other pods (`bound`) and no room is left for them beside those, in
+    the order nominated. The scheduler does not know our nominations; once it has filled a
+    node otherwise, waiting out the grace for these only delays their new plan (the room
+    planned for them is usually on the claims whose pods went here instead)."""
+    if not claim.bound.pods:
+        return []
+    room = claim.allocatable - claim.bound
+    left_out = []
+    for uid in claim.nominated:
+        pod = pending.get(uid)
+        if pod is None:
+            continue
+        if pod.requests.fits_in(room):
+            room = room - pod.requests
+        else:
+            left_out.append(uid)
+    return left_out
 
 
 def limit_text(limits: Limits) -> str:

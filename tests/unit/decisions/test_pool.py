@@ -8,8 +8,15 @@ from api.nodeclaim import NodeClaimPhase, Offering
 from api.nodeclass import FakeClass, JoinSettings, NodeClassSpec
 from api.nodepool import NodePoolSpec
 from api.nodepool.messages import PoolClaim, PoolSpecs, PoolState
-from api.planning import PodDemand, Resources
-from workflows.decisions.pool import held, plan_request, pool_status
+from api.planning import PlannedNode, PodDemand, Resources
+from workflows.decisions.pool import (
+    fill,
+    held,
+    overflowing,
+    partly_filled,
+    plan_request,
+    pool_status,
+)
 
 NOW = datetime(2026, 11, 24, 9, 0, tzinfo=UTC)
 SMALL = Offering(provider="fake", region="sim-1", instance_type="fk-small", vcpu=2, memory_gib=4)
@@ -57,6 +64,16 @@ def test_nodes_on_their_way_carry_what_is_nominated_ready_ones_are_left_out() ->
     assert on_its_way.claim_name == "p-1"
     assert on_its_way.used.cpu_m == 700  # a pod no longer pending does not count
     assert [p.uid for p in request.pods] == ["b"]
+
+
+def test_a_ready_node_the_scheduler_is_still_filling_offers_the_room_left_on_it() -> None:
+    pool = state()
+    pool.pending = {"a": pod("a", 700), "b": pod("b")}
+    filling = claim("p-2", NodeClaimPhase.READY, ["a"])
+    filling.filling, filling.bound = True, Resources(cpu_m=300, pods=1)
+    request = plan_request("p", "default", pool, [filling], [pod("b")], 0)
+    [offered] = request.in_flight
+    assert (offered.claim_name, offered.used.cpu_m, offered.used.pods) == ("p-2", 1000, 2)
 
 
 def test_the_limits_leave_what_the_live_claims_do_not_hold() -> None:
@@ -121,3 +138,43 @@ def test_old_prices_raise_a_warning_that_stays_once_shown() -> None:
     pool.stale_prices = []  # the next nodes were planned with fresh prices
     [current] = [c for c in pool_status(pool, NOW).conditions if c.type == "PricesStale"]
     assert (current.status, current.reason, current.message) == ("False", "CurrentPrices", "")
+
+
+def planned(pods: int, cpu_m: int, *, room_pods: int = 10, room_cpu_m: int = 4000) -> PlannedNode:
+    return PlannedNode(
+        offerings=[SMALL],
+        pod_uids=[f"p{i}" for i in range(pods)],
+        requests=Resources(cpu_m=cpu_m, memory_bytes=0, pods=pods),
+        allocatable=Resources(cpu_m=room_cpu_m, memory_bytes=2**30, pods=room_pods),
+    )
+
+
+def test_a_node_is_as_full_as_its_most_used_resource() -> None:
+    assert fill(planned(pods=2, cpu_m=3800)) == 0.95  # few pods, nearly all the cpu
+    assert fill(planned(pods=9, cpu_m=100)) == 0.9  # little cpu, nearly all the pod slots
+    assert fill(planned(pods=1, cpu_m=400)) == 0.1
+
+
+def test_only_nodes_their_pods_fill_little_wait_for_more_of_a_burst() -> None:
+    full, sparse = planned(pods=8, cpu_m=3200), planned(pods=1, cpu_m=500)
+    floor = PlannedNode(offerings=[SMALL], pod_uids=[], requests=Resources())
+    assert partly_filled([full, sparse, floor]) == [sparse]  # minNodes' empty node goes at once
+
+
+def bound_claim(nominated: list[str], bound: Resources) -> PoolClaim:
+    taken = claim("p-1", NodeClaimPhase.READY, nominated)
+    taken.bound = bound
+    return taken
+
+
+def test_nominations_that_no_longer_fit_beside_what_the_scheduler_bound_are_let_go() -> None:
+    pending = {uid: pod(uid, 600) for uid in ("a", "b", "c")}
+    # 1900m allocatable, 1000m bound by the scheduler (other pods): room for one of three.
+    taken = bound_claim(["a", "gone", "b", "c"], Resources(cpu_m=1000, pods=2))
+    assert overflowing(taken, pending) == ["b", "c"]  # the first nominated keeps its place
+
+
+def test_nominations_stay_while_the_scheduler_has_bound_nothing_there() -> None:
+    pending = {uid: pod(uid, 600) for uid in ("a", "b", "c", "d")}
+    # Nominated beyond what the estimate holds, but nothing bound yet: the grace decides.
+    assert overflowing(bound_claim(["a", "b", "c", "d"], Resources()), pending) == []

@@ -1,0 +1,310 @@
+"""A burst that arrives in parts: the pool starts the nodes its pods fill at once, holds back
+the one they fill only partly for the rest of the burst, and plans again at once the pods
+whose node the scheduler filled with others.
+
+The planner is a stand-in registered under the real name (the Temporal way to unit-test a
+workflow) that packs ten pods to a node, filling the room left on nodes on their way first;
+the claims are a stand-in workflow of the same type that starts and waits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator, Callable
+
+import pytest
+from temporalio import activity, workflow
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client, WorkflowHandle
+from temporalio.common import WorkflowIDConflictPolicy
+from temporalio.worker import Worker
+
+with workflow.unsafe.imports_passed_through():
+    from api.events import EventBatch
+    from api.messages import NodeClaimInput
+    from api.nodeclaim import NodeClaimPhase, Offering
+    from api.nodepool.messages import (
+        ClaimReport,
+        DemandUpdate,
+        NodePoolInput,
+        NodePoolStatusUpdate,
+        NodeUsage,
+        PoolState,
+        PoolStatus,
+    )
+    from api.planning import Plan, PlannedNode, PlanRequest, PodDemand, Resources
+    from tests.workflows.test_nodepool_races import specs
+    from workflows.nodepool import NodePoolWorkflow
+
+PODS_PER_NODE = 10
+OFFERING = Offering(provider="fake", region="sim-1", instance_type="fk-ten", vcpu=8, memory_gib=8)
+ROOM = Resources(cpu_m=7000, memory_bytes=6 * 2**30, pods=PODS_PER_NODE)
+
+
+@workflow.defn(name="NodeClaimWorkflow")
+class StandInClaim:
+    @workflow.run
+    async def run(self, input: NodeClaimInput) -> None:
+        await workflow.wait_condition(lambda: False)
+
+
+@activity.defn(name="plan_capacity")
+async def plan_capacity(request: PlanRequest) -> Plan:
+    """Ten pods to a node: room on nodes on their way first, then new nodes in order."""
+    plan = Plan()
+    waiting = list(request.pods)
+    for node in request.in_flight:
+        room = PODS_PER_NODE - node.used.pods
+        for pod in waiting[:room]:
+            plan.assignments[pod.uid] = node.claim_name
+        waiting = waiting[max(room, 0) :]
+    for start in range(0, len(waiting), PODS_PER_NODE):
+        chunk = waiting[start : start + PODS_PER_NODE]
+        plan.new_nodes.append(
+            PlannedNode(
+                offerings=[OFFERING],
+                pod_uids=[pod.uid for pod in chunk],
+                requests=Resources(cpu_m=100 * len(chunk), pods=len(chunk)),
+                allocatable=ROOM,
+            )
+        )
+    return plan
+
+
+@activity.defn(name="record_events")
+async def record_events(batch: EventBatch) -> None:
+    pass
+
+
+@activity.defn(name="sync_nodepool_status")
+async def sync_nodepool_status(update: NodePoolStatusUpdate) -> None:
+    pass
+
+
+def pods(prefix: str, count: int) -> list[PodDemand]:
+    return [
+        PodDemand(
+            uid=f"{prefix}{i}",
+            namespace="default",
+            name=f"{prefix}{i}",
+            requests=Resources(cpu_m=100, pods=1),
+        )
+        for i in range(count)
+    ]
+
+
+@pytest.fixture
+async def start_pool(
+    temporal_client: Client,
+) -> AsyncIterator[Callable[[float, list[PodDemand]], asyncio.Future[WorkflowHandle]]]:
+    queue = f"bursts-{uuid.uuid4()}"
+    handles: list[WorkflowHandle] = []
+
+    async def start(hold_s: float, first: list[PodDemand]) -> WorkflowHandle:
+        handle = await temporal_client.start_workflow(
+            NodePoolWorkflow.run,
+            NodePoolInput(
+                namespace="default",
+                name="bursts",
+                partial_node_hold_s=hold_s,
+                state=PoolState(specs=specs()),
+            ),
+            id=f"nodepool-bursts-{uuid.uuid4().hex[:8]}",
+            task_queue=queue,
+            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+            start_signal="demand",
+            start_signal_args=[DemandUpdate(pods=first)],
+        )
+        handles.append(handle)
+        return handle
+
+    async with Worker(
+        temporal_client,
+        task_queue=queue,
+        workflows=[NodePoolWorkflow, StandInClaim],
+        activities=[plan_capacity, record_events, sync_nodepool_status],
+    ):
+        yield start  # type: ignore[misc]
+        for handle in handles:
+            status = await handle.query(NodePoolWorkflow.status)
+            history = await handle.fetch_history()
+            failed = [
+                e
+                for e in history.events
+                if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED
+            ]
+            assert not failed, failed[0].workflow_task_failed_event_attributes.failure.message
+            await handle.terminate("test over")
+            for claim in status.claims:
+                await temporal_client.get_workflow_handle(f"nodeclaim-{claim.name}").terminate()
+
+
+async def settled(
+    handle: WorkflowHandle, done: Callable[[PoolStatus], bool], what: str
+) -> PoolStatus:
+    status: PoolStatus | None = None
+    for _ in range(150):
+        status = await handle.query(NodePoolWorkflow.status)
+        if done(status):
+            return status
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"never {what}: {status}")
+
+
+def nominated(status: PoolStatus) -> dict[str, list[str]]:
+    return {claim.name: sorted(claim.nominated) for claim in status.claims}
+
+
+async def plans_made(handle: WorkflowHandle) -> int:
+    history = await handle.fetch_history()
+    return sum(
+        1
+        for e in history.events
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+        and e.activity_task_scheduled_event_attributes.activity_type.name == "plan_capacity"
+    )
+
+
+async def test_the_rest_of_a_burst_fills_the_node_held_back_for_it(
+    start_pool: Callable[[float, list[PodDemand]], asyncio.Future[WorkflowHandle]],
+) -> None:
+    # 14 pods: one node they fill goes at once; the one 4 pods would fill waits.
+    handle = await start_pool(60, pods("a", 14))
+    status = await settled(handle, lambda s: bool(s.claims), "started the full node")
+    assert [len(c.nominated) for c in status.claims] == [10]
+    assert "launch partly filled nodes" in status.alarms
+    assert status.pending_pods == 14  # the 4 held back are still pending, not nominated
+    # News that uncovers no pod (the claim launched) does not plan the held pods again.
+    started = status.claims[0].name
+    report = ClaimReport(claim_name=started, phase=NodeClaimPhase.PROVISIONING)
+    await handle.signal(NodePoolWorkflow.claim_report, report)
+    await settled(handle, lambda s: s.claims[0].phase == NodeClaimPhase.PROVISIONING, "heard")
+    assert await plans_made(handle) == 1
+
+    # The rest of the burst: the 4 and these 6 fill a node together.
+    await handle.signal(NodePoolWorkflow.demand, DemandUpdate(pods=pods("b", 6)))
+    status = await settled(handle, lambda s: len(s.claims) == 2, "started the second node")
+    second = next(c for c in status.claims if len(c.nominated) == 10 and "b0" in c.nominated)
+    assert sorted(second.nominated) == sorted(
+        [f"a{i}" for i in range(10, 14)] + [f"b{i}" for i in range(6)]
+    )
+    assert "launch partly filled nodes" not in status.alarms
+
+
+async def test_a_node_held_back_goes_when_the_hold_is_over(
+    start_pool: Callable[[float, list[PodDemand]], asyncio.Future[WorkflowHandle]],
+) -> None:
+    handle = await start_pool(1.0, pods("a", 3))
+    status = await settled(handle, lambda s: bool(s.claims), "started the held node")
+    assert nominated(status) == {status.claims[0].name: ["a0", "a1", "a2"]}
+    assert not status.alarms or "launch partly filled nodes" not in status.alarms
+
+
+async def test_without_a_hold_every_planned_node_goes_at_once(
+    start_pool: Callable[[float, list[PodDemand]], asyncio.Future[WorkflowHandle]],
+) -> None:
+    handle = await start_pool(0, pods("a", 3))
+    status = await settled(handle, lambda s: bool(s.claims), "started the node")
+    assert [len(c.nominated) for c in status.claims] == [3]
+    assert await plans_made(handle) == 1
+
+
+@pytest.mark.parametrize("up", [False, True], ids=["on-their-way", "ready"])
+async def test_pods_whose_node_the_scheduler_filled_with_others_are_planned_again_at_once(
+    start_pool: Callable[[float, list[PodDemand]], asyncio.Future[WorkflowHandle]], up: bool
+) -> None:
+    burst = pods("a", 20)
+    handle = await start_pool(0, burst)
+    status = await settled(handle, lambda s: len(s.claims) == 2, "started both nodes")
+    first, second = sorted(status.claims, key=lambda c: "a0" not in c.nominated)
+    assert first.nominated == [f"a{i}" for i in range(10)]
+    if up:  # both nodes Ready: the scheduler is filling them, within the nominations' grace
+        for claim in (first, second):
+            report = ClaimReport(claim_name=claim.name, phase=NodeClaimPhase.READY)
+            await handle.signal(NodePoolWorkflow.claim_report, report)
+
+    # The first node comes up; the scheduler, which knows nothing of nominations, fills half
+    # of it with five pods meant for the second.
+    went_first = [f"a{i}" for i in range(10, 15)]
+    five = Resources(cpu_m=500, pods=5)
+    await handle.signal(
+        NodePoolWorkflow.node_usage, NodeUsage(requested={first.name: five}, bound=went_first)
+    )
+    # Five of the first node's own pods no longer fit there: they take the room the second
+    # node kept for the pods that went to the first, now, not after the nominations' grace.
+    status = await settled(
+        handle,
+        lambda s: any(len(c.nominated) == 10 for c in s.claims if c.name == second.name),
+        "planned the pods left out onto the second node",
+    )
+    assert nominated(status) == {
+        first.name: [f"a{i}" for i in range(5)],
+        second.name: sorted([f"a{i}" for i in range(5, 10)] + [f"a{i}" for i in range(15, 20)]),
+    }
+    assert len(status.claims) == 2  # no new node for them
+
+
+class SlowStatusWrites:
+    """`sync_nodepool_status` that holds each write until the test lets it through."""
+
+    def __init__(self) -> None:
+        self.written: list[NodePoolStatusUpdate] = []
+        self.started = 0
+        self.release = asyncio.Event()
+
+    @activity.defn(name="sync_nodepool_status")
+    async def sync_nodepool_status(self, update: NodePoolStatusUpdate) -> None:
+        self.started += 1
+        await self.release.wait()
+        self.written.append(update)
+
+
+async def test_a_slow_status_write_holds_no_plan_back_and_the_latest_status_is_written(
+    temporal_client: Client,
+) -> None:
+    """During a burst the NodePool's status write took a third of every round: the next
+    plan waited for it. It goes beside the rounds now, one at a time, the latest last."""
+    queue = f"bursts-{uuid.uuid4()}"
+    writes = SlowStatusWrites()
+    async with Worker(
+        temporal_client,
+        task_queue=queue,
+        workflows=[NodePoolWorkflow, StandInClaim],
+        activities=[plan_capacity, record_events, writes.sync_nodepool_status],
+    ):
+        handle = await temporal_client.start_workflow(
+            NodePoolWorkflow.run,
+            NodePoolInput(
+                namespace="default",
+                name="bursts",
+                partial_node_hold_s=0,
+                state=PoolState(specs=specs()),
+            ),
+            id=f"nodepool-bursts-{uuid.uuid4().hex[:8]}",
+            task_queue=queue,
+            start_signal="demand",
+            start_signal_args=[DemandUpdate(pods=pods("a", 10))],
+        )
+        try:
+            await settled(handle, lambda s: len(s.claims) == 1, "started the first node")
+            for _ in range(100):  # the first status write is on its way, and stays there
+                if writes.started:
+                    break
+                await asyncio.sleep(0.05)
+            assert writes.started == 1
+            # More of the burst: planned and started while that write still hangs.
+            await handle.signal(NodePoolWorkflow.demand, DemandUpdate(pods=pods("b", 10)))
+            await settled(handle, lambda s: len(s.claims) == 2, "started the second node")
+            assert writes.started == 1 and not writes.written  # one write at a time
+
+            writes.release.set()
+            for _ in range(100):
+                if writes.written and writes.written[-1].status.nodes == 2:
+                    break
+                await asyncio.sleep(0.05)
+            assert [w.status.nodes for w in writes.written] == [1, 2]
+        finally:
+            await handle.terminate("test over")
+            for claim in (await handle.query(NodePoolWorkflow.status)).claims:
+                await temporal_client.get_workflow_handle(f"nodeclaim-{claim.name}").terminate()
