@@ -99,6 +99,7 @@ class NodeWatcher:
         self._usage_changed: set[str] = set()
         self._newly_bound: dict[str, list[str]] = {}  # node -> pod UIDs
         self._usage_told_at = 0.0  # loop time
+        self._usage_told: dict[str, Resources] = {}  # node -> what its pool was last told
         self.signals_sent = 0
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -349,17 +350,24 @@ class NodeWatcher:
         lost report costs a pod the nominations' grace, as before there were any."""
         self._usage_told_at = asyncio.get_running_loop().time()
         by_pool: dict[tuple[str, str], NodeUsage] = {}
+        telling: dict[tuple[str, str], dict[str, Resources]] = {}  # pool -> node -> requested
         for name in sorted(self._usage_changed):
             node = self._view.nodes.get(name)
             pool = self._claim_pools.get(node.claim) if node else None
             if node is None or pool is None:
                 continue
-            usage = by_pool.setdefault(pool, NodeUsage(observed_at=datetime.now(UTC)))
             pods = self._view.pods.get(name, {}).values()
-            usage.requested[node.claim] = sum((p.requests for p in pods), Resources())
-            usage.bound += self._newly_bound.get(name, [])
+            requested = sum((p.requests for p in pods), Resources())
+            bound = self._newly_bound.get(name, [])
+            if requested == self._usage_told.get(name, Resources()) and not bound:
+                continue  # nothing new (a node that took no pod yet is not news either)
+            usage = by_pool.setdefault(pool, NodeUsage(observed_at=datetime.now(UTC)))
+            usage.requested[node.claim] = requested
+            usage.bound += bound
+            telling.setdefault(pool, {})[name] = requested
         self._usage_changed.clear()
         self._newly_bound.clear()
+        self._usage_told = {n: r for n, r in self._usage_told.items() if n in self._view.nodes}
         for pool, usage in by_pool.items():
             handle = self._temporal.get_workflow_handle_for(
                 NodePoolWorkflow.run, pool_workflow_id(*pool)
@@ -369,6 +377,8 @@ class NodeWatcher:
             except RPCError as err:
                 if err.status != RPCStatusCode.NOT_FOUND:
                     log.warning("could not tell pool %s/%s its nodes' usage: %s", *pool, err)
+                    continue
+            self._usage_told.update(telling[pool])
 
     async def _tell_pool_workload_left(self, claim: str) -> None:
         """Pods left a node that still runs some: the pool may consolidate it (an empty node

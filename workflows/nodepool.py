@@ -216,8 +216,13 @@ class NodePoolWorkflow:
             return
         if report.phase == NodeClaimPhase.READY and claim.ready_at is None:
             claim.ready_at = at
-            # Its room counts for new pods until the grace is over (the scheduler fills it).
-            claim.filling = self._alarmed and workflow.patched("ready-claims-fill")
+            # While pods wait, its room counts for new ones until the grace is over (the
+            # scheduler is filling it). With none waiting it is the scheduler's alone: pods
+            # that do not fit there once it is Ready are planned elsewhere (and no alarm is
+            # armed for it, which a floor of 1,000 idle claims would pay a thousand times).
+            claim.filling = (
+                self._alarmed and bool(state.pending) and workflow.patched("ready-claims-fill")
+            )
         claim.phase = report.phase
         if report.offering:
             claim.offering = report.offering

@@ -271,6 +271,9 @@ async def test_min_nodes_are_kept_without_pods(stack: Stack) -> None:
         )
         assert status.nodes == 1
         assert len(vms_of_pool(stack.cluster, "floor")) == 1
+        # A new node that took no pod is no news for its pool: no node_usage signal.
+        await asyncio.sleep(1)  # several of the watcher's reporting intervals (0.25 s)
+        assert await signals(stack, "floor", "node_usage") == []
 
 
 async def test_capacity_failure_moves_to_the_next_offering_and_is_remembered(

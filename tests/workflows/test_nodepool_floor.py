@@ -21,10 +21,11 @@ from temporalio.worker import Worker
 with workflow.unsafe.imports_passed_through():
     from api.events import EventBatch
     from api.messages import NodeClaimInput
-    from api.nodeclaim import Offering
+    from api.nodeclaim import NodeClaimPhase, Offering
     from api.nodeclass import FakeClass, JoinSettings, NodeClassSpec
     from api.nodepool import Budget, Disruption, Limits, NodePoolSpec
     from api.nodepool.messages import (
+        ClaimReport,
         DemandUpdate,
         DisruptionPermit,
         DisruptionRequest,
@@ -144,6 +145,42 @@ async def test_an_empty_floor_node_is_kept_until_the_floor_is_lowered(
             e for e in history.events if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED
         ]
         assert not failed
+        await handle.terminate("test over")
+        for name in names:
+            await temporal_client.get_workflow_handle(f"nodeclaim-{name}").terminate()
+
+
+async def test_floor_nodes_coming_up_with_nothing_pending_arm_no_alarm(
+    temporal_client: Client,
+) -> None:
+    """A Ready node's room counts for new pods only while pods wait (the scheduler is filling
+    it), and is watched by an alarm until the grace is over: a floor of idle claims must not
+    pay a timer each (1,000 of them, in the scale bench, were 40 timers a minute)."""
+    queue = f"floor-{uuid.uuid4()}"
+    async with Worker(
+        temporal_client,
+        task_queue=queue,
+        workflows=[NodePoolWorkflow, FloorClaim],
+        activities=[plan_capacity, record_events, sync_nodepool_status],
+    ):
+        handle = await temporal_client.start_workflow(
+            NodePoolWorkflow.run,
+            NodePoolInput(namespace="default", name="floor", state=PoolState(specs=specs(2))),
+            id=f"nodepool-floor-{uuid.uuid4().hex[:8]}",
+            task_queue=queue,
+            start_signal="demand",
+            start_signal_args=[DemandUpdate(specs=specs(2))],
+        )
+        status = await until(handle, lambda s: len(s.claims) == 2, "two floor claims")
+        names = [claim.name for claim in status.claims]
+        for name in names:
+            await handle.signal(
+                NodePoolWorkflow.claim_report,
+                ClaimReport(claim_name=name, phase=NodeClaimPhase.READY),
+            )
+        status = await until(handle, lambda s: s.ready_nodes == 2, "both Ready")
+        assert not any(claim.filling for claim in status.claims)
+        assert status.alarms == ["periodic look"]
         await handle.terminate("test over")
         for name in names:
             await temporal_client.get_workflow_handle(f"nodeclaim-{name}").terminate()
