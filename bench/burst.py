@@ -80,6 +80,7 @@ class Report:
     workers: int = 1
     triggers: int = 1
     pods: int = 0
+    rate: float | None = None  # pods created per second; None: as fast as 8 threads go
     pods_bound: int = 0
     seconds_to_create_pods: float | None = None
     seconds_to_all_bound: float | None = None
@@ -91,9 +92,13 @@ class Report:
     # Per step, seconds from the stage before: what each part adds.
     steps: dict[str, dict[str, float]] = field(default_factory=dict)
     demand_signals: int = 0
+    usage_signals: int = 0
     plans: int = 0
     claims_started: int = 0
     nodes: int = 0
+    # What the claims started cost per hour (each at its first offering's price): the
+    # figure batching trades against latency.
+    cost_eur_per_hour: float = 0.0
     vms_created: int = 0
     vms_created_twice: list[str] = field(default_factory=list)
     vms_leaked: int = 0
@@ -229,12 +234,21 @@ def _at(event: HistoryEvent) -> float:
     return event.event_time.seconds + event.event_time.nanos / 1e9
 
 
-async def pool_stages(client: Client) -> tuple[dict[str, float], dict[str, float], int, int]:
-    """(first demand signal carrying each pod, completion of the first plan of each pod, the
-    number of demand signals, of plans), by pod name, from every run of the pool."""
-    signalled: dict[str, float] = {}
-    planned: dict[str, float] = {}
-    signals = plans = 0
+@dataclass
+class PoolStages:
+    """What the pool's history says, from every run of it."""
+
+    signalled: dict[str, float] = field(default_factory=dict)  # pod -> first demand signal
+    planned: dict[str, float] = field(default_factory=dict)  # pod -> its first plan's end
+    signals: int = 0
+    usage_signals: int = 0  # the watcher's node_usage: what was bound to its new nodes
+    plans: int = 0
+    cost_eur_per_hour: float = 0.0  # the claims it started, at their first offering
+
+
+async def pool_stages(client: Client) -> PoolStages:
+    stages = PoolStages()
+    signalled, planned = stages.signalled, stages.planned
     query = f"WorkflowId = '{pool_workflow_id(NAMESPACE, POOL)}'"
     async for execution in client.list_workflows(query):
         handle = client.get_workflow_handle(execution.id, run_id=execution.run_id)
@@ -243,9 +257,11 @@ async def pool_stages(client: Client) -> tuple[dict[str, float], dict[str, float
             kind = event.event_type
             if kind == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED:
                 signalled_with = event.workflow_execution_signaled_event_attributes
+                if signalled_with.signal_name == "node_usage":
+                    stages.usage_signals += 1
                 if signalled_with.signal_name != "demand":
                     continue
-                signals += 1
+                stages.signals += 1
                 for pod in (_payload(signalled_with.input) or {}).get("pods", []):
                     signalled.setdefault(pod["name"], _at(event))
             elif kind == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
@@ -256,10 +272,15 @@ async def pool_stages(client: Client) -> tuple[dict[str, float], dict[str, float
             elif kind == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
                 scheduled = event.activity_task_completed_event_attributes.scheduled_event_id
                 if scheduled in plan_pods:
-                    plans += 1
+                    stages.plans += 1
                     for name in plan_pods.pop(scheduled):
                         planned.setdefault(name, _at(event))
-    return signalled, planned, signals, plans
+            elif kind == EventType.EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_INITIATED:
+                child = event.start_child_workflow_execution_initiated_event_attributes
+                claim = (_payload(child.input) or {}).get("claim", {})
+                offering = claim.get("spec", {}).get("offerings", [{}])[0]
+                stages.cost_eur_per_hour += offering.get("priceEurPerHour") or 0.0
+    return stages
 
 
 async def claim_starts(client: Client, nodes: set[str]) -> dict[str, float]:
@@ -284,7 +305,7 @@ def _percentiles(values: list[float]) -> dict[str, float]:
 
 
 async def run_split(args: argparse.Namespace) -> Report:
-    report = Report(workers=args.workers, triggers=args.triggers, pods=args.pods)
+    report = Report(workers=args.workers, triggers=args.triggers, pods=args.pods, rate=args.rate)
     say = (
         (lambda text: print(f"• {text}", file=sys.stderr, flush=True))
         if args.verbose
@@ -311,6 +332,8 @@ async def run_split(args: argparse.Namespace) -> Report:
 
         def create(index: int) -> None:
             pod = burst_pod(index)
+            if args.rate:  # paced: pod i goes out i/rate seconds after the first
+                time.sleep(max(0.0, started + index / args.rate - time.time()))
             created[pod_name(index)] = time.time()  # before the call: errs on the long side
             # The answer unread: the client's models would cost the bench seconds of CPU.
             core.create_namespaced_pod(NAMESPACE, pod, _preload_content=False)
@@ -353,7 +376,11 @@ async def run_split(args: argparse.Namespace) -> Report:
             name: datetime.fromisoformat(at).timestamp()
             for name, at in (await asyncio.to_thread(admin, topology, "create-times")).items()
         }
-        signalled, planned, report.demand_signals, report.plans = await pool_stages(client)
+        from_pool = await pool_stages(client)
+        signalled, planned = from_pool.signalled, from_pool.planned
+        report.demand_signals, report.plans = from_pool.signals, from_pool.plans
+        report.usage_signals = from_pool.usage_signals
+        report.cost_eur_per_hour = round(from_pool.cost_eur_per_hour, 4)
         starts = await claim_starts(client, set(node_of.values()))
         report.nodes = len(set(node_of.values()))
         report.claims_started = len(
@@ -361,6 +388,7 @@ async def run_split(args: argparse.Namespace) -> Report:
         )
         at_stage: dict[str, list[float]] = defaultdict(list)
         per_step: dict[str, list[float]] = defaultdict(list)
+        per_pod: dict[str, dict[str, Any]] = {}
         for name, t0 in created.items():
             node = node_of.get(name)
             if node is None:
@@ -372,6 +400,12 @@ async def run_split(args: argparse.Namespace) -> Report:
                 "claim_started": starts.get(node),
                 "create_call": creates.get(node),
             }
+            per_pod[name] = {
+                "node": node,
+                "created": t0,
+                **{stage: (m - t0 if m else None) for stage, m in moments.items()},
+                "bound": (watch.bound[name] - t0) if name in watch.bound else None,
+            }
             previous = t0
             for stage in STAGES:
                 moment = moments[stage]
@@ -380,6 +414,8 @@ async def run_split(args: argparse.Namespace) -> Report:
                 at_stage[stage].append(moment - t0)
                 per_step[stage].append(moment - previous)
                 previous = moment
+        if args.per_pod:
+            Path(args.per_pod).write_text(json.dumps(per_pod, indent=1))
         report.stages = {s: _percentiles(v) for s, v in at_stage.items() if v}
         report.steps = {s: _percentiles(v) for s, v in per_step.items() if v}
         decision = at_stage.get("create_call", [])
@@ -437,14 +473,17 @@ def _cpu(topology: Topology) -> dict[str, float]:
 
 def table(report: Report) -> str:
     lines = [
-        f"{report.pods} pods, {report.workers} worker(s), {report.triggers} trigger(s) "
+        f"{report.pods} pods{f' at {report.rate:g}/s' if report.rate else ''}, "
+        f"{report.workers} worker(s), {report.triggers} trigger(s) "
         f"(load {report.load_average})",
         f"  created in {report.seconds_to_create_pods} s; all bound after "
         f"{report.seconds_to_all_bound} s; every VM gone {report.seconds_to_all_gone} s "
         "after the pods went",
         f"  decision latency p50 {report.decision_p50_s} s / p99 {report.decision_p99_s} s",
-        f"  {report.demand_signals} demand signals, {report.plans} plans, "
-        f"{report.claims_started} claims, {report.nodes} nodes with pods, "
+        f"  {report.demand_signals} demand and {report.usage_signals} node_usage signals, "
+        f"{report.plans} plans, "
+        f"{report.claims_started} claims (€{report.cost_eur_per_hour}/h), "
+        f"{report.nodes} nodes with pods, "
         f"{report.vms_created} VMs created, {len(report.vms_created_twice)} twice, "
         f"{report.vms_leaked} leaked",
         "",
@@ -474,11 +513,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--triggers", type=int, default=1)
     parser.add_argument("--kill-worker-after", type=float, default=None, help="seconds")
+    parser.add_argument(
+        "--rate", type=float, default=None, help="pods created per second (default: at once)"
+    )
     parser.add_argument("--boot-delay", type=float, default=0.0, help="the VMs' boot, seconds")
     parser.add_argument("--empty-ttl", type=int, default=5, help="the pool's, seconds")
     parser.add_argument("--settle", type=float, default=5.0, help="seconds before the burst")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds per phase")
     parser.add_argument("--keep-state", action="store_true", help="keep logs and the db")
+    parser.add_argument(
+        "--per-pod", metavar="FILE", help="write each pod's moments (seconds from its creation)"
+    )
     parser.add_argument("--json", action="store_true", help="one JSON object on stdout")
     parser.add_argument("-v", "--verbose", action="store_true", help="progress on stderr")
     return parser.parse_args(argv)
