@@ -59,7 +59,7 @@ def watch_forever(
             else:
                 listing = json.loads(list_fn(**kwargs, _preload_content=False).data)
                 items, version = items_of(listing)
-                items = [decode(item) for item in items]
+                items = [d for d in (_decoded(kind, decode, item) for item in items) if d]
             emit(kind, "SYNC", items)
             while not halt.is_set():
                 # Bookmarks keep `version` current while nothing of this kind changes, so a
@@ -77,7 +77,9 @@ def watch_forever(
                         return
                     version = resource_version(event["object"])
                     if event["type"] != "BOOKMARK":  # a bookmark only moves the version on
-                        obj = event["object"] if decode is None else decode(event["object"])
+                        obj = event["object"]
+                        if decode is not None and not (obj := _decoded(kind, decode, obj)):
+                            continue
                         emit(kind, event["type"], obj)
         except ApiException as err:
             if err.status != 410:
@@ -85,6 +87,17 @@ def watch_forever(
         except Exception as err:  # the API server restarting must not kill the watcher
             log.warning("%s watch failed (%s); re-listing", kind, err)
         halt.wait(RETRY_AFTER_ERROR_S)
+
+
+def _decoded(kind: str, decode: Decode, raw: dict[str, Any]) -> Any:
+    """The decoded object, or None (logged) for one that cannot be read: it must not stop
+    the watch, which would list it again and stop again, hiding every other object."""
+    try:
+        return decode(raw)
+    except Exception as err:
+        name = (raw.get("metadata") or {}).get("name") if isinstance(raw, dict) else None
+        log.warning("%s %s skipped: it cannot be read: %s", kind, name or "?", err)
+        return None
 
 
 def start_watches(

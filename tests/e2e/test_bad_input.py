@@ -308,9 +308,23 @@ async def test_many_broken_pools_harm_nothing(
 async def test_a_malformed_pending_pod_never_stops_the_trigger(
     temporal_client: Client, kube: k8s.ApiClient, sim_cluster: SimulatedCluster, kubeconfig: Path
 ) -> None:
-    """A pending pod with a quantity nothing can read, stored before the API server checked
-    (planted: no admission), is skipped when the trigger lists pods; the others are served."""
+    """Pending pods stored before the API server checked (planted: no admission) — one with a
+    quantity nothing can read, one with a field of the wrong type, which no model of a pod
+    can hold — are skipped when the trigger lists and watches pods; the others are served."""
     make_pool(kube, "sturdy")
+    sim_cluster.kube.store.create(
+        PODS,
+        "default",
+        {
+            "metadata": {"name": "a-sturdy-misshapen"},  # listed first
+            "spec": {
+                "nodeSelector": {"cloudburst.io/test-pool": "sturdy"},
+                "tolerations": "all of them",
+                "containers": [{"name": "app", "image": "busybox"}],
+            },
+            "status": {"phase": "Pending"},
+        },
+    )
     sim_cluster.kube.store.create(
         PODS,
         "default",
@@ -357,3 +371,7 @@ async def test_a_malformed_pending_pod_never_stops_the_trigger(
         )
     await in_thread(core.delete_namespaced_pod, "sturdy-0", "default")
     await in_thread(core.delete_namespaced_pod, "a-sturdy-unreadable", "default")
+    # Its answer is the pod, which the client's model cannot hold either.
+    await in_thread(
+        core.delete_namespaced_pod, "a-sturdy-misshapen", "default", _preload_content=False
+    )
