@@ -6,7 +6,10 @@ resources (cpu, memory, pods), nodeSelector, required node affinity, and NoSched
 taints. Among fitting nodes it picks the most allocated one (bin-packing; ties by name) so
 that runs are deterministic. A pod that fits nowhere gets `PodScheduled=False,
 reason=Unschedulable` with kube-scheduler's "0/N nodes are available: ..." message: that
-condition is what Cloudburst's trigger reacts to, so it is patched only when it changes.
+condition is what Cloudburst's trigger reacts to, so it is patched only when it changes, and
+once set, rewritten no more often than kube-scheduler's per-pod backoff (1 s doubling to
+10 s) would retry the pod. Pods alike (same requests, selectors, affinity, tolerations) that
+failed in a pass fail the same way until a node changes: the pass judges them once.
 
 One object it cannot read (a quantity that does not parse, a field of the wrong type: objects
 stored before the API server validated them) never stops a pass: such a pod is skipped and
