@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import logging
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -369,31 +370,35 @@ class NodeWatcher:
         self._newly_bound.clear()
         self._usage_told = {n: r for n, r in self._usage_told.items() if n in self._view.nodes}
         for pool, usage in by_pool.items():
-            handle = self._temporal.get_workflow_handle_for(
-                NodePoolWorkflow.run, pool_workflow_id(*pool)
-            )
-            try:
-                await handle.signal(NodePoolWorkflow.node_usage, usage)
-            except RPCError as err:
-                if err.status != RPCStatusCode.NOT_FOUND:
-                    log.warning("could not tell pool %s/%s its nodes' usage: %s", *pool, err)
-                    continue
-            self._usage_told.update(telling[pool])
+            if await self._tell_pool(pool, NodePoolWorkflow.node_usage, usage, "its nodes' usage"):
+                self._usage_told.update(telling[pool])
 
     async def _tell_pool_workload_left(self, claim: str) -> None:
         """Pods left a node that still runs some: the pool may consolidate it (an empty node
         is its claim's business). Best effort: the pool's periodic look covers a lost one."""
         pool = self._claim_pools.get(claim)
-        if pool is None:
-            return
+        if pool is not None:
+            await self._tell_pool(pool, NodePoolWorkflow.workload_left, claim, f"pods left {claim}")
+
+    async def _tell_pool(
+        self,
+        pool: tuple[str, str],
+        signal: Callable[[NodePoolWorkflow, Any], None],
+        arg: Any,
+        what: str,
+    ) -> bool:
+        """Signal a pool's workflow; False (logged) when it could not be told. A pool that
+        does not run has nothing to be told: that counts as told."""
         handle = self._temporal.get_workflow_handle_for(
             NodePoolWorkflow.run, pool_workflow_id(*pool)
         )
         try:
-            await handle.signal(NodePoolWorkflow.workload_left, claim)
+            await handle.signal(signal, arg)
         except RPCError as err:
             if err.status != RPCStatusCode.NOT_FOUND:
-                log.warning("could not tell pool %s/%s pods left %s: %s", *pool, claim, err)
+                log.warning("could not tell pool %s/%s %s: %s", *pool, what, err)
+                return False
+        return True
 
     async def _send(self, claim: str, observation: NodeObservation) -> bool:
         handle = self._temporal.get_workflow_handle(claim_workflow_id(claim))

@@ -21,7 +21,6 @@ from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.worker import Worker
 
 with workflow.unsafe.imports_passed_through():
-    from api.events import EventBatch
     from api.messages import NodeClaimInput
     from api.nodeclaim import NodeClaimPhase, Offering
     from api.nodepool.messages import (
@@ -34,7 +33,7 @@ with workflow.unsafe.imports_passed_through():
         PoolStatus,
     )
     from api.planning import Plan, PlannedNode, PlanRequest, PodDemand, Resources
-    from tests.workflows.test_nodepool_races import specs
+    from tests.workflows.test_nodepool_races import record_events, specs, sync_nodepool_status
     from workflows.nodepool import NodePoolWorkflow
 
 PODS_PER_NODE = 10
@@ -72,16 +71,6 @@ async def plan_capacity(request: PlanRequest) -> Plan:
     return plan
 
 
-@activity.defn(name="record_events")
-async def record_events(batch: EventBatch) -> None:
-    pass
-
-
-@activity.defn(name="sync_nodepool_status")
-async def sync_nodepool_status(update: NodePoolStatusUpdate) -> None:
-    pass
-
-
 def pods(prefix: str, count: int) -> list[PodDemand]:
     return [
         PodDemand(
@@ -94,6 +83,25 @@ def pods(prefix: str, count: int) -> list[PodDemand]:
     ]
 
 
+async def start_bursts_pool(
+    client: Client, queue: str, hold_s: float, first: list[PodDemand]
+) -> WorkflowHandle:
+    return await client.start_workflow(
+        NodePoolWorkflow.run,
+        NodePoolInput(
+            namespace="default",
+            name="bursts",
+            partial_node_hold_s=hold_s,
+            state=PoolState(specs=specs()),
+        ),
+        id=f"nodepool-bursts-{uuid.uuid4().hex[:8]}",
+        task_queue=queue,
+        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+        start_signal="demand",
+        start_signal_args=[DemandUpdate(pods=first)],
+    )
+
+
 @pytest.fixture
 async def start_pool(
     temporal_client: Client,
@@ -102,20 +110,7 @@ async def start_pool(
     handles: list[WorkflowHandle] = []
 
     async def start(hold_s: float, first: list[PodDemand]) -> WorkflowHandle:
-        handle = await temporal_client.start_workflow(
-            NodePoolWorkflow.run,
-            NodePoolInput(
-                namespace="default",
-                name="bursts",
-                partial_node_hold_s=hold_s,
-                state=PoolState(specs=specs()),
-            ),
-            id=f"nodepool-bursts-{uuid.uuid4().hex[:8]}",
-            task_queue=queue,
-            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-            start_signal="demand",
-            start_signal_args=[DemandUpdate(pods=first)],
-        )
+        handle = await start_bursts_pool(temporal_client, queue, hold_s, first)
         handles.append(handle)
         return handle
 
@@ -273,19 +268,7 @@ async def test_a_slow_status_write_holds_no_plan_back_and_the_latest_status_is_w
         workflows=[NodePoolWorkflow, StandInClaim],
         activities=[plan_capacity, record_events, writes.sync_nodepool_status],
     ):
-        handle = await temporal_client.start_workflow(
-            NodePoolWorkflow.run,
-            NodePoolInput(
-                namespace="default",
-                name="bursts",
-                partial_node_hold_s=0,
-                state=PoolState(specs=specs()),
-            ),
-            id=f"nodepool-bursts-{uuid.uuid4().hex[:8]}",
-            task_queue=queue,
-            start_signal="demand",
-            start_signal_args=[DemandUpdate(pods=pods("a", 10))],
-        )
+        handle = await start_bursts_pool(temporal_client, queue, 0, pods("a", 10))
         try:
             await settled(handle, lambda s: len(s.claims) == 1, "started the first node")
             for _ in range(100):  # the first status write is on its way, and stays there

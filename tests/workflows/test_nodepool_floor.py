@@ -101,26 +101,30 @@ async def until(handle: WorkflowHandle, check: object, what: str) -> PoolStatus:
     raise AssertionError(f"{what}: {status}")
 
 
+async def start_floor_pool(client: Client, queue: str) -> WorkflowHandle:
+    """A pool with a floor of two nodes, started the way the trigger starts it."""
+    return await client.start_workflow(
+        NodePoolWorkflow.run,
+        NodePoolInput(namespace="default", name="floor", state=PoolState(specs=specs(2))),
+        id=f"nodepool-floor-{uuid.uuid4().hex[:8]}",
+        task_queue=queue,
+        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+        start_signal="demand",
+        start_signal_args=[DemandUpdate(specs=specs(2))],
+    )
+
+
 async def test_an_empty_floor_node_is_kept_until_the_floor_is_lowered(
     temporal_client: Client,
 ) -> None:
     queue = f"floor-{uuid.uuid4()}"
-    pool_id = f"nodepool-floor-{uuid.uuid4().hex[:8]}"
     async with Worker(
         temporal_client,
         task_queue=queue,
         workflows=[NodePoolWorkflow, FloorClaim],
         activities=[plan_capacity, record_events, sync_nodepool_status],
     ):
-        handle = await temporal_client.start_workflow(
-            NodePoolWorkflow.run,
-            NodePoolInput(namespace="default", name="floor", state=PoolState(specs=specs(2))),
-            id=pool_id,
-            task_queue=queue,
-            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-            start_signal="demand",
-            start_signal_args=[DemandUpdate(specs=specs(2))],
-        )
+        handle = await start_floor_pool(temporal_client, queue)
         status = await until(handle, lambda s: len(s.claims) == 2, "two floor claims")
         names = [claim.name for claim in status.claims]
         # Both floor nodes reach their empty TTL and ask to go.
@@ -163,14 +167,7 @@ async def test_floor_nodes_coming_up_with_nothing_pending_arm_no_alarm(
         workflows=[NodePoolWorkflow, FloorClaim],
         activities=[plan_capacity, record_events, sync_nodepool_status],
     ):
-        handle = await temporal_client.start_workflow(
-            NodePoolWorkflow.run,
-            NodePoolInput(namespace="default", name="floor", state=PoolState(specs=specs(2))),
-            id=f"nodepool-floor-{uuid.uuid4().hex[:8]}",
-            task_queue=queue,
-            start_signal="demand",
-            start_signal_args=[DemandUpdate(specs=specs(2))],
-        )
+        handle = await start_floor_pool(temporal_client, queue)
         status = await until(handle, lambda s: len(s.claims) == 2, "two floor claims")
         names = [claim.name for claim in status.claims]
         for name in names:
