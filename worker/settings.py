@@ -85,7 +85,9 @@ class Settings(BaseSettings):
     # `partial_node_hold_s`, for the rest to be packed with it (docs/benchmarks.md "Burst").
     batch_idle_s: float = Field(default=BATCH_IDLE_S, gt=0)
     batch_max_s: float = Field(default=BATCH_MAX_S, gt=0)
-    partial_node_hold_s: float = Field(default=PARTIAL_NODE_HOLD_S, ge=0)
+    # Bounded: it becomes a pool's durable timer, and a duration no timer can hold would
+    # fail the pool's workflow task, not this setting.
+    partial_node_hold_s: float = Field(default=PARTIAL_NODE_HOLD_S, ge=0, le=60)
 
     # --- who may reach what (docs/security.md) --------------------------------------------
     # The worker's own namespace: first-boot script Secrets live here (never in a tenant's).

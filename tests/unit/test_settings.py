@@ -144,3 +144,14 @@ def test_bad_reach_settings_are_refused_with_the_reason(
     monkeypatch.setenv(name, value)
     with pytest.raises(ValueError, match=re.escape(message)):
         Settings()
+
+
+@pytest.mark.parametrize("value", ["-1", "1e20"])
+def test_a_hold_no_pool_timer_could_keep_is_refused_here(
+    monkeypatch: pytest.MonkeyPatch, value: str
+) -> None:
+    """The hold becomes a timer in each pool the trigger starts: refused when the process
+    starts, with the setting's name, not as a failing workflow task in every pool."""
+    monkeypatch.setenv("CLOUDBURST_PARTIAL_NODE_HOLD_S", value)
+    with pytest.raises(ValueError, match="partial_node_hold_s"):
+        Settings()
