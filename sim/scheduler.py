@@ -464,7 +464,7 @@ class Scheduler:
         # Pods and nodes that cannot be read -> the resourceVersion already reported.
         self._unreadable: dict[str, str] = {}  # pending pods, reported with an Event
         self._uncounted: dict[str, str] = {}  # bound pods whose requests count as none
-        self._bound_seen: dict[str, tuple[str, Requests]] = {}  # key -> (version, requests)
+        self._requests_seen: dict[str, tuple[str, Requests]] = {}  # key -> (version, requests)
         self._unreadable_nodes: dict[str, str] = {}
         self._thread: threading.Thread | None = None
         self.bindings = 0  # for tests and the demo
@@ -539,8 +539,8 @@ class Scheduler:
         present = {pod_key(p) for p in pods}
         for key in [k for k in self._uncounted if k not in present]:
             del self._uncounted[key]
-        for key in [k for k in self._bound_seen if k not in present]:
-            del self._bound_seen[key]
+        for key in [k for k in self._requests_seen if k not in present]:
+            del self._requests_seen[key]
 
         bound = 0
         ordered = sorted(infos.values(), key=lambda i: i.name)
@@ -563,7 +563,7 @@ class Scheduler:
         return bound
 
     def _schedule_one(self, pod: Obj, ordered: list[NodeInfo], failed_alike: dict[str, str]) -> int:
-        req = pod_requests(pod)
+        req = self._requests(pod)
         alike = _alike(pod, req)
         known_failure = failed_alike.get(alike)
         if known_failure is not None:
@@ -605,18 +605,24 @@ class Scheduler:
                 log.warning("node %s takes no pods: its allocatable cannot be read: %s", name, exc)
             return None
 
-    def _bound_requests(self, pod: Obj) -> Requests:
-        """A bound pod's requests; one that cannot be read counts for nothing (logged once).
-        Remembered per version of the pod: every pass adds up every bound pod."""
+    def _requests(self, pod: Obj) -> Requests:
+        """The pod's requests, remembered per version of it: every pass adds up every bound
+        pod and judges every pending one, and parsing quantities is most of that."""
         key = pod_key(pod)
         version = str((pod.get("metadata") or {}).get("resourceVersion", ""))
-        known = self._bound_seen.get(key)
+        known = self._requests_seen.get(key)
         if known is not None and known[0] == version:
             return known[1]
+        requests = pod_requests(pod)
+        self._requests_seen[key] = (version, requests)
+        return requests
+
+    def _bound_requests(self, pod: Obj) -> Requests:
+        """A bound pod's requests; one that cannot be read counts for nothing (logged once)."""
+        key = pod_key(pod)
+        version = str((pod.get("metadata") or {}).get("resourceVersion", ""))
         try:
-            requests = pod_requests(pod)
-            self._bound_seen[key] = (version, requests)
-            return requests
+            return self._requests(pod)
         except (ValueError, TypeError, AttributeError, ArithmeticError) as exc:
             if self._uncounted.get(key) != version:
                 self._uncounted[key] = version

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
 
+import orjson
 import yaml
 
 from sim.kubeapi import apply as apply_fields
@@ -700,7 +701,7 @@ class _Handler(BaseHTTPRequestHandler):
         warnings: list[str] | None = None,
         content_type: str | None = None,
     ) -> None:
-        data = json.dumps(body, separators=(",", ":")).encode()
+        data = _dumps(body)
         self.send_response_only(code)
         for warning in warnings or ():
             # RFC 7234 warn-code 299, agent "-", as the API server sends them.
@@ -800,11 +801,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _chunk(self, render: Any, events: list[tuple[str, Obj]]) -> None:
         if not events:
             return
-        lines = [
-            json.dumps({"type": kind, "object": render(kind, obj)}, separators=(",", ":"))
-            for kind, obj in events
-        ]
-        data = ("\n".join(lines) + "\n").encode()
+        data = b"".join(_dumps({"type": k, "object": render(k, obj)}) + b"\n" for k, obj in events)
         self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
 
 
@@ -1018,6 +1015,17 @@ def _list_body(rt: ResourceType, items: list[Obj], rv: int) -> Obj:
         "metadata": {"resourceVersion": str(rv)},
         "items": items,
     }
+
+
+def _dumps(body: Any) -> bytes:
+    """Compact JSON, as the API server writes it. orjson is an order of magnitude faster than
+    the standard library on the lists and watch events a burst sends; what it refuses (an
+    integer beyond 64 bits, which only a stored oddity could hold) the standard library
+    writes."""
+    try:
+        return orjson.dumps(body)
+    except TypeError:
+        return json.dumps(body, separators=(",", ":")).encode()
 
 
 def _json(raw: bytes, expected: Any = dict) -> Any:

@@ -75,6 +75,29 @@ def test_pods_of_a_deleted_node_are_collected(api: client.ApiClient) -> None:
     assert names == {"on-n1"}
 
 
+def test_a_node_deleted_between_sweeps_has_its_pods_collected_at_once(
+    api: client.ApiClient,
+) -> None:
+    """Pods are read in full only every `sweep_s`, or as soon as a node the loop saw is gone."""
+    core = client.CoreV1Api(api)
+    core.create_node(client.V1Node(metadata=client.V1ObjectMeta(name="n1")))
+    core.create_namespaced_pod(
+        "default",
+        client.V1Pod(
+            metadata=client.V1ObjectMeta(name="on-n1"),
+            spec=client.V1PodSpec(
+                node_name="n1", containers=[client.V1Container(name="c", image="busybox")]
+            ),
+        ),
+    )
+    controllers = Controllers(api, sweep_s=3600)
+    controllers.tick()
+    assert [p.metadata.name for p in core.list_namespaced_pod("default").items] == ["on-n1"]
+    core.delete_node("n1")
+    controllers.tick()
+    assert core.list_namespaced_pod("default").items == []
+
+
 def test_a_deployment_whose_pods_are_refused_does_not_stop_the_others(
     server: KubeApiServer, api: client.ApiClient
 ) -> None:
