@@ -36,7 +36,7 @@ with workflow.unsafe.imports_passed_through():
         SecretPurpose,
         StaleSecret,
     )
-    from workflows.timeouts import HEARTBEAT, PLANNING, VM_CALL
+    from workflows.timeouts import HEARTBEAT, PLANNING, QUICK_HEARTBEAT, VM_CALL
 
 _RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=2),
@@ -89,7 +89,7 @@ class OrphanGcWorkflow:
                 GcActivities.claim_workflow_states,
                 ClaimStatesInput(claim_names=claims),
                 start_to_close_timeout=PLANNING,
-                heartbeat_timeout=HEARTBEAT,
+                heartbeat_timeout=QUICK_HEARTBEAT,
                 retry_policy=_RETRY,
                 summary=f"which of {len(claims)} claim workflow(s) still run",
             )

@@ -49,7 +49,7 @@ with workflow.unsafe.imports_passed_through():
     from api.nodepool.messages import ClaimReport, DisruptionPermit, DisruptionRequest
     from workflows.alarms import Alarms
     from workflows.decisions import disruption
-    from workflows.timeouts import HEARTBEAT, KUBE_CALL, VM_CALL
+    from workflows.timeouts import HEARTBEAT, KUBE_CALL, QUICK_HEARTBEAT, VM_CALL
 
 # Errors an activity raises that no retry can fix (see activities/compute.py).
 _NON_RETRYABLE = errors.CLAIM_NON_RETRYABLE
@@ -337,7 +337,7 @@ class NodeClaimWorkflow:
                     offering=offering,
                 ),
                 start_to_close_timeout=KUBE_CALL,
-                heartbeat_timeout=HEARTBEAT,
+                heartbeat_timeout=QUICK_HEARTBEAT,
                 retry_policy=_RETRY,
                 summary=f"bootstrap token + script Secret{f' for {offering.key}' if offering else ''}",
             )
@@ -494,7 +494,7 @@ class NodeClaimWorkflow:
                 },
             ),
             start_to_close_timeout=KUBE_CALL,
-            heartbeat_timeout=HEARTBEAT,
+            heartbeat_timeout=QUICK_HEARTBEAT,
             retry_policy=_RETRY,
             summary="label node",
         )
@@ -770,7 +770,7 @@ class NodeClaimWorkflow:
             ComputeActivities.get_instance,
             self._instance_ref(self._status.provider, self._instance_id),
             start_to_close_timeout=KUBE_CALL,
-            heartbeat_timeout=HEARTBEAT,
+            heartbeat_timeout=QUICK_HEARTBEAT,
             retry_policy=_RETRY,
             summary="is the VM still there?",
         )
@@ -969,7 +969,7 @@ class NodeClaimWorkflow:
                 MirrorActivities.sync_nodeclaim,
                 mirror,
                 start_to_close_timeout=KUBE_CALL,
-                heartbeat_timeout=HEARTBEAT,
+                heartbeat_timeout=QUICK_HEARTBEAT,
                 retry_policy=_MIRROR_RETRY,
                 summary="mirror NodeClaim resource",
             )
@@ -1060,7 +1060,7 @@ class NodeClaimWorkflow:
                     node_class=self._input.node_class,
                 ),
                 start_to_close_timeout=KUBE_CALL,
-                heartbeat_timeout=HEARTBEAT,
+                heartbeat_timeout=QUICK_HEARTBEAT,
                 retry_policy=_MIRROR_RETRY,
                 summary="remove the node from the tailnet",
             )
@@ -1076,7 +1076,7 @@ class NodeClaimWorkflow:
             BootstrapActivities.delete_bootstrap_secrets,
             self._bootstrap,
             start_to_close_timeout=KUBE_CALL,
-            heartbeat_timeout=HEARTBEAT,
+            heartbeat_timeout=QUICK_HEARTBEAT,
             retry_policy=_RETRY,
             summary="delete token + script Secrets",
         )
@@ -1088,7 +1088,7 @@ class NodeClaimWorkflow:
             KubeActivities.get_node_state,
             NodeRef(node_name=self._name),
             start_to_close_timeout=KUBE_CALL,
-            heartbeat_timeout=HEARTBEAT,
+            heartbeat_timeout=QUICK_HEARTBEAT,
             retry_policy=_RETRY,
             summary="poll node (safety net)",
         )
@@ -1128,7 +1128,7 @@ class NodeClaimWorkflow:
             activity,
             ref,
             start_to_close_timeout=KUBE_CALL,
-            heartbeat_timeout=HEARTBEAT,
+            heartbeat_timeout=QUICK_HEARTBEAT,
             retry_policy=_RETRY,
             summary=summary,
         )
@@ -1141,7 +1141,7 @@ class NodeClaimWorkflow:
             activity,
             NodeRef(node_name=self._name),
             start_to_close_timeout=KUBE_CALL,
-            heartbeat_timeout=HEARTBEAT,
+            heartbeat_timeout=QUICK_HEARTBEAT,
             retry_policy=_RETRY,
             summary=summary,
         )

@@ -65,7 +65,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.decisions import budgets as budget_rules
     from workflows.decisions import pool as pool_rules
     from workflows.nodeclaim import NodeClaimWorkflow
-    from workflows.timeouts import HEARTBEAT, KUBE_CALL, PLANNING
+    from workflows.timeouts import KUBE_CALL, PLANNING, QUICK_HEARTBEAT
 
 _ACTIVITY_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=1),
@@ -493,7 +493,7 @@ class NodePoolWorkflow:
             EventActivities.record_events,
             EventBatch(events=notices),
             start_to_close_timeout=KUBE_CALL,
-            heartbeat_timeout=HEARTBEAT,
+            heartbeat_timeout=QUICK_HEARTBEAT,
             retry_policy=RetryPolicy(maximum_attempts=5),
             summary=f"{len(notices)} events",
         )
@@ -537,7 +537,7 @@ class NodePoolWorkflow:
             PlanningActivities.plan_capacity,
             request,
             start_to_close_timeout=PLANNING,
-            heartbeat_timeout=HEARTBEAT,
+            heartbeat_timeout=QUICK_HEARTBEAT,
             retry_policy=_ACTIVITY_RETRY,
             summary=summary,
         )
@@ -812,7 +812,7 @@ class NodePoolWorkflow:
                 min_stable_s=parse_duration(disruption.consolidate_after),
             ),
             start_to_close_timeout=PLANNING,
-            heartbeat_timeout=HEARTBEAT,
+            heartbeat_timeout=QUICK_HEARTBEAT,
             retry_policy=_ACTIVITY_RETRY,
             summary="look for consolidation",
         )
@@ -962,7 +962,7 @@ class NodePoolWorkflow:
                 limit_memory_bytes=None if limits.memory is None else memory_bytes(limits.memory),
             ),
             start_to_close_timeout=KUBE_CALL,
-            heartbeat_timeout=HEARTBEAT,
+            heartbeat_timeout=QUICK_HEARTBEAT,
             retry_policy=RetryPolicy(maximum_attempts=5),
             summary=f"status: {status.nodes} nodes, {status.ready_nodes} Ready",
         )

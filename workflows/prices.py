@@ -29,7 +29,7 @@ with workflow.unsafe.imports_passed_through():
         ProviderPriceRefresh,
         ProviderPriceStatus,
     )
-    from workflows.timeouts import HEARTBEAT, PLANNING
+    from workflows.timeouts import PLANNING, QUICK_HEARTBEAT
 
 # Retries cover the Kubernetes API (recording the outcome); a price API's failure is an
 # outcome, recorded by the activity, and waits for the next scheduled run.
@@ -89,7 +89,7 @@ class PriceRefreshWorkflow:
                 refresh,
                 request,
                 start_to_close_timeout=PLANNING,
-                heartbeat_timeout=HEARTBEAT,
+                heartbeat_timeout=QUICK_HEARTBEAT,
                 retry_policy=_RETRY,
                 summary=f"refresh {what}",
             )

@@ -9,6 +9,11 @@ timeout. The start-to-close timeouts only bound a call that hangs in a live work
 from datetime import timedelta
 
 HEARTBEAT = timedelta(seconds=5)
+# For the short calls (`KUBE_CALL`, `PLANNING`): a dead worker's attempt is retried sooner,
+# and it costs nothing while the worker lives — an attempt sends one beat as it starts and
+# another only if it runs past 80 % of this (the SDK's throttle). The long calls keep
+# `HEARTBEAT`: they beat all along, and every beat that reaches the server is billed.
+QUICK_HEARTBEAT = timedelta(seconds=2)
 # One or a few Kubernetes API calls.
 KUBE_CALL = timedelta(seconds=30)
 # Packing and ranking offerings; reading the cluster for consolidation.

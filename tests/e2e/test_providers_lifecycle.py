@@ -13,6 +13,7 @@ import asyncio
 import json
 import subprocess
 import sys
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -177,8 +178,21 @@ async def test_claim_lives_its_whole_life_on_each_provider(stack: Stack, provide
         assert cluster.standins["scaleway"].cloud.volumes() == []
     # The cloud credential never enters the workflow history.
     credential = cluster.standins[provider].credential
-    history = (await handle.fetch_history()).to_json()
+    fetched = await handle.fetch_history()
+    history = fetched.to_json()
     assert credential and credential not in history
+    # What the history shows for each step: a short one a dead worker held is retried after
+    # 2 s without a heartbeat, a VM call (which beats all along, every beat billed) after 5 s.
+    heartbeat_timeouts = {
+        e.activity_task_scheduled_event_attributes.activity_type.name: (
+            e.activity_task_scheduled_event_attributes.heartbeat_timeout.ToTimedelta()
+        )
+        for e in fetched.events
+        if e.HasField("activity_task_scheduled_event_attributes")
+    }
+    assert heartbeat_timeouts["sync_nodeclaim"] == timedelta(seconds=2)
+    assert heartbeat_timeouts["prepare_bootstrap"] == timedelta(seconds=2)
+    assert heartbeat_timeouts["create_instance"] == timedelta(seconds=5)
 
 
 def test_demo_lifecycle_through_hetzner_exits_0() -> None:
