@@ -20,6 +20,7 @@ import logging
 import queue
 import select
 import socket
+import sys
 import threading
 import time
 import traceback
@@ -323,6 +324,13 @@ class _HTTPServer(ThreadingHTTPServer):
         self.connections: set[socket.socket] = set()
         self.connections_lock = threading.Lock()
         super().__init__(address, _Handler)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that drops its connection (a process killed, a keep-alive closed) is no
+        error of the server's, and is not printed with a traceback; anything else is."""
+        if isinstance(sys.exc_info()[1], ConnectionError | TimeoutError):
+            return
+        super().handle_error(request, client_address)
 
     def close_connections(self) -> None:
         with self.connections_lock:

@@ -8,6 +8,9 @@ the `scale` subresource, Service defaults, events.k8s.io, reviews, Status bodies
 from __future__ import annotations
 
 import json
+import socket
+import struct
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -455,3 +458,18 @@ def test_the_shipped_builtin_schemas_are_the_generated_ones() -> None:
 
     shipped = json.loads(gen_builtin_schemas.OUT.read_text())
     assert shipped == gen_builtin_schemas.build()
+
+
+def test_a_client_that_drops_its_connection_prints_no_traceback(
+    server: KubeApiServer, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """A killed client resets its keep-alive connections: the real API server logs nothing,
+    and a traceback per reset buried what `python -m sim` had to say in every bench's log."""
+    host, port = server.url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port))) as conn:
+        conn.sendall(b"GET /api HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert conn.recv(65536).startswith(b"HTTP/1.1 200")
+        # Closed with a reset (linger 0), while the server waits for the next request.
+        conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    time.sleep(0.3)
+    assert "Traceback" not in capfd.readouterr().err
