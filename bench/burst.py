@@ -103,6 +103,14 @@ class Report:
     vms_created_twice: list[str] = field(default_factory=list)
     vms_leaked: int = 0
     worker_killed_at_s: float | None = None
+    # The pool's workflow tasks that timed out (a task left on a killed worker's sticky
+    # queue, or started there): whether a kill stalled the pool or only claims.
+    pool_task_timeouts: int = 0
+    # Whether the killed worker ran the pool's last workflow task before the kill: a kill
+    # there stalls every pod still waiting, elsewhere only the claims it held.
+    killed_worker_held_pool: bool | None = None
+    killed_worker_pid: int | None = None
+    killed_at_unix: float | None = None
     # CPU seconds each process spent from the first pod until all were bound: on a 2-core
     # machine, whose time the latency is made of.
     cpu_s_during_burst: dict[str, float] = field(default_factory=dict)
@@ -244,6 +252,8 @@ class PoolStages:
     usage_signals: int = 0  # the watcher's node_usage: what was bound to its new nodes
     plans: int = 0
     cost_eur_per_hour: float = 0.0  # the claims it started, at their first offering
+    task_timeouts: int = 0
+    task_starts: list[tuple[float, str]] = field(default_factory=list)  # (when, worker identity)
 
 
 async def pool_stages(client: Client) -> PoolStages:
@@ -255,7 +265,12 @@ async def pool_stages(client: Client) -> PoolStages:
         plan_pods: dict[int, list[str]] = {}
         async for event in handle.fetch_history_events():
             kind = event.event_type
-            if kind == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED:
+            if kind == EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT:
+                stages.task_timeouts += 1
+            elif kind == EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED:
+                identity = event.workflow_task_started_event_attributes.identity
+                stages.task_starts.append((_at(event), identity))
+            elif kind == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED:
                 signalled_with = event.workflow_execution_signaled_event_attributes
                 if signalled_with.signal_name == "node_usage":
                     stages.usage_signals += 1
@@ -380,6 +395,8 @@ async def run_split(args: argparse.Namespace) -> Report:
         signalled, planned = from_pool.signalled, from_pool.planned
         report.demand_signals, report.plans = from_pool.signals, from_pool.plans
         report.usage_signals = from_pool.usage_signals
+        report.pool_task_timeouts = from_pool.task_timeouts
+        report.killed_worker_held_pool = held_pool(report, from_pool)
         report.cost_eur_per_hour = round(from_pool.cost_eur_per_hour, 4)
         starts = await claim_starts(client, set(node_of.values()))
         report.nodes = len(set(node_of.values()))
@@ -458,10 +475,23 @@ async def kill_worker(topology: Topology, after_s: float | None, report: Report)
         return
     t0 = time.monotonic()
     await asyncio.sleep(after_s)
+    report.killed_worker_pid = topology.worker.popen.pid if topology.worker.popen else None
     topology.worker.kill()
+    report.killed_at_unix = time.time()
     report.worker_killed_at_s = round(time.monotonic() - t0, 2)
     if len(topology.workers) == 1:
         topology.worker.start()
+
+
+def held_pool(report: Report, pool: PoolStages) -> bool | None:
+    """Whether the last of the pool's workflow tasks before the kill started on the killed
+    worker (an SDK worker's identity is `pid@host`)."""
+    if report.killed_at_unix is None or report.killed_worker_pid is None:
+        return None
+    before = [start for start in pool.task_starts if start[0] <= report.killed_at_unix]
+    if not before:
+        return False
+    return max(before)[1].split("@")[0] == str(report.killed_worker_pid)
 
 
 def _cpu(topology: Topology) -> dict[str, float]:
@@ -501,7 +531,11 @@ def table(report: Report) -> str:
         + ", ".join(f"{name} {cpu}" for name, cpu in report.cpu_s_during_burst.items())
     )
     if report.worker_killed_at_s is not None:
-        lines.append(f"  worker SIGKILLed {report.worker_killed_at_s} s into the burst")
+        holder = "it held the pool" if report.killed_worker_held_pool else "the pool ran elsewhere"
+        lines.append(
+            f"  worker SIGKILLed {report.worker_killed_at_s} s into the burst ({holder}; the "
+            f"pool's workflow tasks timed out {report.pool_task_timeouts} time(s))"
+        )
     lines += [f"  problem: {p}" for p in report.problems]
     return "\n".join(lines)
 
