@@ -25,8 +25,9 @@ request bodies of built-in kinds (sim/kubeapi/protobuf.py: kubectl's typed comma
 nothing else), `/openapi/v2` and `/openapi/v3` with the built-ins' schemas
 (builtin_schemas.json) and the CRDs', strategic merge by each list's merge key from those
 schemas, `metadata.managedFields` on every write and server-side apply (sim/kubeapi/apply.py),
-the `scale` subresource, Service defaults, a `default` ServiceAccount per namespace,
-`?dryRun=All`, and the server's Status bodies and media-type errors.
+the `scale` subresource, Service defaults, pods' default tolerations
+(DefaultTolerationSeconds), a `default` ServiceAccount per namespace, `?dryRun=All`, and the
+server's Status bodies and media-type errors.
 
 Writes are judged as a real server judges them (sim/kubeapi/admission.py): custom resources
 against the CRDs in deploy/base/crds (structural schema, unknown-field pruning and

@@ -27,6 +27,7 @@ from sim.kubeapi.resources import (
     CRDS,
     EVENTS_V1,
     NAMESPACES,
+    PODS,
     SERVICEACCOUNTS,
     SERVICES,
     ResourceType,
@@ -49,8 +50,46 @@ GROUPS = ["system:masters", "system:authenticated"]
 def defaults(store: Store, rt: ResourceType, obj: Obj) -> None:
     if rt is SERVICES:
         _service_defaults(store, obj)
+    elif rt is PODS:
+        _default_toleration_seconds(obj)
     elif rt.group == "apps" and rt.kind in ("Deployment", "ReplicaSet", "StatefulSet", "DaemonSet"):
         _workload_defaults(rt, obj)
+
+
+# The DefaultTolerationSeconds admission plugin's (on by default): how long a pod stays on a
+# node that stopped reporting before the taint manager evicts it.
+_DEFAULT_TOLERATED = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
+_DEFAULT_TOLERATION_SECONDS = 300
+
+
+def _default_toleration_seconds(pod: Obj) -> None:
+    """Every new pod that does not already tolerate them gets a 300 s NoExecute toleration
+    of the `not-ready` and `unreachable` taints, as a real API server adds them: they are in
+    every pod a watcher sees (and in every pod Cloudburst sends its pools)."""
+    spec = pod.get("spec")
+    tolerations = spec.get("tolerations") if isinstance(spec, dict) else None
+    if not isinstance(spec, dict) or not isinstance(tolerations, list | None):
+        return  # validation answers for a body of the wrong shape
+    present = [t for t in tolerations or [] if isinstance(t, dict)]
+
+    def tolerated(key: str) -> bool:
+        return any(
+            t.get("key") in (key, "", None) and t.get("effect") in ("NoExecute", "", None)
+            for t in present
+        )
+
+    added = [
+        {
+            "key": key,
+            "operator": "Exists",
+            "effect": "NoExecute",
+            "tolerationSeconds": _DEFAULT_TOLERATION_SECONDS,
+        }
+        for key in _DEFAULT_TOLERATED
+        if not tolerated(key)
+    ]
+    if added:
+        spec["tolerations"] = [*(tolerations or []), *added]
 
 
 def _service_defaults(store: Store, svc: Obj) -> None:

@@ -473,3 +473,29 @@ def test_a_client_that_drops_its_connection_prints_no_traceback(
         conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
     time.sleep(0.3)
     assert "Traceback" not in capfd.readouterr().err
+
+
+def test_a_new_pod_tolerates_an_unresponsive_node_for_five_minutes(server: KubeApiServer) -> None:
+    """DefaultTolerationSeconds: what a real API server adds to every pod, and so what every
+    watcher (the trigger among them) sees; a toleration the pod brings is kept, not doubled."""
+
+    def created(name: str, tolerations: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
+        spec: dict[str, Any] = {"containers": [{"name": "c", "image": "busybox"}]}
+        if tolerations is not None:
+            spec["tolerations"] = tolerations
+        body = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
+        code, pod, _ = call(server, "POST", "/api/v1/namespaces/default/pods", body)
+        assert code == 201, pod
+        tolerations = pod["spec"]["tolerations"]
+        assert isinstance(tolerations, list)
+        return tolerations
+
+    default = {"operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}
+    assert created("plain", None) == [
+        {"key": "node.kubernetes.io/not-ready", **default},
+        {"key": "node.kubernetes.io/unreachable", **default},
+    ]
+    own = {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute"}
+    assert created("own", [own]) == [own, {"key": "node.kubernetes.io/not-ready", **default}]
+    everything = {"operator": "Exists"}
+    assert created("everything", [everything]) == [everything]
