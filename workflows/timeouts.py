@@ -3,7 +3,8 @@
 Every activity heartbeats — the worker's `HeartbeatInterceptor` beats for those that do not
 report progress themselves — so an attempt on a worker that died is given up after
 `QUICK_HEARTBEAT` (short calls) or `HEARTBEAT` (long ones) and retried on another worker
-within seconds, whatever its start-to-close timeout. The start-to-close timeouts only bound a call that hangs in a live worker.
+within seconds, whatever its start-to-close timeout. The start-to-close timeouts only bound
+a call that hangs in a live worker.
 """
 
 from datetime import timedelta
