@@ -4,8 +4,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
+import os
 import signal
 import sys
 from pathlib import Path
@@ -323,5 +325,45 @@ async def _until_signalled(main: object) -> None:
     await main(stop)  # type: ignore[operator]
 
 
+# --- the process ---------------------------------------------------------------------------
+
+
+def main() -> None:
+    """The `cloudburst` command. Once the command is done and its output written, the process
+    ends without the interpreter's teardown: the Temporal client's Rust threads can outlive
+    the event loop, and a teardown that meets one aborts a command that succeeded ("Fatal
+    Python error: PyGILState_Release ... finalizing", exit 134: 1 in 40 `claims list` runs
+    here; temporalio/sdk-python#300). An exception other than an exit is left to Python."""
+    try:
+        app()
+        code = 0
+    except SystemExit as ended:
+        code = _exit_code(ended.code)
+    _flush()
+    os._exit(code)
+
+
+def _exit_code(code: object) -> int:
+    """What `sys.exit(code)` would end the process with (a message is printed, and 1)."""
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code
+    print(code, file=sys.stderr)
+    return 1
+
+
+def _flush() -> None:
+    """What the teardown would have done that matters: telemetry's last spans and metrics
+    sent (a worker's or trigger's), logs and output written."""
+    telemetry = sys.modules.get("worker.telemetry")
+    if telemetry is not None:
+        telemetry.reset_telemetry()
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+
+
 if __name__ == "__main__":
-    sys.exit(app())
+    main()
