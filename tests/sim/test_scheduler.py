@@ -164,7 +164,10 @@ def test_taints_and_tolerations(core: client.CoreV1Api) -> None:
     taint = {"key": "cloudburst.io/burst", "value": "true", "effect": "NoSchedule"}
     make_node(core, "tainted", taints=[taint])
     make_pod(core, "plain")
-    cond = wait_for(lambda: scheduled_condition(core, "plain"))
+    # The scheduler may see the pod a moment before the node ("0/0 nodes"): wait for both.
+    cond = wait_for(
+        lambda: (c := scheduled_condition(core, "plain")) and "0/0" not in c["message"] and c
+    )
     assert cond["status"] == "False"
     assert "1 node(s) had untolerated taint {cloudburst.io/burst: true}" in cond["message"]
     make_pod(
