@@ -619,11 +619,11 @@ class Scheduler:
 
     def _bound_requests(self, pod: Obj) -> Requests:
         """A bound pod's requests; one that cannot be read counts for nothing (logged once)."""
-        key = pod_key(pod)
-        version = str((pod.get("metadata") or {}).get("resourceVersion", ""))
         try:
             return self._requests(pod)
         except (ValueError, TypeError, AttributeError, ArithmeticError) as exc:
+            key = pod_key(pod)
+            version = str((pod.get("metadata") or {}).get("resourceVersion", ""))
             if self._uncounted.get(key) != version:
                 self._uncounted[key] = version
                 log.warning("%s: requests cannot be read, counted as none: %s", key, exc)
