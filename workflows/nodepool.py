@@ -124,6 +124,10 @@ class NodePoolWorkflow:
         # steps, not before them: during a burst a status write took a third of each round.
         self._aside = self._alarmed and workflow.patched("events-and-status-aside")
         self._recording: set[asyncio.Future[Any]] = set()  # Events being written
+        # Runs since then write Nominated Events as Karpenter does, at most 5 a second after
+        # the first 10 (`pool_rules.events_allowed`); the allowance starts full in each run.
+        self._nominations_limited = self._aside and workflow.patched("nominated-events-limited")
+        self._nomination_allowance: pool_rules.EventAllowance | None = None
         self._publishing: asyncio.Task[None] | None = None  # the status write in flight
         self._status_behind = False  # the state changed while it was being written
         # The pods the last plan held back (with `hold_until`): news that uncovers no other
@@ -466,11 +470,11 @@ class NodePoolWorkflow:
             state.stale_prices = plan.stale_prices
         # Signals handled while planning may have resolved pods or ended claims: only what
         # is still pending is nominated.
-        notices: list[KubeEvent] = []
+        nominations: list[KubeEvent] = []
         for uid, claim_name in plan.assignments.items():
             if claim_name in state.claims and uid in state.pending:
                 state.claims[claim_name].nominated.append(uid)
-                notices.append(self._nominated(uid, claim_name))
+                nominations.append(self._nominated(uid, claim_name))
         launching = self._launch_now(plan.new_nodes, facts.hold_over)
         if self._alarmed or workflow.patched("parallel-claim-starts"):
             # All in one workflow task: a burst of nodes starts at once, not one per round trip.
@@ -480,11 +484,10 @@ class NodePoolWorkflow:
         else:
             names = [await self._start_claim(n, for_min_nodes=not n.pod_uids) for n in launching]
         for node, claim_name in zip(launching, names, strict=True):
-            notices += [
+            nominations += [
                 self._nominated(uid, claim_name) for uid in node.pod_uids if uid in state.pending
             ]
-        notices += self._blocked(plan)
-        await self._record_events(notices)
+        await self._record_events(self._nominations_to_write(nominations) + self._blocked(plan))
 
     async def _record_events(self, notices: list[KubeEvent]) -> None:
         if not notices:
@@ -684,6 +687,15 @@ class NodePoolWorkflow:
                 )
             )
         return notices
+
+    def _nominations_to_write(self, nominations: list[KubeEvent]) -> list[KubeEvent]:
+        """The Nominated Events the pool's allowance leaves room for, in the plan's order."""
+        if not self._nominations_limited:
+            return nominations
+        granted, self._nomination_allowance = pool_rules.events_allowed(
+            self._nomination_allowance, workflow.now(), len(nominations)
+        )
+        return nominations[:granted]
 
     def _nominated(self, uid: str, claim_name: str) -> KubeEvent:
         pod = self._state.pending[uid]

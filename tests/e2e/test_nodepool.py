@@ -127,6 +127,46 @@ async def test_pending_pods_get_nodes_then_leave(stack: Stack) -> None:
         )
 
 
+async def test_a_burst_writes_nominated_events_as_karpenter_does(stack: Stack) -> None:
+    """Every pod of a burst gets its node, but the API server is not asked for an Event per
+    pod: the first 10 Nominated Events, then 5 a second (Karpenter's rate)."""
+    make_pool(stack.kube, "crowd", empty_ttl=2)
+    count = 40
+    async with (
+        in_process_worker(stack),
+        running_watcher(stack.temporal, stack.kube),
+        running_trigger(stack),
+    ):
+        await asyncio.gather(
+            *(
+                in_thread(
+                    stack.core.create_namespaced_pod,
+                    "default",
+                    pool_pod(f"crowd-{index}", "crowd", "100m", "128Mi"),
+                )
+                for index in range(count)
+            )
+        )
+        await eventually(lambda: pods_of(stack, "crowd"), all_running(count), timeout_s=90)
+        status = await pool_status(stack, "crowd")
+        assert status.claims, "the burst made no node"
+        listing = await in_thread(
+            stack.core.list_namespaced_event, "default", field_selector="reason=Nominated"
+        )
+        nominated = {
+            e.involved_object.name
+            for e in listing.items
+            if e.involved_object.name.startswith("crowd-")
+        }
+        # The pods were planned within a second or two: 10 at once, 5 a second after.
+        assert 10 <= len(nominated) < count, sorted(nominated)
+
+        await delete_pods(stack, "crowd")
+        await eventually(
+            lambda: asyncio.sleep(0, vms_of_pool(stack.cluster, "crowd")), lambda v: v == [], 90
+        )
+
+
 async def signals(stack: Stack, pool: str, name: str) -> list[Any]:
     """The inputs of the signals of this name the pool's workflow has had, oldest first."""
     handle = stack.temporal.get_workflow_handle(pool_workflow_id("default", pool))

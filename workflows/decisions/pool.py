@@ -4,6 +4,7 @@ now, what holds against the limits, and what the NodePool resource's status says
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
 
@@ -123,6 +124,36 @@ def overflowing(claim: PoolClaim, pending: Mapping[str, PodDemand]) -> list[str]
         else:
             left_out.append(uid)
     return left_out
+
+
+# Nominated Events, as Karpenter writes them (its PodNominationRateLimiter): at most 5 a
+# second after a first 10, across the pool's pods. A burst of 1,000 pods asked for 1,000
+# Event writes, a third of the worker's time and load on the API server that every
+# autoscaler is asked to spare; the nomination itself (the claim's pods) is not limited.
+NOMINATED_EVENTS_PER_S = 5.0
+NOMINATED_EVENTS_BURST = 10
+
+
+@dataclass(frozen=True)
+class EventAllowance:
+    """A token bucket: how many Events may still be written, as of `at`."""
+
+    tokens: float
+    at: datetime
+
+
+def events_allowed(
+    allowance: EventAllowance | None, now: datetime, wanted: int
+) -> tuple[int, EventAllowance]:
+    """How many of `wanted` Events may be written now, and the bucket after writing them.
+    A pool that has written none yet starts with a full bucket."""
+    if allowance is None:
+        tokens = float(NOMINATED_EVENTS_BURST)
+    else:
+        refill = max(0.0, (now - allowance.at).total_seconds()) * NOMINATED_EVENTS_PER_S
+        tokens = min(float(NOMINATED_EVENTS_BURST), allowance.tokens + refill)
+    granted = min(wanted, int(tokens))
+    return granted, EventAllowance(tokens=tokens - granted, at=now)
 
 
 def limit_text(limits: Limits) -> str:

@@ -10,6 +10,7 @@ from api.nodepool import NodePoolSpec
 from api.nodepool.messages import PoolClaim, PoolSpecs, PoolState
 from api.planning import PlannedNode, PodDemand, Resources
 from workflows.decisions.pool import (
+    events_allowed,
     fill,
     held,
     overflowing,
@@ -178,3 +179,16 @@ def test_nominations_stay_while_the_scheduler_has_bound_nothing_there() -> None:
     pending = {uid: pod(uid, 600) for uid in ("a", "b", "c", "d")}
     # Nominated beyond what the estimate holds, but nothing bound yet: the grace decides.
     assert overflowing(bound_claim(["a", "b", "c", "d"], Resources()), pending) == []
+
+
+def test_nominated_events_come_ten_at_once_then_five_a_second() -> None:
+    granted, allowance = events_allowed(None, NOW, 1000)
+    assert granted == 10  # a burst's first round: Karpenter's burst of 10
+    granted, allowance = events_allowed(allowance, NOW + timedelta(milliseconds=500), 1000)
+    assert granted == 2  # half a second later: 2.5 tokens, whole Events only
+    granted, allowance = events_allowed(allowance, NOW + timedelta(seconds=1), 3)
+    assert granted == 3  # the half token left is kept: 0.5 + 2.5
+    granted, allowance = events_allowed(allowance, NOW + timedelta(hours=1), 1000)
+    assert granted == 10  # an idle hour refills the bucket, never beyond its burst
+    granted, _ = events_allowed(allowance, NOW + timedelta(hours=1), 1)
+    assert granted == 0
