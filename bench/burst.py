@@ -1,7 +1,7 @@
 """A burst of pending pods, end to end: decision latency by stage and time to all bound.
 
     .venv/bin/python bench/burst.py --pods 1000 --topology split [--workers 3 --triggers 2]
-        [--kill-worker-after 3] [--json]
+        [--kill-worker-after 3 [--kill-pool-holder]] [--json]
     .venv/bin/python bench/burst.py --pods 1000 --topology embedded
 
 `--topology split` (the default) runs what a cluster runs, each its own OS process on free
@@ -11,7 +11,8 @@ simulated cluster (`python -m sim`: API server, scheduler, kubelets, fake cloud)
 the fake cloud; the bench creates N pods of five mixed shapes (8 threads, as a ReplicaSet
 creates in parallel batches), waits until all run, deletes them and waits until every VM is
 gone. `--kill-worker-after S` SIGKILLs the first worker S seconds after the first pod (with
-several workers the others carry on; with one it is started again at once).
+several workers the others carry on; with one it is started again at once);
+`--kill-pool-holder` makes it the worker that ran the pool's latest workflow task.
 
 Per pod it reports, from its creation (the bench's clock, before the create call):
   unschedulable   the simulator's scheduler set PodScheduled=False/Unschedulable (a watch)
@@ -353,7 +354,15 @@ async def run_split(args: argparse.Namespace) -> Report:
             # The answer unread: the client's models would cost the bench seconds of CPU.
             core.create_namespaced_pod(NAMESPACE, pod, _preload_content=False)
 
-        killer = asyncio.create_task(kill_worker(topology, args.kill_worker_after, report))
+        killer = asyncio.create_task(
+            kill_worker(
+                topology,
+                client,
+                args.kill_worker_after,
+                report,
+                pool_holder=args.kill_pool_holder,
+            )
+        )
         cpu0 = _cpu(topology)
         started = time.time()
         say(f"creating {args.pods} pods")
@@ -470,17 +479,41 @@ async def run_split(args: argparse.Namespace) -> Report:
     return report
 
 
-async def kill_worker(topology: Topology, after_s: float | None, report: Report) -> None:
+async def kill_worker(
+    topology: Topology,
+    client: Client,
+    after_s: float | None,
+    report: Report,
+    *,
+    pool_holder: bool = False,
+) -> None:
+    """SIGKILL a worker `after_s` into the burst: the first, or (`pool_holder`) the one that
+    ran the pool's latest workflow task — the kill that stalls every waiting pod."""
     if after_s is None:
         return
     t0 = time.monotonic()
     await asyncio.sleep(after_s)
-    report.killed_worker_pid = topology.worker.popen.pid if topology.worker.popen else None
-    topology.worker.kill()
+    victim = topology.worker
+    if pool_holder:
+        holder = await _pool_holder_pid(client)
+        victim = next((w for w in topology.workers if w.popen and w.popen.pid == holder), victim)
+    report.killed_worker_pid = victim.popen.pid if victim.popen else None
+    victim.kill()
     report.killed_at_unix = time.time()
     report.worker_killed_at_s = round(time.monotonic() - t0, 2)
     if len(topology.workers) == 1:
-        topology.worker.start()
+        victim.start()
+
+
+async def _pool_holder_pid(client: Client) -> int | None:
+    """The pid of the worker that started the pool's latest workflow task (`pid@host`)."""
+    handle = client.get_workflow_handle(pool_workflow_id(NAMESPACE, POOL))
+    identity = None
+    async for event in handle.fetch_history_events():
+        if event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED:
+            identity = event.workflow_task_started_event_attributes.identity
+    pid = identity.split("@")[0] if identity else ""
+    return int(pid) if pid.isdigit() else None
 
 
 def held_pool(report: Report, pool: PoolStages) -> bool | None:
@@ -547,6 +580,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--triggers", type=int, default=1)
     parser.add_argument("--kill-worker-after", type=float, default=None, help="seconds")
+    parser.add_argument(
+        "--kill-pool-holder",
+        action="store_true",
+        help="kill the worker running the pool's workflow (not the first worker)",
+    )
     parser.add_argument(
         "--rate", type=float, default=None, help="pods created per second (default: at once)"
     )

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Coroutine
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
@@ -82,6 +82,10 @@ _MIRROR_RETRY = RetryPolicy(
 )
 
 
+Arg = TypeVar("Arg")
+Result = TypeVar("Result")
+
+
 class ClaimFailed(Exception):
     def __init__(self, reason: FailureReason, message: str) -> None:
         super().__init__(message)
@@ -139,6 +143,11 @@ class NodeClaimWorkflow:
         # in one workflow task (fewer round trips before the create call and after Ready),
         # and a node cordoned to re-check it is empty is not cordoned again to delete it.
         self._side_by_side = workflow.patched("claim-steps-side-by-side")
+        # Claims started since: the bootstrap Secrets and the mirror (short Kubernetes calls)
+        # run as local activities, inside the workflow task that needs them — the create call
+        # goes out in the claim's first workflow task instead of its second, with no trip
+        # through the task queue for either (three history events fewer each).
+        self._local_kube_calls = self._side_by_side and workflow.patched("kube-calls-local")
         self._cordoned = False
         # Set by every signal and alarm; cleared at the top of each round, before the round
         # looks at the state, so news that comes while the round awaits is never missed.
@@ -321,7 +330,7 @@ class NodeClaimWorkflow:
     async def _prepare_bootstrap(self, offering: Offering | None) -> None:
         spec = self._claim.spec
         try:
-            self._bootstrap = await workflow.execute_activity_method(
+            self._bootstrap = await self._kube_call(
                 BootstrapActivities.prepare_bootstrap,
                 BootstrapInput(
                     claim_name=self._name,
@@ -336,8 +345,6 @@ class NodeClaimWorkflow:
                     taints=spec.taints,
                     offering=offering,
                 ),
-                start_to_close_timeout=KUBE_CALL,
-                heartbeat_timeout=QUICK_HEARTBEAT,
                 retry_policy=_RETRY,
                 summary=f"bootstrap token + script Secret{f' for {offering.key}' if offering else ''}",
             )
@@ -965,11 +972,9 @@ class NodeClaimWorkflow:
 
     async def _mirror(self, mirror: MirrorInput) -> None:
         try:
-            await workflow.execute_activity_method(
+            await self._kube_call(
                 MirrorActivities.sync_nodeclaim,
                 mirror,
-                start_to_close_timeout=KUBE_CALL,
-                heartbeat_timeout=QUICK_HEARTBEAT,
                 retry_policy=_MIRROR_RETRY,
                 summary="mirror NodeClaim resource",
             )
@@ -978,6 +983,33 @@ class NodeClaimWorkflow:
                 raise
             # A mirror that cannot be written must not stop the node's life.
             workflow.logger.warning("NodeClaim mirror not updated: %s", _cause(err))
+
+    async def _kube_call(
+        self,
+        activity: Callable[[Any, Arg], Result],
+        arg: Arg,
+        *,
+        retry_policy: RetryPolicy,
+        summary: str,
+    ) -> Result:
+        """A short Kubernetes call: a local activity in claims since `kube-calls-local` (a
+        dead worker's attempt is then retried with the workflow task, on another worker)."""
+        if self._local_kube_calls:
+            return await workflow.execute_local_activity_method(
+                activity,
+                arg,
+                start_to_close_timeout=KUBE_CALL,
+                retry_policy=retry_policy,
+                summary=summary,
+            )
+        return await workflow.execute_activity_method(
+            activity,
+            arg,
+            start_to_close_timeout=KUBE_CALL,
+            heartbeat_timeout=QUICK_HEARTBEAT,
+            retry_policy=retry_policy,
+            summary=summary,
+        )
 
     def _deletion_event(self, reason: str) -> KubeEvent:
         event_reason = _DELETION_EVENTS.get(reason, "ScaleDown")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -390,29 +391,42 @@ async def test_an_idle_claims_safety_net_poll_looks_at_node_and_vm_in_one_task(
 
 async def test_a_claims_independent_steps_share_workflow_tasks(stack: Stack) -> None:
     """What need not wait goes out together: fewer round trips before the create call and a
-    shorter history (the bootstrap beside the first mirror, the labels beside the Secrets'
-    removal at Ready, the cordon beside the Deleting mirror, the Node beside the VM)."""
+    shorter history (the bootstrap beside the first mirror, both run inside the claim's first
+    workflow task with the create call, the labels beside the Secrets' removal at Ready, the
+    cordon beside the Deleting mirror, the Node beside the VM)."""
     make_pool(stack.kube, "together", empty_ttl=3600)
     async with in_process_worker(stack), running_watcher(stack.temporal, stack.kube):
         _, handle = await start_test_claim(stack, "together")
         await wait_for_phase(handle, NodeClaimPhase.READY)
         await handle.signal(NodeClaimWorkflow.scale_down, ScaleDownRequest(reason="done"))
         await asyncio.wait_for(handle.result(), timeout=60)
-        scheduled = [
-            (
-                e.activity_task_scheduled_event_attributes.activity_type.name,
-                e.activity_task_scheduled_event_attributes.workflow_task_completed_event_id,
-            )
-            async for e in handle.fetch_history_events()
-            if e.HasField("activity_task_scheduled_event_attributes")
-        ]
+        # (activity, the workflow task that asked for it, its event): activities and the
+        # markers of local activities (the short Kubernetes calls, `kube-calls-local`).
+        scheduled: list[tuple[str, int, int]] = []
+        async for e in handle.fetch_history_events():
+            if e.HasField("activity_task_scheduled_event_attributes"):
+                attributes = e.activity_task_scheduled_event_attributes
+                name = attributes.activity_type.name
+                scheduled.append((name, attributes.workflow_task_completed_event_id, e.event_id))
+            elif e.HasField("marker_recorded_event_attributes"):
+                marker = e.marker_recorded_event_attributes
+                if marker.marker_name != "core_local_activity":
+                    continue
+                name = json.loads(marker.details["data"].payloads[0].data)["activity_type"]
+                scheduled.append((name, marker.workflow_task_completed_event_id, e.event_id))
 
     def task_of(name: str, nth: int = 0) -> int:
-        return [task for activity, task in scheduled if activity == name][nth]
+        return [task for activity, task, _ in scheduled if activity == name][nth]
+
+    def event_of(name: str, nth: int = 0) -> int:
+        return [event for activity, _, event in scheduled if activity == name][nth]
 
     assert task_of("prepare_bootstrap") == task_of("sync_nodeclaim", 0), scheduled
+    assert task_of("create_instance") == task_of("prepare_bootstrap"), scheduled
     assert task_of("label_node") == task_of("delete_bootstrap_secrets"), scheduled
-    assert task_of("cordon_node") in {t for a, t in scheduled if a == "sync_nodeclaim"}, scheduled
+    assert task_of("cordon_node") in {t for a, t, _ in scheduled if a == "sync_nodeclaim"}, (
+        scheduled
+    )
     assert task_of("delete_node") == task_of("delete_instance"), scheduled
     # The create call waits for the first mirror: PROVISIONING is shown before the launch.
-    assert task_of("create_instance") > task_of("sync_nodeclaim", 0), scheduled
+    assert event_of("create_instance") > event_of("sync_nodeclaim", 0), scheduled
