@@ -64,6 +64,7 @@ def build_worker(
         activities=build_activities(api_client, settings.tenancy()),
         activity_executor=executor,
         max_concurrent_activities=settings.max_concurrent_activities,
+        max_concurrent_local_activities=settings.max_concurrent_local_activities,
         max_cached_workflows=settings.max_cached_workflows,
         interceptors=[HeartbeatInterceptor()],
         sticky_queue_schedule_to_start_timeout=timedelta(seconds=settings.sticky_queue_timeout_s),
@@ -79,7 +80,7 @@ async def run_worker(
     await ensure_price_schedule(client, settings, prices)
     api_client = kube_api_client(settings)
     with (
-        ThreadPoolExecutor(max_workers=settings.max_concurrent_activities) as executor,
+        ThreadPoolExecutor(max_workers=settings.activity_threads()) as executor,
         serving_health(settings.health_port, client, api_client),
     ):
         worker = build_worker(client, settings, api_client, executor)

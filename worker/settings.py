@@ -68,6 +68,11 @@ class Settings(BaseSettings):
     # Written on every VM so that garbage collection never touches another cluster's VMs.
     cluster_id: str = "cloudburst"
     max_concurrent_activities: int = 64
+    # Local activities (a claim's bootstrap Secrets and NodeClaim mirror writes) run on the
+    # same thread pool as activities, inside a claim's workflow task: they get threads of
+    # their own (`activity_threads`), so 64 drains or VM calls in flight never hold a claim's
+    # workflow task open waiting for one.
+    max_concurrent_local_activities: int = Field(default=16, ge=1)
     # Workflows kept in memory between their tasks. Each cached claim holds about half a
     # megabyte (docs/benchmarks.md "Scale"): the SDK's default of 1,000 put 1,000 live claims
     # at 714-845 MB, 100 at ~300 MB. The price is a replay of a claim's ~100-event history
@@ -170,6 +175,10 @@ class Settings(BaseSettings):
             else frozenset(self.tenant_namespaces),
             allowed_endpoints={k: tuple(v) for k, v in self.allowed_endpoints.items()},
         )
+
+    def activity_threads(self) -> int:
+        """The activity thread pool's size: every activity slot and every local one."""
+        return self.max_concurrent_activities + self.max_concurrent_local_activities
 
     def api_key(self) -> str | None:
         """The API key from its file (re-read on every connect) or from the value."""

@@ -74,7 +74,7 @@ async def running_watcher(temporal: Client, kube: k8s.ApiClient) -> AsyncIterato
 
 @contextlib.asynccontextmanager
 async def in_process_worker(stack: Stack) -> AsyncIterator[None]:
-    with ThreadPoolExecutor(max_workers=stack.settings.max_concurrent_activities) as executor:
+    with ThreadPoolExecutor(max_workers=stack.settings.activity_threads()) as executor:
         async with build_worker(stack.temporal, stack.settings, stack.kube, executor):
             yield
 
