@@ -32,10 +32,10 @@ def quick_call() -> str:
 @workflow.defn(sandboxed=False)
 class BusyWorkerWorkflow:
     @workflow.run
-    async def run(self) -> str:
+    async def run(self, pause_s: float) -> str:
         # Every activity slot taken, then a local activity, as a claim's first steps would be.
         busy = workflow.start_activity(long_call, start_to_close_timeout=timedelta(seconds=60))
-        await workflow.sleep(0.5)
+        await workflow.sleep(pause_s)
         done: str = await workflow.execute_local_activity(
             quick_call, start_to_close_timeout=timedelta(seconds=5)
         )
@@ -62,6 +62,7 @@ async def test_a_local_activity_runs_while_every_activity_slot_is_busy(
             try:
                 result = await temporal_client.execute_workflow(
                     BusyWorkerWorkflow.run,
+                    0.5,
                     id=f"busy-{queue}",
                     task_queue=queue,
                     execution_timeout=timedelta(seconds=12),
