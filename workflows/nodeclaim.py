@@ -15,7 +15,13 @@ from typing import Any, TypeVar
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, ApplicationError, is_cancelled_exception
+from temporalio.exceptions import (
+    ActivityError,
+    ApplicationError,
+    FailureError,
+    RetryState,
+    is_cancelled_exception,
+)
 
 with workflow.unsafe.imports_passed_through():
     from activities.bootstrap import BootstrapActivities
@@ -995,13 +1001,30 @@ class NodeClaimWorkflow:
         """A short Kubernetes call: a local activity in claims since `kube-calls-local` (a
         dead worker's attempt is then retried with the workflow task, on another worker)."""
         if self._local_kube_calls:
-            return await workflow.execute_local_activity_method(
-                activity,
-                arg,
-                start_to_close_timeout=KUBE_CALL,
-                retry_policy=retry_policy,
-                summary=summary,
-            )
+            try:
+                return await workflow.execute_local_activity_method(
+                    activity,
+                    arg,
+                    start_to_close_timeout=KUBE_CALL,
+                    retry_policy=retry_policy,
+                    summary=summary,
+                )
+            except ActivityError:
+                raise
+            except FailureError as failure:
+                # A local activity's non-retryable failure reaches the workflow as the
+                # activity raised it, not as an ActivityError: the callers handle both ways
+                # of calling alike (a missing Secret fails the claim visibly, a mirror write
+                # that cannot be made is logged).
+                raise ActivityError(
+                    f"local activity {activity.__name__} failed",
+                    scheduled_event_id=0,
+                    started_event_id=0,
+                    identity="",
+                    activity_type=activity.__name__,
+                    activity_id="",
+                    retry_state=RetryState.NON_RETRYABLE_FAILURE,
+                ) from failure
         return await workflow.execute_activity_method(
             activity,
             arg,
