@@ -18,6 +18,14 @@ are logged once per version of the object.
 
 Objects are handled as raw JSON dicts (`_preload_content=False`): deserialising into the
 client's models would cost far more than the scheduling itself.
+
+It reads through the API (its informers watch over HTTP, as kube-scheduler's do) and writes
+either through the API (`ApiWrites`, for any API server) or, inside the simulated cluster,
+straight into the emulator's store (`StoreWrites`): the same store operations the API
+server's handlers run, so every watcher sees the same events, without an HTTP round trip
+per pod. A real control plane runs the scheduler on its own cores; on the one machine that
+runs the whole simulated cluster beside the product, a client call per pod made the
+scheduler the slowest stage of a burst (docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -29,15 +37,21 @@ import socket
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 from kubernetes import client
 from kubernetes.watch.watch import iter_resp_lines
 
 from api.quantity import cpu_millis, memory_bytes, parse_quantity
+from sim.kubeapi import policy
+from sim.kubeapi.admission import WriteOptions
+from sim.kubeapi.errors import ApiError
+from sim.kubeapi.patch import STRATEGIC_PATCH
+from sim.kubeapi.resources import EVENTS, PODS
+from sim.kubeapi.store import Store
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +88,87 @@ def condition(obj: Obj, kind: str) -> Obj | None:
         if c.get("type") == kind:
             return dict(c)
     return None
+
+
+# ---- how the scheduler writes --------------------------------------------------------------
+
+
+class WriteRejected(Exception):
+    """The API server refused a write (a 409 on a pod bound meanwhile, a 404 on one gone)."""
+
+    def __init__(self, status: int, reason: str) -> None:
+        super().__init__(f"{status} {reason}")
+        self.status = status
+        self.reason = reason
+
+
+class Writes(Protocol):
+    def bind(self, namespace: str, name: str, binding: Obj) -> None: ...
+
+    def patch_pod_status(self, namespace: str, name: str, patch: Obj) -> None: ...
+
+    def create_event(self, namespace: str, event: Obj) -> None: ...
+
+
+class ApiWrites:
+    """Writes through the Kubernetes API, as kube-scheduler makes them."""
+
+    def __init__(self, api_client: client.ApiClient) -> None:
+        self.core = client.CoreV1Api(api_client)
+
+    def bind(self, namespace: str, name: str, binding: Obj) -> None:
+        self._call(self.core.create_namespaced_pod_binding, name, namespace, binding)
+
+    def patch_pod_status(self, namespace: str, name: str, patch: Obj) -> None:
+        self._call(
+            self.core.patch_namespaced_pod_status,
+            name,
+            namespace,
+            patch,
+            _content_type=STRATEGIC_PATCH,
+        )
+
+    def create_event(self, namespace: str, event: Obj) -> None:
+        self._call(self.core.create_namespaced_event, namespace, event)
+
+    @staticmethod
+    def _call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
+        try:
+            call(fn, *args, **kwargs)
+        except client.ApiException as exc:
+            raise WriteRejected(int(exc.status or 0), str(exc.reason)) from exc
+
+
+class StoreWrites:
+    """Writes straight into the emulator's store: what the API server's handlers for the same
+    requests run (the binding subresource, a strategic-merge patch of pods/status with its
+    admission, an Event create), under kube-scheduler's field manager."""
+
+    MANAGER = "kube-scheduler"
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def bind(self, namespace: str, name: str, binding: Obj) -> None:
+        with self._rejections():
+            policy.bind(self.store, namespace, name, binding)
+
+    def patch_pod_status(self, namespace: str, name: str, patch: Obj) -> None:
+        options = WriteOptions(manager=self.MANAGER)
+        with self._rejections():
+            self.store.patch(PODS, namespace, name, STRATEGIC_PATCH, patch, "status", options)
+
+    def create_event(self, namespace: str, event: Obj) -> None:
+        with self._rejections():
+            self.store.create(EVENTS, namespace, event, WriteOptions(manager=self.MANAGER))
+
+    @staticmethod
+    @contextlib.contextmanager
+    def _rejections() -> Iterator[None]:
+        try:
+            yield
+        except ApiError as exc:
+            raise WriteRejected(exc.code, exc.reason) from exc
 
 
 # ---- a tiny informer -----------------------------------------------------------------------
@@ -126,6 +221,11 @@ class Informer:
     def items(self) -> list[Obj]:
         with self._lock:
             return list(self._items.values())
+
+    def keyed_items(self) -> list[tuple[str, Obj]]:
+        """(namespace/name, object) pairs: a pass over many pods need not rebuild each key."""
+        with self._lock:
+            return list(self._items.items())
 
     def get(self, key: str) -> Obj | None:
         with self._lock:
@@ -416,6 +516,10 @@ def is_pending_unbound(pod: Obj) -> bool:
     )
 
 
+def _version(obj: Obj) -> str:
+    return str((obj.get("metadata") or {}).get("resourceVersion", ""))
+
+
 def _alike(pod: Obj, req: Requests) -> str:
     """What decides where a pod fits, as one key: pods with the same key fit the same nodes."""
     spec = pod.get("spec") or {}
@@ -448,8 +552,11 @@ def _order(pod: Obj) -> tuple[int, str, str]:
 class Scheduler:
     """Binds pending pods to nodes. `start()` runs it in its own threads; `stop()` ends them."""
 
-    def __init__(self, api_client: client.ApiClient, *, resync_s: float = 1.0) -> None:
+    def __init__(
+        self, api_client: client.ApiClient, *, resync_s: float = 1.0, writes: Writes | None = None
+    ) -> None:
         self.core = client.CoreV1Api(api_client)
+        self.writes: Writes = writes or ApiWrites(api_client)
         self.resync_s = resync_s
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -465,6 +572,16 @@ class Scheduler:
         self._unreadable: dict[str, str] = {}  # pending pods, reported with an Event
         self._uncounted: dict[str, str] = {}  # bound pods whose requests count as none
         self._requests_seen: dict[str, tuple[str, Requests]] = {}  # key -> (version, requests)
+        self._alike_seen: dict[str, tuple[str, str]] = {}  # key -> (version, _alike's key)
+        # kube-scheduler parks a pod it found unschedulable until something that could make it
+        # fit happens; so does this one: a pending pod whose reason is written is judged again
+        # only when it changed, a node changed, or room was freed on one (the generation).
+        # Without it every watch event re-judged every pending pod: passes over a burst of
+        # a thousand cost more CPU than the rest of the simulated cluster.
+        self._parked: dict[str, tuple[str, int]] = {}  # key -> (version, generation)
+        self._generation = 0
+        self._nodes_judged = -1
+        self._room_seen: dict[str, tuple[int, int, int]] = {}
         self._unreadable_nodes: dict[str, str] = {}
         self._thread: threading.Thread | None = None
         self.bindings = 0  # for tests and the demo
@@ -510,10 +627,9 @@ class Scheduler:
         names = {(n.get("metadata") or {}).get("name", "") for n in nodes}
         for gone in [n for n in self._unreadable_nodes if n not in names]:
             del self._unreadable_nodes[gone]
-        pending: list[Obj] = []
-        pods = self.pods.items()
-        for pod in pods:
-            key = pod_key(pod)
+        pending: list[tuple[str, Obj]] = []
+        pods = self.pods.keyed_items()
+        for key, pod in pods:
             spec = pod.get("spec") or {}
             node_name = spec.get("nodeName")
             assumed = self._assumed.get(key)
@@ -525,22 +641,27 @@ class Scheduler:
             if node_name:
                 if (pod.get("status") or {}).get("phase") not in _TERMINAL and node_name in infos:
                     info = infos[node_name]
-                    info.used = info.used + self._bound_requests(pod)
+                    info.used = info.used + self._bound_requests(pod, key)
                 continue
             if is_pending_unbound(pod):
-                pending.append(pod)
-        live = {pod_key(p) for p in pending}
+                pending.append((key, pod))
+        self._note_changes(nodes_seen, infos)
+        live = {key for key, _ in pending}
         for key in [k for k in self._reported if k not in live]:
             del self._reported[key]
+        for key in [k for k in self._parked if k not in live]:
+            del self._parked[key]
         for key in [k for k in self._rewritten if k not in live]:
             del self._rewritten[key]
         for key in [k for k in self._unreadable if k not in live]:
             del self._unreadable[key]
-        present = {pod_key(p) for p in pods}
+        present = {key for key, _ in pods}
         for key in [k for k in self._uncounted if k not in present]:
             del self._uncounted[key]
         for key in [k for k in self._requests_seen if k not in present]:
             del self._requests_seen[key]
+        for key in [k for k in self._alike_seen if k not in present]:
+            del self._alike_seen[key]
 
         bound = 0
         ordered = sorted(infos.values(), key=lambda i: i.name)
@@ -548,7 +669,9 @@ class Scheduler:
         # only fill up within a pass): kube-scheduler's pod equivalence, and what keeps a
         # pass over a thousand pending pods of a few shapes cheap.
         failed_alike: dict[str, str] = {}
-        for pod in sorted(pending, key=_order):
+        judged = self._generation
+        unparked = [p for k, p in pending if self._parked.get(k) != (_version(p), judged)]
+        for pod in sorted(unparked, key=_order):
             # Each pod sees the nodes as they are now (the real scheduler snapshots its cache
             # per cycle): a node cordoned or deleted during a long pass takes no more pods.
             if self.nodes.version != nodes_seen:
@@ -562,9 +685,22 @@ class Scheduler:
                 self._report_unreadable(pod, str(exc) or type(exc).__name__)
         return bound
 
+    def _note_changes(self, nodes_seen: int, infos: dict[str, NodeInfo]) -> None:
+        """A new generation when a node changed or room was freed on one since the last pass
+        (pods binding only take room: no parked pod can fit because of them)."""
+        room = {name: (i.used.cpu, i.used.memory, i.used.pods) for name, i in infos.items()}
+        freed = any(
+            any(now < was for now, was in zip(used, self._room_seen.get(name, used), strict=True))
+            for name, used in room.items()
+        )
+        if freed or nodes_seen != self._nodes_judged:
+            self._generation += 1
+        self._nodes_judged = nodes_seen
+        self._room_seen = room
+
     def _schedule_one(self, pod: Obj, ordered: list[NodeInfo], failed_alike: dict[str, str]) -> int:
         req = self._requests(pod)
-        alike = _alike(pod, req)
+        alike = self._alike(pod, req)
         known_failure = failed_alike.get(alike)
         if known_failure is not None:
             self._report_unschedulable(pod, known_failure)
@@ -605,11 +741,11 @@ class Scheduler:
                 log.warning("node %s takes no pods: its allocatable cannot be read: %s", name, exc)
             return None
 
-    def _requests(self, pod: Obj) -> Requests:
+    def _requests(self, pod: Obj, key: str | None = None) -> Requests:
         """The pod's requests, remembered per version of it: every pass adds up every bound
         pod and judges every pending one, and parsing quantities is most of that."""
-        key = pod_key(pod)
-        version = str((pod.get("metadata") or {}).get("resourceVersion", ""))
+        key = key or pod_key(pod)
+        version = _version(pod)
         known = self._requests_seen.get(key)
         if known is not None and known[0] == version:
             return known[1]
@@ -617,12 +753,21 @@ class Scheduler:
         self._requests_seen[key] = (version, requests)
         return requests
 
-    def _bound_requests(self, pod: Obj) -> Requests:
+    def _alike(self, pod: Obj, req: Requests) -> str:
+        """`_alike`'s key, remembered per version of the pod like its requests."""
+        key, version = pod_key(pod), _version(pod)
+        known = self._alike_seen.get(key)
+        if known is not None and known[0] == version:
+            return known[1]
+        alike = _alike(pod, req)
+        self._alike_seen[key] = (version, alike)
+        return alike
+
+    def _bound_requests(self, pod: Obj, key: str) -> Requests:
         """A bound pod's requests; one that cannot be read counts for nothing (logged once)."""
         try:
-            return self._requests(pod)
+            return self._requests(pod, key)
         except (ValueError, TypeError, AttributeError, ArithmeticError) as exc:
-            key = pod_key(pod)
             version = str((pod.get("metadata") or {}).get("resourceVersion", ""))
             if self._uncounted.get(key) != version:
                 self._uncounted[key] = version
@@ -674,9 +819,9 @@ class Scheduler:
             "count": 1,
         }
         try:
-            call(self.core.create_namespaced_event, namespace, event)
-        except client.ApiException as exc:
-            log.debug("event for %s: %s %s", key, exc.status, exc.reason)
+            self.writes.create_event(namespace, event)
+        except WriteRejected as exc:
+            log.debug("event for %s: %s", key, exc)
 
     def _bind(self, pod: Obj, node: str) -> bool:
         md = pod.get("metadata") or {}
@@ -688,10 +833,10 @@ class Scheduler:
             "target": {"apiVersion": "v1", "kind": "Node", "name": node},
         }
         try:
-            call(self.core.create_namespaced_pod_binding, name, namespace, body)
-        except client.ApiException as exc:
+            self.writes.bind(namespace, name, body)
+        except WriteRejected as exc:
             # 409: bound meanwhile (a stale cache); 404: deleted meanwhile. Either way, move on.
-            log.debug("binding %s/%s to %s: %s %s", namespace, name, node, exc.status, exc.reason)
+            log.debug("binding %s/%s to %s: %s", namespace, name, node, exc)
             return False
         self._assumed[pod_key(pod)] = (node, time.monotonic())
         self._reported.pop(pod_key(pod), None)
@@ -709,6 +854,7 @@ class Scheduler:
             and current.get("message") == message
         ):
             self._reported[key] = message
+            self._parked[key] = (_version(pod), self._generation)
             return
         already = current.get("status") == "False" and current.get("reason") == "Unschedulable"
         last, rewrites = self._rewritten.get(key, (0.0, 0))
@@ -738,15 +884,11 @@ class Scheduler:
             }
         }
         try:
-            call(
-                self.core.patch_namespaced_pod_status,
-                md.get("name", ""),
-                md.get("namespace", ""),
-                patch,
-                _content_type="application/strategic-merge-patch+json",
+            self.writes.patch_pod_status(
+                str(md.get("namespace", "")), str(md.get("name", "")), patch
             )
-        except client.ApiException as exc:
-            log.debug("marking %s unschedulable: %s %s", key, exc.status, exc.reason)
+        except WriteRejected as exc:
+            log.debug("marking %s unschedulable: %s", key, exc)
             return
         self._reported[key] = message
         self._rewritten[key] = (now, rewrites + 1 if already else 0)

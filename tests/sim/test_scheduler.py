@@ -14,6 +14,7 @@ from sim.kubeapi import KubeApiServer
 from sim.kubeapi.resources import PODS, REGISTRY
 from sim.scheduler import (
     Scheduler,
+    StoreWrites,
     node_matches_pod_affinity,
     pod_requests,
     tolerates,
@@ -24,12 +25,14 @@ Obj = dict[str, Any]
 NODES = REGISTRY[("", "v1", "nodes")]
 
 
-@pytest.fixture
-def server() -> Iterator[KubeApiServer]:
-    """The API server with a running scheduler."""
+@pytest.fixture(params=["writes-over-api", "writes-to-store"])
+def server(request: pytest.FixtureRequest) -> Iterator[KubeApiServer]:
+    """The API server with a running scheduler, writing over the API (as on any API server)
+    or straight into the store (as in the simulated cluster): both must behave alike."""
     server = KubeApiServer()
     server.start()
-    scheduler = Scheduler(server.api_client(), resync_s=0.2)
+    writes = StoreWrites(server.store) if request.param == "writes-to-store" else None
+    scheduler = Scheduler(server.api_client(), resync_s=0.2, writes=writes)
     scheduler.start()
     try:
         yield server
@@ -364,3 +367,34 @@ def test_why_a_pod_waits_is_rewritten_no_more_often_than_kube_schedulers_backoff
     assert 1 <= len(rewrites) <= 2, rewrites
     # Not stale for good: once the backoff is over it says what it sees.
     assert wait_for(lambda: "0/9 nodes" in scheduled_condition(core, "huge")["message"])
+
+
+def test_in_the_simulated_cluster_the_scheduler_writes_as_kube_scheduler() -> None:
+    """Writing straight into the store, the scheduler still writes what a real API server
+    records for kube-scheduler: the condition under its own field manager on the status
+    subresource (`kubectl get pod --show-managed-fields`), and the watch event every
+    watcher gets."""
+    server = KubeApiServer()
+    server.start()
+    scheduler = Scheduler(server.api_client(), resync_s=0.2, writes=StoreWrites(server.store))
+    scheduler.start()
+    try:
+        core = client.CoreV1Api(server.api_client())
+        make_pod(core, "waiting")
+        stream = watch.Watch().stream(
+            core.list_namespaced_pod, "default", timeout_seconds=5, deserialize=False
+        )
+        for event in stream:
+            conditions = event["object"].get("status", {}).get("conditions") or []
+            if any(c["type"] == "PodScheduled" for c in conditions):
+                break
+        else:
+            raise AssertionError("no watch event carried the PodScheduled condition")
+        pod = raw(core.read_namespaced_pod, "waiting", "default")
+        entries = [m for m in pod["metadata"]["managedFields"] if m["manager"] == "kube-scheduler"]
+        assert len(entries) == 1, pod["metadata"]["managedFields"]
+        assert entries[0]["subresource"] == "status" and entries[0]["operation"] == "Update"
+        assert "f:conditions" in entries[0]["fieldsV1"]["f:status"]
+    finally:
+        scheduler.stop()
+        server.stop()
