@@ -10,7 +10,8 @@ simulated cluster (`python -m sim`: API server, scheduler, kubelets, fake cloud)
 `--triggers` x `cloudburst trigger` and `--workers` x `cloudburst worker`. One NodePool on
 the fake cloud; the bench creates N pods of five mixed shapes (8 threads, as a ReplicaSet
 creates in parallel batches), waits until all run, deletes them and waits until every VM is
-gone. `--kill-worker-after S` SIGKILLs the first worker S seconds after the first pod (with
+gone. `--kill-worker-after S` SIGKILLs (`--kill-signal TERM`: stops as a rollout does) the
+first worker S seconds after the first pod (with
 several workers the others carry on; with one it is started again at once);
 `--kill-pool-holder` makes it the worker that ran the pool's latest workflow task.
 
@@ -112,6 +113,9 @@ class Report:
     killed_worker_held_pool: bool | None = None
     killed_worker_pid: int | None = None
     killed_at_unix: float | None = None
+    # How the worker was stopped: KILL (a crash, an OOM kill) or TERM (a rollout, a drain:
+    # the worker shuts down gracefully and gives its sticky queue back at once).
+    kill_signal: str = "KILL"
     # CPU seconds each process spent from the first pod until all were bound: on a 2-core
     # machine, whose time the latency is made of.
     cpu_s_during_burst: dict[str, float] = field(default_factory=dict)
@@ -361,6 +365,7 @@ async def run_split(args: argparse.Namespace) -> Report:
                 args.kill_worker_after,
                 report,
                 pool_holder=args.kill_pool_holder,
+                graceful=args.kill_signal == "TERM",
             )
         )
         cpu0 = _cpu(topology)
@@ -486,9 +491,12 @@ async def kill_worker(
     report: Report,
     *,
     pool_holder: bool = False,
+    graceful: bool = False,
 ) -> None:
     """SIGKILL a worker `after_s` into the burst: the first, or (`pool_holder`) the one that
-    ran the pool's latest workflow task — the kill that stalls every waiting pod."""
+    ran the pool's latest workflow task — the kill that stalls every waiting pod. With
+    `graceful`, SIGTERM instead (what a rollout or a node drain sends), and wait for it to
+    exit as Kubernetes would, up to its grace period."""
     if after_s is None:
         return
     t0 = time.monotonic()
@@ -498,8 +506,12 @@ async def kill_worker(
         holder = await _pool_holder_pid(client)
         victim = next((w for w in topology.workers if w.popen and w.popen.pid == holder), victim)
     report.killed_worker_pid = victim.popen.pid if victim.popen else None
-    victim.kill()
+    report.kill_signal = "TERM" if graceful else "KILL"
     report.killed_at_unix = time.time()
+    if graceful:
+        await asyncio.to_thread(victim.stop)
+    else:
+        victim.kill()
     report.worker_killed_at_s = round(time.monotonic() - t0, 2)
     if len(topology.workers) == 1:
         victim.start()
@@ -566,7 +578,8 @@ def table(report: Report) -> str:
     if report.worker_killed_at_s is not None:
         holder = "it held the pool" if report.killed_worker_held_pool else "the pool ran elsewhere"
         lines.append(
-            f"  worker SIGKILLed {report.worker_killed_at_s} s into the burst ({holder}; the "
+            f"  worker SIG{report.kill_signal}ed {report.worker_killed_at_s} s into the burst"
+            f" ({holder}; the "
             f"pool's workflow tasks timed out {report.pool_task_timeouts} time(s))"
         )
     lines += [f"  problem: {p}" for p in report.problems]
@@ -584,6 +597,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--kill-pool-holder",
         action="store_true",
         help="kill the worker running the pool's workflow (not the first worker)",
+    )
+    parser.add_argument(
+        "--kill-signal",
+        choices=("KILL", "TERM"),
+        default="KILL",
+        help="KILL: a crash; TERM: a rollout (graceful shutdown)",
     )
     parser.add_argument(
         "--rate", type=float, default=None, help="pods created per second (default: at once)"

@@ -171,7 +171,9 @@ class SimulatedCluster:
         sched_client, kubelet_client = self.kube.api_client(), self.kube.api_client()
         controllers_client = self.kube.api_client()
         self._api_clients = [sched_client, kubelet_client, controllers_client]
-        self.scheduler = Scheduler(sched_client, writes=StoreWrites(self.kube.store))
+        self.scheduler = Scheduler(
+            sched_client, min_pass_interval_s=0.05, writes=StoreWrites(self.kube.store)
+        )
         self.kubelets = Kubelets(
             kubelet_client,
             [self.cloud, *(h.cloud for n, h in self.standins.items() if n != "fake")],

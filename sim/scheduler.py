@@ -9,7 +9,9 @@ reason=Unschedulable` with kube-scheduler's "0/N nodes are available: ..." messa
 condition is what Cloudburst's trigger reacts to, so it is patched only when it changes, and
 once set, rewritten no more often than kube-scheduler's per-pod backoff (1 s doubling to
 10 s) would retry the pod. Pods alike (same requests, selectors, affinity, tolerations) that
-failed in a pass fail the same way until a node changes: the pass judges them once.
+failed in a pass fail the same way until a node changes: the pass judges them once. A pod
+whose reason is written waits, like in kube-scheduler's unschedulable queue, until it, a node
+or the room on a node changed; passes start at most every `min_pass_interval_s`.
 
 One object it cannot read (a quantity that does not parse, a field of the wrong type: objects
 stored before the API server validated them) never stops a pass: such a pod is skipped and
@@ -553,11 +555,17 @@ class Scheduler:
     """Binds pending pods to nodes. `start()` runs it in its own threads; `stop()` ends them."""
 
     def __init__(
-        self, api_client: client.ApiClient, *, resync_s: float = 1.0, writes: Writes | None = None
+        self,
+        api_client: client.ApiClient,
+        *,
+        resync_s: float = 1.0,
+        min_pass_interval_s: float = 0.0,
+        writes: Writes | None = None,
     ) -> None:
         self.core = client.CoreV1Api(api_client)
         self.writes: Writes = writes or ApiWrites(api_client)
         self.resync_s = resync_s
+        self.min_pass_interval_s = min_pass_interval_s
         self._wake = threading.Event()
         self._stop = threading.Event()
         self.pods = Informer("pods", self.core.list_pod_for_all_namespaces, self._wake.set)
@@ -585,6 +593,7 @@ class Scheduler:
         self._unreadable_nodes: dict[str, str] = {}
         self._thread: threading.Thread | None = None
         self.bindings = 0  # for tests and the demo
+        self.passes = 0
 
     def start(self) -> None:
         self.pods.start()
@@ -599,6 +608,7 @@ class Scheduler:
         self.nodes.stop()
         if self._thread is not None:
             self._thread.join(5)
+        log.info("scheduler stopped: %d passes, %d bindings", self.passes, self.bindings)
 
     def _run(self) -> None:
         self.pods.synced.wait()
@@ -608,11 +618,17 @@ class Scheduler:
             if self._stop.is_set():
                 return
             self._wake.clear()
+            started = time.monotonic()
             try:
                 self.schedule_once()
+                self.passes += 1
             except Exception:
                 log.exception("scheduling pass failed")
                 self._stop.wait(0.5)
+            # A pass looks at every pod; while a burst's watch events arrive by the thousand
+            # a pass per event would be most of the simulator's CPU. Passes start at most
+            # every `min_pass_interval_s`: the events in between are handled together.
+            self._stop.wait(max(0.0, started + self.min_pass_interval_s - time.monotonic()))
 
     def schedule_once(self) -> int:
         """One pass over every pending pod. Returns how many were bound."""

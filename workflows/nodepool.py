@@ -35,7 +35,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from api.events import EventBatch, KubeEvent, ObjectRef
     from api.messages import FailureReason, NodeClaimInput, claim_workflow_id
-    from api.nodeclaim import NodeClaimPhase
+    from api.nodeclaim import NodeClaim, NodeClaimPhase
     from api.nodepool import (
         API_VERSION,
         LIMIT_REACHED,
@@ -133,6 +133,12 @@ class NodePoolWorkflow:
         # The pods the last plan held back (with `hold_until`): news that uncovers no other
         # pod does not plan them again. Rebuilt by replay; empty after continuing as new.
         self._held: set[str] = set()
+        # Runs since then start a round's claims beside the pool's next steps: the round
+        # does not wait for every child's start to be confirmed (several workflow tasks
+        # during a burst) before it may plan the pods that arrived meanwhile. Continuing as
+        # new waits for the starts in flight.
+        self._claims_aside = self._aside and workflow.patched("claim-starts-aside")
+        self._starting: set[asyncio.Task[None]] = set()
 
     @workflow.run
     async def run(self, input: NodePoolInput) -> None:
@@ -161,6 +167,7 @@ class NodePoolWorkflow:
                     lambda: (
                         workflow.all_handlers_finished()
                         and not self._recording
+                        and not self._starting
                         and (self._publishing is None or self._publishing.done())
                     )
                 )
@@ -476,7 +483,9 @@ class NodePoolWorkflow:
                 state.claims[claim_name].nominated.append(uid)
                 nominations.append(self._nominated(uid, claim_name))
         launching = self._launch_now(plan.new_nodes, facts.hold_over)
-        if self._alarmed or workflow.patched("parallel-claim-starts"):
+        if self._claims_aside:
+            names = [self._start_claim_aside(n, for_min_nodes=not n.pod_uids) for n in launching]
+        elif self._alarmed or workflow.patched("parallel-claim-starts"):
             # All in one workflow task: a burst of nodes starts at once, not one per round trip.
             names = await asyncio.gather(
                 *(self._start_claim(n, for_min_nodes=not n.pod_uids) for n in launching)
@@ -584,6 +593,37 @@ class NodePoolWorkflow:
         replaces: str | None = None,
         replace_reason: str = "Drifted",
     ) -> str:
+        name, claim = self._record_claim(
+            node, for_min_nodes=for_min_nodes, replaces=replaces, replace_reason=replace_reason
+        )
+        await self._start_claim_workflow(name, claim, node)
+        return name
+
+    def _start_claim_aside(self, node: PlannedNode, *, for_min_nodes: bool) -> str:
+        """Record the claim and start its workflow without waiting for the start."""
+        name, claim = self._record_claim(node, for_min_nodes=for_min_nodes)
+        starting = asyncio.create_task(self._start_claim_workflow(name, claim, node))
+        self._starting.add(starting)
+        starting.add_done_callback(self._claim_start_ended)
+        return name
+
+    def _claim_start_ended(self, starting: asyncio.Task[None]) -> None:
+        self._starting.discard(starting)
+        failure = None if starting.cancelled() else starting.exception()
+        if failure is not None:
+            # The claim is forgotten (`_start_claim_workflow`): its pods are planned again.
+            workflow.logger.warning("a claim did not start: %s", failure)
+            self._dirty = True
+
+    def _record_claim(
+        self,
+        node: PlannedNode,
+        *,
+        for_min_nodes: bool = False,
+        replaces: str | None = None,
+        replace_reason: str = "Drifted",
+    ) -> tuple[str, NodeClaim]:
+        """A new claim for the planned node, counted by the pool from now on."""
         state = self._state
         specs = state.specs
         name = self._new_claim_name()
@@ -617,6 +657,11 @@ class NodePoolWorkflow:
             replaces=replaces,
             replace_reason=replace_reason,
         )
+        return name, claim
+
+    async def _start_claim_workflow(self, name: str, claim: NodeClaim, node: PlannedNode) -> None:
+        state = self._state
+        specs = state.specs
         try:
             handle = await workflow.start_child_workflow(
                 NodeClaimWorkflow.run,
@@ -653,7 +698,6 @@ class NodePoolWorkflow:
         state.claims_started += 1
         for uid in node.pod_uids:
             state.blocked.pop(uid, None)
-        return name
 
     def _new_claim_name(self) -> str:
         # workflow.random() is seeded by Temporal: the same names on replay.
