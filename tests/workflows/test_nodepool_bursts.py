@@ -291,3 +291,82 @@ async def test_a_slow_status_write_holds_no_plan_back_and_the_latest_status_is_w
             await handle.terminate("test over")
             for claim in (await handle.query(NodePoolWorkflow.status)).claims:
                 await temporal_client.get_workflow_handle(f"nodeclaim-{claim.name}").terminate()
+
+
+class HeldFirstPlan:
+    """The stand-in planner, holding its first plan until the test lets it through."""
+
+    def __init__(self) -> None:
+        self.started = 0
+        self.release = asyncio.Event()
+
+    @activity.defn(name="plan_capacity")
+    async def plan_capacity(self, request: PlanRequest) -> Plan:
+        self.started += 1
+        if self.started == 1:
+            await self.release.wait()
+        return await plan_capacity(request)
+
+
+async def test_pods_that_arrive_while_claims_start_are_planned_without_waiting_for_the_starts(
+    temporal_client: Client,
+) -> None:
+    """A round used to wait until Temporal confirmed each of its claims' starts (several
+    workflow tasks under a burst) before the pods that arrived meanwhile could be planned.
+    Now the workflow task that starts a round's claims also plans the next pods."""
+    queue = f"bursts-{uuid.uuid4()}"
+    planner = HeldFirstPlan()
+    async with Worker(
+        temporal_client,
+        task_queue=queue,
+        workflows=[NodePoolWorkflow, StandInClaim],
+        activities=[planner.plan_capacity, record_events, sync_nodepool_status],
+    ):
+        handle = await start_bursts_pool(temporal_client, queue, 0, pods("a", 10))
+        try:
+            for _ in range(100):  # the first plan is on its way, and stays there
+                if planner.started:
+                    break
+                await asyncio.sleep(0.05)
+            # More of the burst arrives while the first plan runs, and the pool has heard it.
+            await handle.signal(NodePoolWorkflow.demand, DemandUpdate(pods=pods("b", 10)))
+            for _ in range(100):
+                events = (await handle.fetch_history()).events
+                signals = [
+                    e.event_id
+                    for e in events
+                    if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED
+                ]
+                heard = [
+                    e.event_id
+                    for e in events
+                    if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED
+                ]
+                if len(signals) == 2 and heard and heard[-1] > signals[-1]:
+                    break
+                await asyncio.sleep(0.05)
+            planner.release.set()
+            await settled(handle, lambda s: len(s.claims) == 2, "started both nodes")
+
+            events = (await handle.fetch_history()).events
+            first_start = next(
+                e
+                for e in events
+                if e.event_type == EventType.EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_INITIATED
+            )
+            second_plan = [
+                e
+                for e in events
+                if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+                and e.activity_task_scheduled_event_attributes.activity_type.name == "plan_capacity"
+            ][1]
+            started_in = first_start.start_child_workflow_execution_initiated_event_attributes
+            planned_in = second_plan.activity_task_scheduled_event_attributes
+            assert (
+                planned_in.workflow_task_completed_event_id
+                == started_in.workflow_task_completed_event_id
+            )
+        finally:
+            await handle.terminate("test over")
+            for claim in (await handle.query(NodePoolWorkflow.status)).claims:
+                await temporal_client.get_workflow_handle(f"nodeclaim-{claim.name}").terminate()
