@@ -189,7 +189,11 @@ def test_cordoned_and_not_ready_nodes_are_skipped(core: client.CoreV1Api) -> Non
     make_node(core, "cordoned", unschedulable=True)
     make_node(core, "notready", ready="False")
     make_pod(core, "p")
-    cond = wait_for(lambda: scheduled_condition(core, "p"))
+    # The scheduler may see the pod a moment before the second node ("0/1 nodes"): the
+    # reason it gives once it has seen both.
+    cond = wait_for(
+        lambda: (c := scheduled_condition(core, "p")) and "0/2 nodes" in c["message"] and c
+    )
     assert "1 node(s) were unschedulable" in cond["message"]
     assert "1 node(s) had untolerated taint {node.kubernetes.io/not-ready: }" in cond["message"]
     raw(
