@@ -579,8 +579,8 @@ class Scheduler:
         # Pods and nodes that cannot be read -> the resourceVersion already reported.
         self._unreadable: dict[str, str] = {}  # pending pods, reported with an Event
         self._uncounted: dict[str, str] = {}  # bound pods whose requests count as none
-        self._requests_seen: dict[str, tuple[str, Requests]] = {}  # key -> (version, requests)
-        self._alike_seen: dict[str, tuple[str, str]] = {}  # key -> (version, _alike's key)
+        # key -> (version, requests, `_alike`'s key once a pass needed it)
+        self._facts_seen: dict[str, tuple[str, Requests, str | None]] = {}
         # kube-scheduler parks a pod it found unschedulable until something that could make it
         # fit happens; so does this one: a pending pod whose reason is written is judged again
         # only when it changed, a node changed, or room was freed on one (the generation).
@@ -674,10 +674,8 @@ class Scheduler:
         present = {key for key, _ in pods}
         for key in [k for k in self._uncounted if k not in present]:
             del self._uncounted[key]
-        for key in [k for k in self._requests_seen if k not in present]:
-            del self._requests_seen[key]
-        for key in [k for k in self._alike_seen if k not in present]:
-            del self._alike_seen[key]
+        for key in [k for k in self._facts_seen if k not in present]:
+            del self._facts_seen[key]
 
         bound = 0
         ordered = sorted(infos.values(), key=lambda i: i.name)
@@ -686,8 +684,8 @@ class Scheduler:
         # pass over a thousand pending pods of a few shapes cheap.
         failed_alike: dict[str, str] = {}
         judged = self._generation
-        unparked = [p for k, p in pending if self._parked.get(k) != (_version(p), judged)]
-        for pod in sorted(unparked, key=_order):
+        unparked = [(k, p) for k, p in pending if self._parked.get(k) != (_version(p), judged)]
+        for key, pod in sorted(unparked, key=lambda pair: _order(pair[1])):
             # Each pod sees the nodes as they are now (the real scheduler snapshots its cache
             # per cycle): a node cordoned or deleted during a long pass takes no more pods.
             if self.nodes.version != nodes_seen:
@@ -695,7 +693,7 @@ class Scheduler:
                 ordered = self._refreshed(ordered)
                 failed_alike.clear()
             try:
-                bound += self._schedule_one(pod, ordered, failed_alike)
+                bound += self._schedule_one(key, pod, ordered, failed_alike)
             except Exception as exc:
                 # Whatever in this one pod we cannot read: skip it, never the pass.
                 self._report_unreadable(pod, str(exc) or type(exc).__name__)
@@ -714,9 +712,11 @@ class Scheduler:
         self._nodes_judged = nodes_seen
         self._room_seen = room
 
-    def _schedule_one(self, pod: Obj, ordered: list[NodeInfo], failed_alike: dict[str, str]) -> int:
-        req = self._requests(pod)
-        alike = self._alike(pod, req)
+    def _schedule_one(
+        self, key: str, pod: Obj, ordered: list[NodeInfo], failed_alike: dict[str, str]
+    ) -> int:
+        req = self._requests(pod, key)
+        alike = self._alike(pod, key)
         known_failure = failed_alike.get(alike)
         if known_failure is not None:
             self._report_unschedulable(pod, known_failure)
@@ -757,26 +757,23 @@ class Scheduler:
                 log.warning("node %s takes no pods: its allocatable cannot be read: %s", name, exc)
             return None
 
-    def _requests(self, pod: Obj, key: str | None = None) -> Requests:
+    def _requests(self, pod: Obj, key: str) -> Requests:
         """The pod's requests, remembered per version of it: every pass adds up every bound
         pod and judges every pending one, and parsing quantities is most of that."""
-        key = key or pod_key(pod)
         version = _version(pod)
-        known = self._requests_seen.get(key)
+        known = self._facts_seen.get(key)
         if known is not None and known[0] == version:
             return known[1]
         requests = pod_requests(pod)
-        self._requests_seen[key] = (version, requests)
+        self._facts_seen[key] = (version, requests, None)
         return requests
 
-    def _alike(self, pod: Obj, req: Requests) -> str:
-        """`_alike`'s key, remembered per version of the pod like its requests."""
-        key, version = pod_key(pod), _version(pod)
-        known = self._alike_seen.get(key)
-        if known is not None and known[0] == version:
-            return known[1]
-        alike = _alike(pod, req)
-        self._alike_seen[key] = (version, alike)
+    def _alike(self, pod: Obj, key: str) -> str:
+        """`_alike`'s key, remembered beside the requests `_requests` just read."""
+        version, requests, alike = self._facts_seen[key]
+        if alike is None:
+            alike = _alike(pod, requests)
+            self._facts_seen[key] = (version, requests, alike)
         return alike
 
     def _bound_requests(self, pod: Obj, key: str) -> Requests:

@@ -10,8 +10,10 @@ the claims are a stand-in workflow of the same type that starts and waits.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
 from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 import pytest
 from temporalio import activity, workflow
@@ -100,6 +102,28 @@ async def start_bursts_pool(
         start_signal="demand",
         start_signal_args=[DemandUpdate(pods=first)],
     )
+
+
+@contextlib.asynccontextmanager
+async def pool_with(
+    client: Client, activities: list[Callable[..., Any]]
+) -> AsyncIterator[WorkflowHandle]:
+    """A pool of ten pods (a0 to a9, no hold) on a worker of its own with these activities;
+    the pool and its claims are ended afterwards."""
+    queue = f"bursts-{uuid.uuid4()}"
+    async with Worker(
+        client,
+        task_queue=queue,
+        workflows=[NodePoolWorkflow, StandInClaim],
+        activities=activities,
+    ):
+        handle = await start_bursts_pool(client, queue, 0, pods("a", 10))
+        try:
+            yield handle
+        finally:
+            await handle.terminate("test over")
+            for claim in (await handle.query(NodePoolWorkflow.status)).claims:
+                await client.get_workflow_handle(f"nodeclaim-{claim.name}").terminate()
 
 
 @pytest.fixture
@@ -260,37 +284,27 @@ async def test_a_slow_status_write_holds_no_plan_back_and_the_latest_status_is_w
 ) -> None:
     """During a burst the NodePool's status write took a third of every round: the next
     plan waited for it. It goes beside the rounds now, one at a time, the latest last."""
-    queue = f"bursts-{uuid.uuid4()}"
     writes = SlowStatusWrites()
-    async with Worker(
-        temporal_client,
-        task_queue=queue,
-        workflows=[NodePoolWorkflow, StandInClaim],
-        activities=[plan_capacity, record_events, writes.sync_nodepool_status],
-    ):
-        handle = await start_bursts_pool(temporal_client, queue, 0, pods("a", 10))
-        try:
-            await settled(handle, lambda s: len(s.claims) == 1, "started the first node")
-            for _ in range(100):  # the first status write is on its way, and stays there
-                if writes.started:
-                    break
-                await asyncio.sleep(0.05)
-            assert writes.started == 1
-            # More of the burst: planned and started while that write still hangs.
-            await handle.signal(NodePoolWorkflow.demand, DemandUpdate(pods=pods("b", 10)))
-            await settled(handle, lambda s: len(s.claims) == 2, "started the second node")
-            assert writes.started == 1 and not writes.written  # one write at a time
+    async with pool_with(
+        temporal_client, [plan_capacity, record_events, writes.sync_nodepool_status]
+    ) as handle:
+        await settled(handle, lambda s: len(s.claims) == 1, "started the first node")
+        for _ in range(100):  # the first status write is on its way, and stays there
+            if writes.started:
+                break
+            await asyncio.sleep(0.05)
+        assert writes.started == 1
+        # More of the burst: planned and started while that write still hangs.
+        await handle.signal(NodePoolWorkflow.demand, DemandUpdate(pods=pods("b", 10)))
+        await settled(handle, lambda s: len(s.claims) == 2, "started the second node")
+        assert writes.started == 1 and not writes.written  # one write at a time
 
-            writes.release.set()
-            for _ in range(100):
-                if writes.written and writes.written[-1].status.nodes == 2:
-                    break
-                await asyncio.sleep(0.05)
-            assert [w.status.nodes for w in writes.written] == [1, 2]
-        finally:
-            await handle.terminate("test over")
-            for claim in (await handle.query(NodePoolWorkflow.status)).claims:
-                await temporal_client.get_workflow_handle(f"nodeclaim-{claim.name}").terminate()
+        writes.release.set()
+        for _ in range(100):
+            if writes.written and writes.written[-1].status.nodes == 2:
+                break
+            await asyncio.sleep(0.05)
+        assert [w.status.nodes for w in writes.written] == [1, 2]
 
 
 class HeldFirstPlan:
@@ -314,59 +328,49 @@ async def test_pods_that_arrive_while_claims_start_are_planned_without_waiting_f
     """A round used to wait until Temporal confirmed each of its claims' starts (several
     workflow tasks under a burst) before the pods that arrived meanwhile could be planned.
     Now the workflow task that starts a round's claims also plans the next pods."""
-    queue = f"bursts-{uuid.uuid4()}"
     planner = HeldFirstPlan()
-    async with Worker(
-        temporal_client,
-        task_queue=queue,
-        workflows=[NodePoolWorkflow, StandInClaim],
-        activities=[planner.plan_capacity, record_events, sync_nodepool_status],
-    ):
-        handle = await start_bursts_pool(temporal_client, queue, 0, pods("a", 10))
-        try:
-            for _ in range(100):  # the first plan is on its way, and stays there
-                if planner.started:
-                    break
-                await asyncio.sleep(0.05)
-            # More of the burst arrives while the first plan runs, and the pool has heard it.
-            await handle.signal(NodePoolWorkflow.demand, DemandUpdate(pods=pods("b", 10)))
-            for _ in range(100):
-                events = (await handle.fetch_history()).events
-                signals = [
-                    e.event_id
-                    for e in events
-                    if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED
-                ]
-                heard = [
-                    e.event_id
-                    for e in events
-                    if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED
-                ]
-                if len(signals) == 2 and heard and heard[-1] > signals[-1]:
-                    break
-                await asyncio.sleep(0.05)
-            planner.release.set()
-            await settled(handle, lambda s: len(s.claims) == 2, "started both nodes")
-
+    async with pool_with(
+        temporal_client, [planner.plan_capacity, record_events, sync_nodepool_status]
+    ) as handle:
+        for _ in range(100):  # the first plan is on its way, and stays there
+            if planner.started:
+                break
+            await asyncio.sleep(0.05)
+        # More of the burst arrives while the first plan runs, and the pool has heard it.
+        await handle.signal(NodePoolWorkflow.demand, DemandUpdate(pods=pods("b", 10)))
+        for _ in range(100):
             events = (await handle.fetch_history()).events
-            first_start = next(
-                e
+            signals = [
+                e.event_id
                 for e in events
-                if e.event_type == EventType.EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_INITIATED
-            )
-            second_plan = [
-                e
+                if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED
+            ]
+            heard = [
+                e.event_id
                 for e in events
-                if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
-                and e.activity_task_scheduled_event_attributes.activity_type.name == "plan_capacity"
-            ][1]
-            started_in = first_start.start_child_workflow_execution_initiated_event_attributes
-            planned_in = second_plan.activity_task_scheduled_event_attributes
-            assert (
-                planned_in.workflow_task_completed_event_id
-                == started_in.workflow_task_completed_event_id
-            )
-        finally:
-            await handle.terminate("test over")
-            for claim in (await handle.query(NodePoolWorkflow.status)).claims:
-                await temporal_client.get_workflow_handle(f"nodeclaim-{claim.name}").terminate()
+                if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED
+            ]
+            if len(signals) == 2 and heard and heard[-1] > signals[-1]:
+                break
+            await asyncio.sleep(0.05)
+        planner.release.set()
+        await settled(handle, lambda s: len(s.claims) == 2, "started both nodes")
+
+        events = (await handle.fetch_history()).events
+        first_start = next(
+            e
+            for e in events
+            if e.event_type == EventType.EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_INITIATED
+        )
+        second_plan = [
+            e
+            for e in events
+            if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+            and e.activity_task_scheduled_event_attributes.activity_type.name == "plan_capacity"
+        ][1]
+        started_in = first_start.start_child_workflow_execution_initiated_event_attributes
+        planned_in = second_plan.activity_task_scheduled_event_attributes
+        assert (
+            planned_in.workflow_task_completed_event_id
+            == started_in.workflow_task_completed_event_id
+        )
