@@ -28,7 +28,7 @@ from sim.clouds.base import standin_endpoint
 from sim.controllers import Controllers
 from sim.kubeapi import KubeApiServer
 from sim.kubelet import Kubelets
-from sim.scheduler import Scheduler, StoreWrites
+from sim.scheduler import Scheduler
 from sim.tailscale import TailnetStandin
 
 log = logging.getLogger(__name__)
@@ -171,9 +171,7 @@ class SimulatedCluster:
         sched_client, kubelet_client = self.kube.api_client(), self.kube.api_client()
         controllers_client = self.kube.api_client()
         self._api_clients = [sched_client, kubelet_client, controllers_client]
-        self.scheduler = Scheduler(
-            sched_client, min_pass_interval_s=0.05, writes=StoreWrites(self.kube.store)
-        )
+        self.scheduler = Scheduler(sched_client, min_pass_interval_s=0.05, store=self.kube.store)
         self.kubelets = Kubelets(
             kubelet_client,
             [self.cloud, *(h.cloud for n, h in self.standins.items() if n != "fake")],

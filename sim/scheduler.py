@@ -21,13 +21,14 @@ are logged once per version of the object.
 Objects are handled as raw JSON dicts (`_preload_content=False`): deserialising into the
 client's models would cost far more than the scheduling itself.
 
-It reads through the API (its informers watch over HTTP, as kube-scheduler's do) and writes
-either through the API (`ApiWrites`, for any API server) or, inside the simulated cluster,
-straight into the emulator's store (`StoreWrites`): the same store operations the API
-server's handlers run, so every watcher sees the same events, without an HTTP round trip
-per pod. A real control plane runs the scheduler on its own cores; on the one machine that
-runs the whole simulated cluster beside the product, a client call per pod made the
-scheduler the slowest stage of a burst (docs/benchmarks.md).
+On any API server it reads and writes through the API (its informers watch over HTTP, as
+kube-scheduler's do). Inside the simulated cluster it reads and writes the emulator's store
+directly (`StoreListWatch`, `StoreWrites`): the same store operations the API server's
+handlers run, so every other watcher sees the same events, without an HTTP round trip per
+pod or a watch event serialised for a reader in the same process. A real control plane runs
+the scheduler on its own cores; on the one machine that runs the whole simulated cluster
+beside the product, a client call per pod made the scheduler the slowest stage of a burst,
+and its watches a quarter of the simulator's CPU (docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import queue
 import socket
 import threading
 import time
@@ -52,8 +54,8 @@ from sim.kubeapi import policy
 from sim.kubeapi.admission import WriteOptions
 from sim.kubeapi.errors import ApiError
 from sim.kubeapi.patch import STRATEGIC_PATCH
-from sim.kubeapi.resources import EVENTS, PODS
-from sim.kubeapi.store import Store
+from sim.kubeapi.resources import EVENTS, NODES, PODS, ResourceType
+from sim.kubeapi.store import Store, Watcher
 
 log = logging.getLogger(__name__)
 
@@ -176,25 +178,128 @@ class StoreWrites:
 # ---- a tiny informer -----------------------------------------------------------------------
 
 
+class ListWatch(Protocol):
+    """Where an informer's objects come from: a list, then the events after it."""
+
+    def list(self) -> tuple[list[Obj], str]:
+        """Every object, and the resourceVersion the list reflects."""
+        ...
+
+    def watch(self, rv: str, timeout_s: int) -> Iterator[tuple[str, Obj]]:
+        """(type, object) after `rv` until the watch ends; an "ERROR" event means re-list."""
+        ...
+
+    def cut(self) -> None:
+        """Wake a `watch` blocked on its next event (stopping)."""
+        ...
+
+
+class ApiListWatch:
+    """List + watch over HTTP with a `kubernetes` client list method (`CoreV1Api.list_node`),
+    as client-go's informers do."""
+
+    def __init__(self, list_fn: Callable[..., Any]) -> None:
+        self._list_fn = list_fn
+        self._response: Any = None  # the open watch stream, so that cut() can end it
+
+    def list(self) -> tuple[list[Obj], str]:
+        data = json.loads(self._list_fn(_preload_content=False, _request_timeout=30).data)
+        rv = str((data.get("metadata") or {}).get("resourceVersion") or "")
+        return list(data.get("items") or []), rv
+
+    def watch(self, rv: str, timeout_s: int) -> Iterator[tuple[str, Obj]]:
+        response = self._list_fn(
+            watch=True,
+            resource_version=rv,
+            allow_watch_bookmarks=True,
+            timeout_seconds=timeout_s,
+            _preload_content=False,
+            _request_timeout=timeout_s + 10,
+        )
+        self._response = response
+        finished = False
+        try:
+            for line in iter_resp_lines(response):
+                event = json.loads(line)
+                yield str(event.get("type")), event.get("object") or {}
+            finished = True
+        finally:
+            self._response = None
+            if finished:
+                response.release_conn()
+            else:
+                response.close()  # mid-stream: this connection must not go back to the pool
+
+    def cut(self) -> None:
+        # A watch read blocks until the server sends something: shut the socket to wake it.
+        sock = getattr(getattr(self._response, "connection", None), "sock", None)
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+
+
+class StoreListWatch:
+    """List + watch straight from the emulator's store, for the scheduler inside the simulated
+    cluster: the events every HTTP watcher gets, without serialising each for a reader in the
+    same process (the scheduler's own watches were a quarter of the simulator's CPU in a
+    burst). The objects are the store's own: read, never changed."""
+
+    def __init__(self, store: Store, rt: ResourceType) -> None:
+        self._store = store
+        self._rt = rt
+        self._watcher: Watcher | None = None
+
+    def list(self) -> tuple[list[Obj], str]:
+        items, rv = self._store.list_objects(self._rt, None)
+        return items, str(rv)
+
+    def watch(self, rv: str, timeout_s: int) -> Iterator[tuple[str, Obj]]:
+        try:
+            w = self._store.watch(self._rt, None, None, None, rv)
+        except ApiError:  # 410 Expired: the log no longer reaches back
+            yield "ERROR", {}
+            return
+        self._watcher = w
+        try:
+            yield from w.initial
+            deadline = time.monotonic() + timeout_s
+            while not w.closed and (remaining := deadline - time.monotonic()) > 0:
+                try:
+                    kind, obj = w.queue.get(timeout=remaining)
+                except queue.Empty:
+                    return
+                if kind:  # "" is the store's wake-up, for a watch it closed
+                    yield kind, obj
+            if w.closed:  # fell too far behind: re-list
+                yield "ERROR", {}
+        finally:
+            self._watcher = None
+            self._store.unwatch(w)
+
+    def cut(self) -> None:
+        if (w := self._watcher) is not None:
+            with contextlib.suppress(queue.Full):
+                w.queue.put_nowait(("", {}))
+
+
 class Informer:
     """List + watch one resource into a dict keyed by namespace/name, re-listing when needed.
 
-    `list_fn` is a `kubernetes` client list method (e.g. `CoreV1Api.list_node`). Every change
-    calls `on_change`. Resyncs (a full re-list) happen every `relist_s` and after any error,
-    including 410 Gone, so the cache converges whatever the watch missed.
+    Every change calls `on_change`. Resyncs (a full re-list) happen every `relist_s` and after
+    any error, including 410 Gone, so the cache converges whatever the watch missed.
     """
 
     def __init__(
         self,
         name: str,
-        list_fn: Callable[..., Any],
+        source: ListWatch,
         on_change: Callable[[], None],
         *,
         relist_s: float = 30.0,
         watch_timeout_s: int = 5,
     ) -> None:
         self.name = name
-        self._list_fn = list_fn
+        self._source = source
         self._on_change = on_change
         self._relist_s = relist_s
         self._watch_timeout_s = watch_timeout_s
@@ -203,7 +308,6 @@ class Informer:
         self._stop = threading.Event()
         self.synced = threading.Event()
         self._thread: threading.Thread | None = None
-        self._response: Any = None  # the open watch stream, so that stop() can cut it
         self.version = 0  # changes with every change seen: "has anything changed since"
 
     def start(self) -> None:
@@ -212,11 +316,7 @@ class Informer:
 
     def stop(self, timeout: float = 2.0) -> None:
         self._stop.set()
-        # A watch read blocks until the server sends something: shut the socket to wake it.
-        sock = getattr(getattr(self._response, "connection", None), "sock", None)
-        if sock is not None:
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
+        self._source.cut()
         if self._thread is not None:
             self._thread.join(timeout)
 
@@ -250,52 +350,30 @@ class Informer:
                 self._stop.wait(0.5)
 
     def _relist(self) -> str:
-        response = self._list_fn(_preload_content=False, _request_timeout=30)
-        data = json.loads(response.data)
-        items = {pod_key(o): o for o in data.get("items") or []}
+        items, rv = self._source.list()
         with self._lock:
-            self._items = items
+            self._items = {pod_key(o): o for o in items}
             self.version += 1
         self.synced.set()
         self._on_change()
-        return str((data.get("metadata") or {}).get("resourceVersion") or "")
+        return rv
 
     def _watch(self, rv: str) -> str | None:
-        response = self._list_fn(
-            watch=True,
-            resource_version=rv,
-            allow_watch_bookmarks=True,
-            timeout_seconds=self._watch_timeout_s,
-            _preload_content=False,
-            _request_timeout=self._watch_timeout_s + 10,
-        )
-        self._response = response
-        if self._stop.is_set():
-            return rv
-        try:
-            for line in iter_resp_lines(response):
-                if self._stop.is_set():
-                    return rv
-                event = json.loads(line)
-                kind, obj = event.get("type"), event.get("object") or {}
-                if kind == "ERROR":
-                    return None
-                rv = str((obj.get("metadata") or {}).get("resourceVersion") or rv)
-                if kind == "BOOKMARK":
-                    continue
-                with self._lock:
-                    if kind == "DELETED":
-                        self._items.pop(pod_key(obj), None)
-                    else:
-                        self._items[pod_key(obj)] = obj
-                    self.version += 1
-                self._on_change()
-        finally:
-            self._response = None
+        for kind, obj in self._source.watch(rv, self._watch_timeout_s):
             if self._stop.is_set():
-                response.close()  # mid-stream: this connection must not go back to the pool
-            else:
-                response.release_conn()
+                return rv
+            if kind == "ERROR":
+                return None
+            rv = str((obj.get("metadata") or {}).get("resourceVersion") or rv)
+            if kind == "BOOKMARK":
+                continue
+            with self._lock:
+                if kind == "DELETED":
+                    self._items.pop(pod_key(obj), None)
+                else:
+                    self._items[pod_key(obj)] = obj
+                self.version += 1
+            self._on_change()
         return rv
 
 
@@ -560,16 +638,22 @@ class Scheduler:
         *,
         resync_s: float = 1.0,
         min_pass_interval_s: float = 0.0,
-        writes: Writes | None = None,
+        store: Store | None = None,
     ) -> None:
-        self.core = client.CoreV1Api(api_client)
-        self.writes: Writes = writes or ApiWrites(api_client)
+        """Over the API (`api_client`), as on any API server; given the emulator's `store`
+        (inside the simulated cluster), it reads and writes that store directly instead."""
+        core = client.CoreV1Api(api_client)
+        self.writes: Writes = StoreWrites(store) if store else ApiWrites(api_client)
+        pods: ListWatch = (
+            StoreListWatch(store, PODS) if store else ApiListWatch(core.list_pod_for_all_namespaces)
+        )
+        nodes: ListWatch = StoreListWatch(store, NODES) if store else ApiListWatch(core.list_node)
         self.resync_s = resync_s
         self.min_pass_interval_s = min_pass_interval_s
         self._wake = threading.Event()
         self._stop = threading.Event()
-        self.pods = Informer("pods", self.core.list_pod_for_all_namespaces, self._wake.set)
-        self.nodes = Informer("nodes", self.core.list_node, self._wake.set)
+        self.pods = Informer("pods", pods, self._wake.set)
+        self.nodes = Informer("nodes", nodes, self._wake.set)
         # Pods we bound whose binding the cache may not show yet: key -> (node, when).
         self._assumed: dict[str, tuple[str, float]] = {}
         # The Unschedulable message last written per pod, so that we patch on change only.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -13,9 +14,13 @@ from kubernetes import client, watch
 from sim.kubeapi import KubeApiServer
 from sim.kubeapi.resources import PODS, REGISTRY
 from sim.scheduler import (
+    ApiListWatch,
+    Informer,
+    ListWatch,
     Scheduler,
-    StoreWrites,
+    StoreListWatch,
     node_matches_pod_affinity,
+    pod_key,
     pod_requests,
     tolerates,
     unschedulable_message,
@@ -25,14 +30,15 @@ Obj = dict[str, Any]
 NODES = REGISTRY[("", "v1", "nodes")]
 
 
-@pytest.fixture(params=["writes-over-api", "writes-to-store"])
+@pytest.fixture(params=["over-api", "in-store"])
 def server(request: pytest.FixtureRequest) -> Iterator[KubeApiServer]:
-    """The API server with a running scheduler, writing over the API (as on any API server)
-    or straight into the store (as in the simulated cluster): both must behave alike."""
+    """The API server with a running scheduler, reading and writing over the API (as on any
+    API server) or straight in the store (as in the simulated cluster): both must behave
+    alike."""
     server = KubeApiServer()
     server.start()
-    writes = StoreWrites(server.store) if request.param == "writes-to-store" else None
-    scheduler = Scheduler(server.api_client(), resync_s=0.2, writes=writes)
+    store = server.store if request.param == "in-store" else None
+    scheduler = Scheduler(server.api_client(), resync_s=0.2, store=store)
     scheduler.start()
     try:
         yield server
@@ -380,7 +386,7 @@ def test_in_the_simulated_cluster_the_scheduler_writes_as_kube_scheduler() -> No
     watcher gets."""
     server = KubeApiServer()
     server.start()
-    scheduler = Scheduler(server.api_client(), resync_s=0.2, writes=StoreWrites(server.store))
+    scheduler = Scheduler(server.api_client(), resync_s=0.2, store=server.store)
     scheduler.start()
     try:
         core = client.CoreV1Api(server.api_client())
@@ -401,4 +407,45 @@ def test_in_the_simulated_cluster_the_scheduler_writes_as_kube_scheduler() -> No
         assert "f:conditions" in entries[0]["fieldsV1"]["f:status"]
     finally:
         scheduler.stop()
+        server.stop()
+
+
+@pytest.mark.parametrize("source", ["over-api", "in-store"])
+def test_an_informer_that_falls_behind_catches_up_by_listing_again(source: str) -> None:
+    """A reader too slow for the server's watch buffer has its watch ended; the informer
+    lists again and its cache holds every object, none stale (client-go's re-list)."""
+    server = KubeApiServer(event_log_size=4, watch_queue_size=2)
+    server.start()
+    store = server.store
+    stalled = threading.Event()
+    stalled.set()
+    changes = 0
+
+    def on_change() -> None:
+        nonlocal changes
+        changes += 1
+        stalled.wait(10)  # while cleared, the informer reads nothing and the buffer fills
+
+    listwatch: ListWatch = (
+        ApiListWatch(client.CoreV1Api(server.api_client()).list_pod_for_all_namespaces)
+        if source == "over-api"
+        else StoreListWatch(store, PODS)
+    )
+    informer = Informer("pods", listwatch, on_change)
+    informer.start()
+    try:
+        assert informer.synced.wait(5)
+        stalled.clear()
+        for i in range(12):
+            store.create(PODS, "default", {"metadata": {"name": f"p{i}"}, "spec": {}})
+        store.delete(PODS, "default", "p0")
+        stalled.set()
+        wait_for(lambda: len(informer.items()) == 11)
+        versions = {pod_key(o): o["metadata"]["resourceVersion"] for o in informer.items()}
+        stored = {
+            pod_key(o): o["metadata"]["resourceVersion"] for o in store.list_objects(PODS, None)[0]
+        }
+        assert versions == stored
+    finally:
+        informer.stop()
         server.stop()
