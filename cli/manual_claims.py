@@ -5,6 +5,7 @@ from __future__ import annotations
 import secrets
 import string
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any, TypeVar
 
 from kubernetes import client as k8s
@@ -25,7 +26,6 @@ from api.messages import ClaimTimings, NodeClaimInput, claim_workflow_id
 from api.nodeclaim import NodeClaimPhase, NodeClaimStatus
 from api.nodepool import PROVIDERS
 from workflows.nodeclaim import NodeClaimWorkflow
-from workflows.timeouts import WORKFLOW_TASK
 
 GROUP, VERSION = "cloudburst.io", "v1alpha1"
 _Model = TypeVar("_Model", NodePool, NodeClass)
@@ -226,7 +226,7 @@ async def start_claim(
         static_summary=claim_summary(claim),
         static_details=claim_details(claim),
         execution_timeout=None,
-        task_timeout=WORKFLOW_TASK,
+        task_timeout=timedelta(seconds=10),
     )
 
 

@@ -55,8 +55,7 @@ with workflow.unsafe.imports_passed_through():
     from api.nodepool.messages import ClaimReport, DisruptionPermit, DisruptionRequest
     from workflows.alarms import Alarms
     from workflows.decisions import disruption
-    from workflows.history import HistoryBound
-    from workflows.timeouts import HEARTBEAT, KUBE_CALL, QUICK_HEARTBEAT, VM_CALL, WORKFLOW_TASK
+    from workflows.timeouts import HEARTBEAT, KUBE_CALL, QUICK_HEARTBEAT, VM_CALL
 
 # Errors an activity raises that no retry can fix (see activities/compute.py).
 _NON_RETRYABLE = errors.CLAIM_NON_RETRYABLE
@@ -155,11 +154,6 @@ class NodeClaimWorkflow:
         # goes out in the claim's first workflow task instead of its second, with no trip
         # through the task queue for either (three history events fewer each).
         self._local_kube_calls = self._side_by_side and workflow.patched("kube-calls-local")
-        # Claims started since continue as new at our own history bound, not only when
-        # Temporal suggests it: what keeps a takeover's replay within `WORKFLOW_TASK`.
-        self._history = HistoryBound.of_this_run(
-            self._local_kube_calls and workflow.patched("claim-history-bound")
-        )
         self._cordoned = False
         # Set by every signal and alarm; cleared at the top of each round, before the round
         # looks at the state, so news that comes while the round awaits is never missed.
@@ -556,7 +550,7 @@ class NodeClaimWorkflow:
             if not wanted and self._asked is not None:
                 await self._ask_pool("withdraw_disruption", self._asked)
                 self._asked = None
-            if self._history.reached():
+            if workflow.info().is_continue_as_new_suggested():
                 await workflow.wait_condition(workflow.all_handlers_finished)
                 workflow.continue_as_new(
                     self._input.model_copy(
@@ -565,8 +559,7 @@ class NodeClaimWorkflow:
                             "resume_node": self._node,
                             "resume_instance_id": self._instance_id,
                         }
-                    ),
-                    task_timeout=WORKFLOW_TASK,
+                    )
                 )
             self._update_details()
             timeout = max((min(wake) - now).total_seconds(), 0.001)
@@ -600,7 +593,7 @@ class NodeClaimWorkflow:
             if not wanted and self._asked is not None:
                 await self._ask_pool("withdraw_disruption", self._asked)
                 self._asked = None
-            if self._history.reached():
+            if workflow.info().is_continue_as_new_suggested():
                 await self._continue_as_new()
             if poll_due:
                 self._next_poll_at = None
@@ -656,8 +649,7 @@ class NodeClaimWorkflow:
                     "resume_node": self._node,
                     "resume_instance_id": self._instance_id,
                 }
-            ),
-            task_timeout=WORKFLOW_TASK,
+            )
         )
 
     async def _still_empty_once_cordoned(self) -> bool:

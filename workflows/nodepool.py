@@ -64,14 +64,8 @@ with workflow.unsafe.imports_passed_through():
     from workflows.alarms import Alarms
     from workflows.decisions import budgets as budget_rules
     from workflows.decisions import pool as pool_rules
-    from workflows.history import HistoryBound
     from workflows.nodeclaim import NodeClaimWorkflow
-    from workflows.timeouts import (
-        KUBE_CALL,
-        PLANNING,
-        QUICK_HEARTBEAT,
-        WORKFLOW_TASK,
-    )
+    from workflows.timeouts import KUBE_CALL, PLANNING, QUICK_HEARTBEAT
 
 _ACTIVITY_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=1),
@@ -145,11 +139,6 @@ class NodePoolWorkflow:
         # new waits for the starts in flight.
         self._claims_aside = self._aside and workflow.patched("claim-starts-aside")
         self._starting: set[asyncio.Task[None]] = set()
-        # Runs since then continue as new at the pool's own history bound, not only when
-        # Temporal suggests it: what keeps a takeover's replay within `WORKFLOW_TASK`.
-        self._history = HistoryBound.of_this_run(
-            self._claims_aside and workflow.patched("pool-history-bound")
-        )
 
     @workflow.run
     async def run(self, input: NodePoolInput) -> None:
@@ -173,7 +162,7 @@ class NodePoolWorkflow:
                 self._publish_aside()
             elif self._alarmed or workflow.patched("nodepool-status"):
                 await self._publish_status()
-            if self._history.reached():
+            if workflow.info().is_continue_as_new_suggested():
                 await workflow.wait_condition(
                     lambda: (
                         workflow.all_handlers_finished()
@@ -182,10 +171,7 @@ class NodePoolWorkflow:
                         and (self._publishing is None or self._publishing.done())
                     )
                 )
-                workflow.continue_as_new(
-                    self._input.model_copy(update={"state": self._state}),
-                    task_timeout=WORKFLOW_TASK,
-                )
+                workflow.continue_as_new(self._input.model_copy(update={"state": self._state}))
 
     def _wake(self) -> None:
         self._dirty = True
@@ -698,7 +684,6 @@ class NodePoolWorkflow:
                 ),
                 static_summary=claim_summary(claim),
                 static_details=claim_details(claim),
-                task_timeout=WORKFLOW_TASK,
             )
         except BaseException:
             state.claims.pop(name, None)

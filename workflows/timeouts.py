@@ -21,11 +21,3 @@ KUBE_CALL = timedelta(seconds=30)
 PLANNING = timedelta(minutes=2)
 # A cloud's create or delete, waited on until the VM runs or is gone.
 VM_CALL = timedelta(minutes=10)
-
-# A pool's or a claim's workflow task: how long a task on a worker that died (SIGKILL, OOM,
-# its node gone) holds the workflow up before another worker takes it over — for a pool,
-# every pending pod waits that long. Temporal's default is 10 s. A shorter one is safe only
-# while a worker that takes the workflow over replays its whole history in a fraction of it:
-# a task that times out is retried with the same timeout, and one that always timed out
-# would hang the workflow. Hence the history bound in `workflows.history`.
-WORKFLOW_TASK = timedelta(seconds=5)

@@ -13,7 +13,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
 from api import NodeClaimPhase, search_attributes
-from api.messages import ClaimTimings, ScaleDownRequest, claim_workflow_id
+from api.messages import ClaimTimings, ScaleDownRequest
 from api.nodepool.messages import pool_workflow_id
 from sim.cluster import SimulatedCluster
 from tests.conftest import TEMPORAL_CLI
@@ -33,7 +33,6 @@ from tests.e2e.harness import (
 )
 from workflows.nodeclaim import NodeClaimWorkflow
 from workflows.nodepool import NodePoolWorkflow
-from workflows.timeouts import WORKFLOW_TASK
 
 
 @pytest_asyncio.fixture(loop_scope="session")
@@ -123,14 +122,6 @@ async def test_pool_continues_as_new_and_keeps_its_claims(
         )
         # The new run knows every claim the old one started, and started none again.
         assert {c.name for c in status.claims} == nodes
-        # Every run of the pool (the trigger's start, each continue-as-new) and every claim
-        # it started takes the short workflow task timeout (workflows/timeouts.py).
-        runs = [e.run_id async for e in client.list_workflows(f"WorkflowId = '{pool_id}'")]
-        claims = [(claim_workflow_id(name), None) for name in nodes]
-        for workflow_id, run_id in [*((pool_id, run) for run in runs), *claims]:
-            described = await client.get_workflow_handle(workflow_id, run_id=run_id).describe()
-            timeout = described.raw_description.execution_config.default_workflow_task_timeout
-            assert timeout.ToTimedelta() == WORKFLOW_TASK, workflow_id
         assert sorted(sim_cluster.cloud.stats()["created_by_name"].get(n, 0) for n in nodes) == [
             1
         ] * len(nodes)
