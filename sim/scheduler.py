@@ -201,6 +201,7 @@ class ApiListWatch:
     def __init__(self, list_fn: Callable[..., Any]) -> None:
         self._list_fn = list_fn
         self._response: Any = None  # the open watch stream, so that cut() can end it
+        self._cut = False  # for good: an informer that stops never watches again
 
     def list(self) -> tuple[list[Obj], str]:
         data = json.loads(self._list_fn(_preload_content=False, _request_timeout=30).data)
@@ -219,6 +220,8 @@ class ApiListWatch:
         self._response = response
         finished = False
         try:
+            if self._cut:  # cut while this watch was being opened
+                return
             for line in iter_resp_lines(response):
                 event = json.loads(line)
                 yield str(event.get("type")), event.get("object") or {}
@@ -231,6 +234,7 @@ class ApiListWatch:
                 response.close()  # mid-stream: this connection must not go back to the pool
 
     def cut(self) -> None:
+        self._cut = True
         # A watch read blocks until the server sends something: shut the socket to wake it.
         sock = getattr(getattr(self._response, "connection", None), "sock", None)
         if sock is not None:
@@ -248,6 +252,7 @@ class StoreListWatch:
         self._store = store
         self._rt = rt
         self._watcher: Watcher | None = None
+        self._cut = False  # for good: an informer that stops never watches again
 
     def list(self) -> tuple[list[Obj], str]:
         items, rv = self._store.list_objects(self._rt, None)
@@ -261,6 +266,8 @@ class StoreListWatch:
             return
         self._watcher = w
         try:
+            if self._cut:  # cut while this watch was being opened
+                return
             yield from w.initial
             deadline = time.monotonic() + timeout_s
             while not w.closed and (remaining := deadline - time.monotonic()) > 0:
@@ -268,15 +275,17 @@ class StoreListWatch:
                     kind, obj = w.queue.get(timeout=remaining)
                 except queue.Empty:
                     return
-                if kind:  # "" is the store's wake-up, for a watch it closed
-                    yield kind, obj
-            if w.closed:  # fell too far behind: re-list
+                if not kind:
+                    break  # a wake-up: the store closed this watch, or cut() ends it
+                yield kind, obj
+            if w.closed:  # fell too far behind, or the store shut its watches: re-list
                 yield "ERROR", {}
         finally:
             self._watcher = None
             self._store.unwatch(w)
 
     def cut(self) -> None:
+        self._cut = True
         if (w := self._watcher) is not None:
             with contextlib.suppress(queue.Full):
                 w.queue.put_nowait(("", {}))
@@ -319,6 +328,10 @@ class Informer:
         self._source.cut()
         if self._thread is not None:
             self._thread.join(timeout)
+
+    @property
+    def alive(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
 
     def items(self) -> list[Obj]:
         with self._lock:

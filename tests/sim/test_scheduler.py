@@ -447,5 +447,8 @@ def test_an_informer_that_falls_behind_catches_up_by_listing_again(source: str) 
         }
         assert versions == stored
     finally:
-        informer.stop()
+        informer.stop()  # waits up to 2 s for its thread
+        stopped_in_time = not informer.alive
         server.stop()
+    # Stopping ends its watch at once, not at the watch's 5 s timeout.
+    assert stopped_in_time
