@@ -55,7 +55,7 @@ from sim.kubeapi.admission import WriteOptions
 from sim.kubeapi.errors import ApiError
 from sim.kubeapi.patch import STRATEGIC_PATCH
 from sim.kubeapi.resources import EVENTS, NODES, PODS, ResourceType
-from sim.kubeapi.store import Store, Watcher
+from sim.kubeapi.store import Store, Watcher, wake
 
 log = logging.getLogger(__name__)
 
@@ -287,8 +287,7 @@ class StoreListWatch:
     def cut(self) -> None:
         self._cut = True
         if (w := self._watcher) is not None:
-            with contextlib.suppress(queue.Full):
-                w.queue.put_nowait(("", {}))
+            wake(w)
 
 
 class Informer:

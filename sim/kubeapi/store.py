@@ -541,7 +541,7 @@ class Store:
             for watchers in self._watchers.values():
                 for w in watchers:
                     w.closed = True
-                    _wake(w)
+                    wake(w)
             self._watchers.clear()
 
     # ---- internals ---------------------------------------------------------------------
@@ -642,6 +642,7 @@ def _defaults(rt: ResourceType, obj: Obj) -> None:
         obj["status"] = {"phase": "Active"}
 
 
-def _wake(w: Watcher) -> None:
+def wake(w: Watcher) -> None:
+    """Wake the reader blocked on `w`'s queue (it then checks `closed`)."""
     with contextlib.suppress(queue.Full):
         w.queue.put_nowait(("", {}))  # a sentinel; the reader also checks `closed`
