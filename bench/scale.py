@@ -74,6 +74,7 @@ from chaos import (
 POOL = "scale"
 NAMESPACE = "default"
 CLAIMS = "WorkflowType = 'NodeClaimWorkflow'"
+POOL_RUNS = f"WorkflowId = '{pool_workflow_id(NAMESPACE, POOL)}'"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 # History event type -> billed Temporal Cloud actions (https://docs.temporal.io/cloud/actions).
@@ -328,6 +329,14 @@ async def histories(client: Client, query: str) -> dict[tuple[str, str], list[Hi
     return dict(await asyncio.gather(*(one(w, r) for w, r in runs)))
 
 
+def task_timeouts(runs: dict[tuple[str, str], list[HistoryEvent]]) -> int:
+    return sum(
+        e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT
+        for events in runs.values()
+        for e in events
+    )
+
+
 def when(event: HistoryEvent) -> datetime:
     return event.event_time.ToDatetime(tzinfo=UTC)
 
@@ -428,6 +437,9 @@ class Report:
     db_bytes: int = 0
     # Teardown.
     seconds_to_no_vm: float | None = None
+    # Over the whole run: a pool task that timed out is a pool that could not decide.
+    pool_task_timeouts: int = 0
+    claim_task_timeouts: int = 0
     vms_created: int = 0
     vms_leaked: int = 0
     load_average: str = ""
@@ -511,7 +523,7 @@ async def run(args: argparse.Namespace) -> Report:
 
         # ---- histories
         claim_runs = await histories(client, CLAIMS)
-        pool_runs = await histories(client, f"WorkflowId = '{pool_workflow_id(NAMESPACE, POOL)}'")
+        pool_runs = await histories(client, POOL_RUNS)
         report.pool_runs = len(pool_runs)
         idle_claims = tally(claim_runs, idle_wall0, idle_wall1)
         idle_pool = tally(pool_runs, idle_wall0, idle_wall1)
@@ -589,6 +601,12 @@ async def run(args: argparse.Namespace) -> Report:
             report.seconds_to_no_vm = round(time.monotonic() - teardown_t0, 1)
         else:
             report.problems.append(f"{len(leaked)} VMs left after the teardown")
+        report.pool_task_timeouts = task_timeouts(await histories(client, POOL_RUNS))
+        report.claim_task_timeouts = task_timeouts(await histories(client, CLAIMS))
+        if report.pool_task_timeouts:
+            report.problems.append(
+                f"the pool's workflow task timed out {report.pool_task_timeouts} time(s)"
+            )
         with contextlib.suppress(Exception):
             stats = await asyncio.to_thread(admin, topology, "stats")
             report.vms_created = sum(stats.get("created_by_name", {}).values())
@@ -681,6 +699,10 @@ def table(report: Report) -> str:
         ),
         ("dev-server db bytes", f"{report.db_bytes}"),
         ("teardown to no VM", f"{report.seconds_to_no_vm} s"),
+        (
+            "workflow task timeouts: pool / claims",
+            f"{report.pool_task_timeouts} / {report.claim_task_timeouts}",
+        ),
         ("VMs created / leaked", f"{report.vms_created} / {report.vms_leaked}"),
         ("load average at end", report.load_average),
     ]

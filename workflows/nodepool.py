@@ -34,7 +34,7 @@ with workflow.unsafe.imports_passed_through():
         new_claim,
     )
     from api.events import EventBatch, KubeEvent, ObjectRef
-    from api.messages import FailureReason, NodeClaimInput, claim_workflow_id
+    from api.messages import FailureReason, NodeClaimInput, claim_task_queue, claim_workflow_id
     from api.nodeclaim import NodeClaim, NodeClaimPhase
     from api.nodepool import (
         API_VERSION,
@@ -139,6 +139,13 @@ class NodePoolWorkflow:
         # new waits for the starts in flight.
         self._claims_aside = self._aside and workflow.patched("claim-starts-aside")
         self._starting: set[asyncio.Task[None]] = set()
+        # Runs since then start claims on their own task queue, which the worker keeps in a
+        # cache apart from the pool's (`claim_task_queue`); runs before keep them on theirs.
+        self._claims_queue = (
+            claim_task_queue(workflow.info().task_queue)
+            if workflow.patched("claims-own-task-queue")
+            else None
+        )
 
     @workflow.run
     async def run(self, input: NodePoolInput) -> None:
@@ -674,6 +681,7 @@ class NodePoolWorkflow:
                     pool_workflow_id=workflow.info().workflow_id,
                 ),
                 id=claim_workflow_id(name),
+                task_queue=self._claims_queue,
                 # The claim outlives a pool workflow that continues as new or is replaced.
                 parent_close_policy=ParentClosePolicy.ABANDON,
                 search_attributes=TypedSearchAttributes(

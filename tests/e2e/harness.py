@@ -12,7 +12,6 @@ import sys
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -27,7 +26,7 @@ from cli.manual_claims import build_claim, load_pool, new_claim_name, start_clai
 from sim.cluster import SimulatedCluster
 from trigger.nodes import NodeWatcher
 from trigger.pending import BatchWindows, PendingPodTrigger
-from worker.main import build_worker
+from worker.main import workers_running
 from worker.settings import Settings
 from workflows.nodeclaim import NodeClaimWorkflow
 
@@ -74,9 +73,8 @@ async def running_watcher(temporal: Client, kube: k8s.ApiClient) -> AsyncIterato
 
 @contextlib.asynccontextmanager
 async def in_process_worker(stack: Stack) -> AsyncIterator[None]:
-    with ThreadPoolExecutor(max_workers=stack.settings.activity_threads()) as executor:
-        async with build_worker(stack.temporal, stack.settings, stack.kube, executor):
-            yield
+    async with workers_running(stack.temporal, stack.settings, stack.kube):
+        yield
 
 
 class WorkerProcess:

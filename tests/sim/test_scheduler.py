@@ -114,7 +114,11 @@ def scheduled_condition(core: client.CoreV1Api, pod: str) -> Obj | None:
 
 def test_binds_fitting_pod_and_bin_packs(core: client.CoreV1Api) -> None:
     make_node(core, "big", cpu="8")
-    make_node(core, "small", cpu="2")
+    make_node(core, "small", cpu="2", labels={"size": "small"})
+    # Nodes and pods come on watches of their own, in no order between them (as to
+    # kube-scheduler): a pod only the small node can host shows the scheduler has both.
+    make_pod(core, "probe", cpu="1m", nodeSelector={"size": "small"})
+    assert wait_for(lambda: node_of(core, "probe")) == "small"
     make_pod(core, "p1", cpu="1")
     # Most-allocated: the small node ends up fuller, so it wins.
     assert wait_for(lambda: node_of(core, "p1")) == "small"
