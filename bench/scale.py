@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from kubernetes import client as k8s
-from temporalio.api.enums.v1 import EventType
+from temporalio.api.enums.v1 import EventType, TimeoutType
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.common import WorkflowIDConflictPolicy
@@ -329,11 +329,18 @@ async def histories(client: Client, query: str) -> dict[tuple[str, str], list[Hi
     return dict(await asyncio.gather(*(one(w, r) for w, r in runs)))
 
 
-def task_timeouts(runs: dict[tuple[str, str], list[HistoryEvent]]) -> int:
-    return sum(
-        e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT
+def task_timeouts(runs: dict[tuple[str, str], list[HistoryEvent]]) -> tuple[int, int]:
+    """Workflow tasks timed out: (taken by a worker and not completed in time, left on a
+    worker's sticky queue past its schedule-to-start timeout and sent to the task queue)."""
+    kinds = Counter(
+        e.workflow_task_timed_out_event_attributes.timeout_type
         for events in runs.values()
         for e in events
+        if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT
+    )
+    return (
+        kinds[TimeoutType.TIMEOUT_TYPE_START_TO_CLOSE],
+        kinds[TimeoutType.TIMEOUT_TYPE_SCHEDULE_TO_START],
     )
 
 
@@ -440,6 +447,10 @@ class Report:
     # Over the whole run: a pool task that timed out is a pool that could not decide.
     pool_task_timeouts: int = 0
     claim_task_timeouts: int = 0
+    # Tasks a busy worker did not poll from its sticky queue in time: each went to the task
+    # queue, for any worker to take (replaying, if that worker had not cached the workflow).
+    pool_sticky_timeouts: int = 0
+    claim_sticky_timeouts: int = 0
     vms_created: int = 0
     vms_leaked: int = 0
     load_average: str = ""
@@ -601,8 +612,10 @@ async def run(args: argparse.Namespace) -> Report:
             report.seconds_to_no_vm = round(time.monotonic() - teardown_t0, 1)
         else:
             report.problems.append(f"{len(leaked)} VMs left after the teardown")
-        report.pool_task_timeouts = task_timeouts(await histories(client, POOL_RUNS))
-        report.claim_task_timeouts = task_timeouts(await histories(client, CLAIMS))
+        pool_timeouts = task_timeouts(await histories(client, POOL_RUNS))
+        report.pool_task_timeouts, report.pool_sticky_timeouts = pool_timeouts
+        claim_timeouts = task_timeouts(await histories(client, CLAIMS))
+        report.claim_task_timeouts, report.claim_sticky_timeouts = claim_timeouts
         if report.pool_task_timeouts:
             report.problems.append(
                 f"the pool's workflow task timed out {report.pool_task_timeouts} time(s)"
@@ -700,8 +713,9 @@ def table(report: Report) -> str:
         ("dev-server db bytes", f"{report.db_bytes}"),
         ("teardown to no VM", f"{report.seconds_to_no_vm} s"),
         (
-            "workflow task timeouts: pool / claims",
-            f"{report.pool_task_timeouts} / {report.claim_task_timeouts}",
+            "workflow task timeouts: pool / claims (and on a sticky queue)",
+            f"{report.pool_task_timeouts} ({report.pool_sticky_timeouts}) / "
+            f"{report.claim_task_timeouts} ({report.claim_sticky_timeouts})",
         ),
         ("VMs created / leaked", f"{report.vms_created} / {report.vms_leaked}"),
         ("load average at end", report.load_average),

@@ -72,6 +72,7 @@ def build_workers(
             workflows=WORKFLOWS,
             activities=activities,
             activity_executor=executor,
+            max_concurrent_workflow_tasks=settings.max_concurrent_workflow_tasks,
             max_concurrent_activities=settings.max_concurrent_activities,
             max_concurrent_local_activities=settings.max_concurrent_local_activities,
             max_cached_workflows=settings.max_cached_workflows,

@@ -81,6 +81,11 @@ class Settings(BaseSettings):
     # history when an evicted one next wakes, which idle claims rarely do; busy ones stay
     # cached.
     max_cached_workflows: int = Field(default=100, ge=0)
+    # Workflow tasks each task queue's worker takes on at once (the SDK's default: 100). A
+    # task's timeout runs from the moment it is taken: 300 claims scaled down together
+    # each took one at the default, queued behind each other in one busy Python process and
+    # timed out (docs/benchmarks.md "Scale"). The rest wait in Temporal, where no timeout runs.
+    max_concurrent_workflow_tasks: int = Field(default=16, ge=2)
     # A workflow task waits this long on a dead worker's sticky queue before any worker may
     # take it: part of how long a claim or a pool stalls when a worker is killed.
     sticky_queue_timeout_s: float = 5.0

@@ -64,6 +64,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.alarms import Alarms
     from workflows.decisions import budgets as budget_rules
     from workflows.decisions import pool as pool_rules
+    from workflows.history import HistoryBound
     from workflows.nodeclaim import NodeClaimWorkflow
     from workflows.timeouts import KUBE_CALL, PLANNING, QUICK_HEARTBEAT
 
@@ -146,6 +147,9 @@ class NodePoolWorkflow:
             if workflow.patched("claims-own-task-queue")
             else None
         )
+        # Runs since then continue as new at the pool's own history bound too, before
+        # Temporal suggests it (workflows/history.py): a replay of the pool stays short.
+        self._history = HistoryBound.of_this_run(workflow.patched("pool-history-soft-bound"))
 
     @workflow.run
     async def run(self, input: NodePoolInput) -> None:
@@ -170,15 +174,23 @@ class NodePoolWorkflow:
             elif self._alarmed or workflow.patched("nodepool-status"):
                 await self._publish_status()
             if workflow.info().is_continue_as_new_suggested():
-                await workflow.wait_condition(
-                    lambda: (
-                        workflow.all_handlers_finished()
-                        and not self._recording
-                        and not self._starting
-                        and (self._publishing is None or self._publishing.done())
-                    )
-                )
+                await workflow.wait_condition(self._settled)
                 workflow.continue_as_new(self._input.model_copy(update={"state": self._state}))
+            # Past our own bound, once nothing is in flight; news meanwhile is not kept
+            # waiting for that (a burst's claim starts keep a pool busy for many rounds).
+            if self._history.reached():
+                await workflow.wait_condition(lambda: self._settled() or self._dirty)
+                if self._settled():
+                    workflow.continue_as_new(self._input.model_copy(update={"state": self._state}))
+
+    def _settled(self) -> bool:
+        """Nothing of this run in flight that the next run would not know about."""
+        return (
+            workflow.all_handlers_finished()
+            and not self._recording
+            and not self._starting
+            and (self._publishing is None or self._publishing.done())
+        )
 
     def _wake(self) -> None:
         self._dirty = True
