@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from typing import Any
@@ -83,18 +82,6 @@ def build_workers(
         )
         for queue in (settings.task_queue, claim_task_queue(settings.task_queue))
     ]
-
-
-@contextlib.asynccontextmanager
-async def workers_running(
-    client: Client, settings: Settings, api_client: k8s.ApiClient
-) -> AsyncIterator[None]:
-    """Both workers polling, on one activity thread pool, until the context ends."""
-    with ThreadPoolExecutor(max_workers=settings.activity_threads()) as executor:
-        async with contextlib.AsyncExitStack() as running:
-            for worker in build_workers(client, settings, api_client, executor):
-                await running.enter_async_context(worker)
-            yield
 
 
 async def run_worker(
