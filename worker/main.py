@@ -31,6 +31,7 @@ from worker.gc_schedule import ensure_gc_schedule
 from worker.health import serving_health
 from worker.price_schedule import ensure_price_schedule
 from worker.settings import Settings
+from worker.untaken_events import TakenEventsOnlyRunner
 from workflows.registry import WORKFLOWS
 
 log = logging.getLogger(__name__)
@@ -68,6 +69,7 @@ def build_worker(
         max_cached_workflows=settings.max_cached_workflows,
         interceptors=[HeartbeatInterceptor()],
         sticky_queue_schedule_to_start_timeout=timedelta(seconds=settings.sticky_queue_timeout_s),
+        workflow_runner=TakenEventsOnlyRunner(),
     )
 
 
