@@ -17,12 +17,23 @@ from api.nodeclass import NodeClassSpec
 from api.nodepool import Taint
 
 TASK_QUEUE = "cloudburst"
+_CLAIMS_QUEUE_SUFFIX = "-claims"
 _CLAIM_PREFIX = "nodeclaim-"
 
 
 def claim_workflow_id(claim_name: str) -> str:
     """Claim names are `<pool>-<suffix>` and name the node too, so they are cluster-unique."""
     return f"{_CLAIM_PREFIX}{claim_name}"
+
+
+def claim_task_queue(task_queue: str) -> str:
+    """The claims' task queue beside `task_queue` (pools, garbage collection, prices).
+
+    A worker polls both, each with its own workflow cache: a thousand claims waking at once
+    then never push their pool out of memory, where its next task would replay thousands of
+    events among theirs and could outlast its workflow task timeout.
+    """
+    return f"{task_queue}{_CLAIMS_QUEUE_SUFFIX}"
 
 
 def claim_name_of(workflow_id: str) -> str:

@@ -22,7 +22,7 @@ from activities.providers.fake import FakeProvider
 from api import NodeClaim, NodeClass, NodePool, Offering
 from api import search_attributes as sa
 from api.claims import claim_details, claim_summary, new_claim
-from api.messages import ClaimTimings, NodeClaimInput, claim_workflow_id
+from api.messages import ClaimTimings, NodeClaimInput, claim_task_queue, claim_workflow_id
 from api.nodeclaim import NodeClaimPhase, NodeClaimStatus
 from api.nodepool import PROVIDERS
 from workflows.nodeclaim import NodeClaimWorkflow
@@ -214,7 +214,8 @@ async def start_claim(
             timings=timings,
         ),
         id=claim_workflow_id(claim.metadata.name),
-        task_queue=task_queue,
+        # `task_queue` is the worker's; claims have their own beside it.
+        task_queue=claim_task_queue(task_queue),
         # A claim name is used once: never start a second life under a finished claim's ID.
         id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
         search_attributes=TypedSearchAttributes(

@@ -25,6 +25,7 @@ from activities.planning.config import PriceSettings
 from activities.planning.consolidation import ConsolidationActivities
 from activities.planning.prices import PriceActivities
 from activities.tailscale import TailscaleActivities
+from api.messages import claim_task_queue
 from cluster.tenancy import Tenancy
 from worker.client import connect_temporal, kube_api_client, register_search_attributes
 from worker.gc_schedule import ensure_gc_schedule
@@ -55,22 +56,34 @@ def build_activities(api_client: k8s.ApiClient, tenancy: Tenancy) -> list[Callab
     ]
 
 
-def build_worker(
+def build_workers(
     client: Client, settings: Settings, api_client: k8s.ApiClient, executor: ThreadPoolExecutor
-) -> Worker:
-    return Worker(
-        client,
-        task_queue=settings.task_queue,
-        workflows=WORKFLOWS,
-        activities=build_activities(api_client, settings.tenancy()),
-        activity_executor=executor,
-        max_concurrent_activities=settings.max_concurrent_activities,
-        max_concurrent_local_activities=settings.max_concurrent_local_activities,
-        max_cached_workflows=settings.max_cached_workflows,
-        interceptors=[HeartbeatInterceptor()],
-        sticky_queue_schedule_to_start_timeout=timedelta(seconds=settings.sticky_queue_timeout_s),
-        workflow_runner=TakenEventsOnlyRunner(),
-    )
+) -> list[Worker]:
+    """One worker for the task queue of pools, garbage collection and prices, one for the
+    claims' (`claim_task_queue`): each keeps its own workflow cache, so a thousand claims
+    waking together never evict a pool. Both register everything: claims started before
+    claims had a queue of their own live on the first.
+    """
+    activities = build_activities(api_client, settings.tenancy())
+    return [
+        Worker(
+            client,
+            task_queue=queue,
+            workflows=WORKFLOWS,
+            activities=activities,
+            activity_executor=executor,
+            max_concurrent_workflow_tasks=settings.max_concurrent_workflow_tasks,
+            max_concurrent_activities=settings.max_concurrent_activities,
+            max_concurrent_local_activities=settings.max_concurrent_local_activities,
+            max_cached_workflows=settings.max_cached_workflows,
+            interceptors=[HeartbeatInterceptor()],
+            sticky_queue_schedule_to_start_timeout=timedelta(
+                seconds=settings.sticky_queue_timeout_s
+            ),
+            workflow_runner=TakenEventsOnlyRunner(),
+        )
+        for queue in (settings.task_queue, claim_task_queue(settings.task_queue))
+    ]
 
 
 async def run_worker(
@@ -85,12 +98,15 @@ async def run_worker(
         ThreadPoolExecutor(max_workers=settings.activity_threads()) as executor,
         serving_health(settings.health_port, client, api_client),
     ):
-        worker = build_worker(client, settings, api_client, executor)
+        workers = build_workers(client, settings, api_client, executor)
         log.info(
-            "worker polling task queue %r on %s", settings.task_queue, settings.temporal_address
+            "worker polling task queues %s on %s",
+            ", ".join(repr(worker.task_queue) for worker in workers),
+            settings.temporal_address,
         )
-        if stop is None:
-            await worker.run()
-            return
-        async with worker:
-            await stop.wait()
+        # A worker that fails fatally ends the process (through the group), not just its half.
+        async with asyncio.TaskGroup() as group:
+            for worker in workers:
+                group.create_task(worker.run())
+            await (stop or asyncio.Event()).wait()
+            await asyncio.gather(*(worker.shutdown() for worker in workers))

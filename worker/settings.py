@@ -74,11 +74,18 @@ class Settings(BaseSettings):
     # workflow task open waiting for one. As many as activities: 1,000 claims scaled down at
     # once queue their mirror writes here (with 16, that teardown took 404 s; with 64, 313 s).
     max_concurrent_local_activities: int = Field(default=64, ge=1)
-    # Workflows kept in memory between their tasks. Each cached claim holds about half a
-    # megabyte (docs/benchmarks.md "Scale"): the SDK's default of 1,000 put 1,000 live claims
-    # at 714-845 MB, 100 at ~300 MB. The price is a replay of a claim's ~100-event history
-    # when an evicted one next wakes, which idle claims rarely do; busy ones stay cached.
+    # Workflows kept in memory between their tasks, by each task queue's worker: the claims'
+    # fills it, the pools' holds a few pools and schedules. Each cached claim holds about
+    # half a megabyte (docs/benchmarks.md "Scale"): the SDK's default of 1,000 put 1,000 live
+    # claims at 714-845 MB, 100 at ~300 MB. The price is a replay of a claim's ~100-event
+    # history when an evicted one next wakes, which idle claims rarely do; busy ones stay
+    # cached.
     max_cached_workflows: int = Field(default=100, ge=0)
+    # Workflow tasks each task queue's worker takes on at once (the SDK's default: 100). A
+    # task's timeout runs from the moment it is taken: 300 claims scaled down together
+    # each took one at the default, queued behind each other in one busy Python process and
+    # timed out (docs/benchmarks.md "Scale"). The rest wait in Temporal, where no timeout runs.
+    max_concurrent_workflow_tasks: int = Field(default=16, ge=2)
     # A workflow task waits this long on a dead worker's sticky queue before any worker may
     # take it: part of how long a claim or a pool stalls when a worker is killed.
     sticky_queue_timeout_s: float = 5.0
@@ -178,8 +185,9 @@ class Settings(BaseSettings):
         )
 
     def activity_threads(self) -> int:
-        """The activity thread pool's size: every activity slot and every local one."""
-        return self.max_concurrent_activities + self.max_concurrent_local_activities
+        """The activity thread pool's size: every activity slot and every local one, of both
+        task queues' workers (`worker.main.build_workers`); threads start only when needed."""
+        return 2 * (self.max_concurrent_activities + self.max_concurrent_local_activities)
 
     def api_key(self) -> str | None:
         """The API key from its file (re-read on every connect) or from the value."""

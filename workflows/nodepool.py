@@ -34,7 +34,7 @@ with workflow.unsafe.imports_passed_through():
         new_claim,
     )
     from api.events import EventBatch, KubeEvent, ObjectRef
-    from api.messages import FailureReason, NodeClaimInput, claim_workflow_id
+    from api.messages import FailureReason, NodeClaimInput, claim_task_queue, claim_workflow_id
     from api.nodeclaim import NodeClaim, NodeClaimPhase
     from api.nodepool import (
         API_VERSION,
@@ -64,6 +64,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.alarms import Alarms
     from workflows.decisions import budgets as budget_rules
     from workflows.decisions import pool as pool_rules
+    from workflows.history import HistoryBound
     from workflows.nodeclaim import NodeClaimWorkflow
     from workflows.timeouts import KUBE_CALL, PLANNING, QUICK_HEARTBEAT
 
@@ -139,6 +140,16 @@ class NodePoolWorkflow:
         # new waits for the starts in flight.
         self._claims_aside = self._aside and workflow.patched("claim-starts-aside")
         self._starting: set[asyncio.Task[None]] = set()
+        # Runs since then start claims on their own task queue, which the worker keeps in a
+        # cache apart from the pool's (`claim_task_queue`); runs before keep them on theirs.
+        self._claims_queue = (
+            claim_task_queue(workflow.info().task_queue)
+            if workflow.patched("claims-own-task-queue")
+            else None
+        )
+        # Runs since then continue as new at the pool's own history bound too, before
+        # Temporal suggests it (workflows/history.py): a replay of the pool stays short.
+        self._history = HistoryBound.of_this_run(workflow.patched("pool-history-soft-bound"))
 
     @workflow.run
     async def run(self, input: NodePoolInput) -> None:
@@ -163,15 +174,23 @@ class NodePoolWorkflow:
             elif self._alarmed or workflow.patched("nodepool-status"):
                 await self._publish_status()
             if workflow.info().is_continue_as_new_suggested():
-                await workflow.wait_condition(
-                    lambda: (
-                        workflow.all_handlers_finished()
-                        and not self._recording
-                        and not self._starting
-                        and (self._publishing is None or self._publishing.done())
-                    )
-                )
+                await workflow.wait_condition(self._settled)
                 workflow.continue_as_new(self._input.model_copy(update={"state": self._state}))
+            # Past our own bound, once nothing is in flight; news meanwhile is not kept
+            # waiting for that (a burst's claim starts keep a pool busy for many rounds).
+            if self._history.reached():
+                await workflow.wait_condition(lambda: self._settled() or self._dirty)
+                if self._settled():
+                    workflow.continue_as_new(self._input.model_copy(update={"state": self._state}))
+
+    def _settled(self) -> bool:
+        """Nothing of this run in flight that the next run would not know about."""
+        return (
+            workflow.all_handlers_finished()
+            and not self._recording
+            and not self._starting
+            and (self._publishing is None or self._publishing.done())
+        )
 
     def _wake(self) -> None:
         self._dirty = True
@@ -674,6 +693,7 @@ class NodePoolWorkflow:
                     pool_workflow_id=workflow.info().workflow_id,
                 ),
                 id=claim_workflow_id(name),
+                task_queue=self._claims_queue,
                 # The claim outlives a pool workflow that continues as new or is replaced.
                 parent_close_policy=ParentClosePolicy.ABANDON,
                 search_attributes=TypedSearchAttributes(

@@ -27,7 +27,7 @@ from cli.manual_claims import build_claim, load_pool, new_claim_name, start_clai
 from sim.cluster import SimulatedCluster
 from trigger.nodes import NodeWatcher
 from trigger.pending import BatchWindows, PendingPodTrigger
-from worker.main import build_worker
+from worker.main import build_workers
 from worker.settings import Settings
 from workflows.nodeclaim import NodeClaimWorkflow
 
@@ -74,8 +74,12 @@ async def running_watcher(temporal: Client, kube: k8s.ApiClient) -> AsyncIterato
 
 @contextlib.asynccontextmanager
 async def in_process_worker(stack: Stack) -> AsyncIterator[None]:
+    """The worker's two task queues' workers (`build_workers`), as `cloudburst worker` runs
+    them, in this process."""
     with ThreadPoolExecutor(max_workers=stack.settings.activity_threads()) as executor:
-        async with build_worker(stack.temporal, stack.settings, stack.kube, executor):
+        async with contextlib.AsyncExitStack() as running:
+            for worker in build_workers(stack.temporal, stack.settings, stack.kube, executor):
+                await running.enter_async_context(worker)
             yield
 
 

@@ -24,6 +24,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
 from api import NodePool
+from api.messages import claim_task_queue
 from sim.cluster import SimulatedCluster
 from sim.kubeapi.resources import PODS
 from tests.e2e.harness import (
@@ -286,7 +287,10 @@ async def test_many_broken_pools_harm_nothing(
         lambda pod: pod.status.phase == "Running",
         timeout_s=90,
     )
-    async for execution in stack.temporal.list_workflows(f"TaskQueue = '{stack.task_queue}'"):
+    queues = (
+        f"TaskQueue = '{stack.task_queue}' OR TaskQueue = '{claim_task_queue(stack.task_queue)}'"
+    )
+    async for execution in stack.temporal.list_workflows(queues):
         history = await stack.temporal.get_workflow_handle(execution.id).fetch_history()
         failed = [
             e for e in history.events if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import collections
+import dataclasses
 import json
 import sys
 from collections.abc import Callable
@@ -11,8 +13,10 @@ from typing import Any
 
 from kubernetes import client as k8s
 from temporalio.api.enums.v1 import EventType
+from temporalio.runtime import MetricBuffer, Runtime, TelemetryConfig
 
 from api import NodeClaimPhase, labels
+from api.messages import claim_task_queue
 from api.nodepool.messages import PoolStatus, pool_workflow_id
 from api.quantity import cpu_millis, format_cpu
 from sim.cluster import SimulatedCluster
@@ -28,6 +32,7 @@ from tests.e2e.harness import (
     running_watcher,
     serving,
 )
+from worker.client import connect_temporal
 from workflows.nodepool import NodePoolWorkflow
 
 
@@ -544,3 +549,39 @@ async def test_pools_listed_again_keep_the_pods_still_pending(stack: Stack) -> N
         status = await pool_status(stack, "relisted")
         assert status.pending_pods == 1
     await in_thread(stack.core.delete_namespaced_pod, "relisted-0", "default")
+
+
+async def test_claims_waking_together_keep_their_pool_in_the_workers_cache(stack: Stack) -> None:
+    """Claims have a task queue of their own: however many wake at once, they never push
+    their pool out of the worker's cache (an evicted pool replays its whole history, which
+    timed a pool's task out during a 300-claim teardown)."""
+    # The worker's own metrics, as an operator's dashboard reads them (a cache of two).
+    metrics = MetricBuffer(10_000)
+    settings = stack.settings.model_copy(
+        update={
+            "temporal_address": stack.temporal.service_client.config.target_host,
+            "max_cached_workflows": 2,
+        }
+    )
+    client = await connect_temporal(
+        settings, runtime=Runtime(telemetry=TelemetryConfig(metrics=metrics))
+    )
+    make_pool(stack.kube, "waking", empty_ttl=1)
+    async with serving(dataclasses.replace(stack, temporal=client, settings=settings)):
+        for index in range(4):
+            # Too big to share a node: a claim each.
+            pod = pool_pod(f"waking-{index}", "waking", cpu="20", memory="1Gi")
+            await in_thread(stack.core.create_namespaced_pod, "default", pod)
+        await eventually(lambda: pods_of(stack, "waking"), all_running(4), timeout_s=90)
+        await delete_pods(stack, "waking")
+        await eventually(
+            lambda: asyncio.sleep(0, vms_of_pool(stack.cluster, "waking")), lambda v: v == [], 90
+        )
+    evicted = collections.Counter[str]()
+    for update in metrics.retrieve_updates():
+        if update.metric.name == "temporal_sticky_cache_total_forced_eviction":
+            evicted[str(update.attributes["task_queue"])] += int(update.value)
+    # Four claims woke together through their lives on a cache of two: they pushed each
+    # other out, and never the pool (the only workflow on its queue).
+    assert evicted[claim_task_queue(stack.task_queue)] > 0, evicted
+    assert evicted[stack.task_queue] == 0, evicted

@@ -20,7 +20,6 @@ from temporalio import activity, workflow
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 from temporalio.common import WorkflowIDConflictPolicy
-from temporalio.worker import Worker
 
 with workflow.unsafe.imports_passed_through():
     from api.messages import NodeClaimInput
@@ -35,6 +34,7 @@ with workflow.unsafe.imports_passed_through():
         PoolStatus,
     )
     from api.planning import Plan, PlannedNode, PlanRequest, PodDemand, Resources
+    from tests.workflows.pool_workers import pool_workers
     from tests.workflows.test_nodepool_races import record_events, specs, sync_nodepool_status
     from workflows.nodepool import NodePoolWorkflow
 
@@ -111,11 +111,11 @@ async def pool_with(
     """A pool of ten pods (a0 to a9, no hold) on a worker of its own with these activities;
     the pool and its claims are ended afterwards."""
     queue = f"bursts-{uuid.uuid4()}"
-    async with Worker(
+    async with pool_workers(
         client,
-        task_queue=queue,
-        workflows=[NodePoolWorkflow, StandInClaim],
-        activities=activities,
+        queue,
+        [NodePoolWorkflow, StandInClaim],
+        activities,
     ):
         handle = await start_bursts_pool(client, queue, 0, pods("a", 10))
         try:
@@ -138,11 +138,11 @@ async def start_pool(
         handles.append(handle)
         return handle
 
-    async with Worker(
+    async with pool_workers(
         temporal_client,
-        task_queue=queue,
-        workflows=[NodePoolWorkflow, StandInClaim],
-        activities=[plan_capacity, record_events, sync_nodepool_status],
+        queue,
+        [NodePoolWorkflow, StandInClaim],
+        [plan_capacity, record_events, sync_nodepool_status],
     ):
         yield start  # type: ignore[misc]
         for handle in handles:

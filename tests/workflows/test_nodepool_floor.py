@@ -16,7 +16,6 @@ from temporalio import activity, workflow
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 from temporalio.common import WorkflowIDConflictPolicy
-from temporalio.worker import Worker
 
 with workflow.unsafe.imports_passed_through():
     from api.events import EventBatch
@@ -36,6 +35,7 @@ with workflow.unsafe.imports_passed_through():
         PoolStatus,
     )
     from api.planning import Plan, PlannedNode, PlanRequest, Resources
+    from tests.workflows.pool_workers import pool_workers
     from workflows.nodepool import NodePoolWorkflow
 
 
@@ -118,11 +118,11 @@ async def test_an_empty_floor_node_is_kept_until_the_floor_is_lowered(
     temporal_client: Client,
 ) -> None:
     queue = f"floor-{uuid.uuid4()}"
-    async with Worker(
+    async with pool_workers(
         temporal_client,
-        task_queue=queue,
-        workflows=[NodePoolWorkflow, FloorClaim],
-        activities=[plan_capacity, record_events, sync_nodepool_status],
+        queue,
+        [NodePoolWorkflow, FloorClaim],
+        [plan_capacity, record_events, sync_nodepool_status],
     ):
         handle = await start_floor_pool(temporal_client, queue)
         status = await until(handle, lambda s: len(s.claims) == 2, "two floor claims")
@@ -161,11 +161,11 @@ async def test_floor_nodes_coming_up_with_nothing_pending_arm_no_alarm(
     it), and is watched by an alarm until the grace is over: a floor of idle claims must not
     pay a timer each (1,000 of them, in the scale bench, were 40 timers a minute)."""
     queue = f"floor-{uuid.uuid4()}"
-    async with Worker(
+    async with pool_workers(
         temporal_client,
-        task_queue=queue,
-        workflows=[NodePoolWorkflow, FloorClaim],
-        activities=[plan_capacity, record_events, sync_nodepool_status],
+        queue,
+        [NodePoolWorkflow, FloorClaim],
+        [plan_capacity, record_events, sync_nodepool_status],
     ):
         handle = await start_floor_pool(temporal_client, queue)
         status = await until(handle, lambda s: len(s.claims) == 2, "two floor claims")

@@ -15,9 +15,9 @@ from temporalio import activity, workflow
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 from temporalio.common import WorkflowIDConflictPolicy
-from temporalio.worker import Worker
 
 # The stand-in claim below is a workflow: the sandbox re-imports this module.
+
 with workflow.unsafe.imports_passed_through():
     from api.events import EventBatch
     from api.messages import NodeClaimInput
@@ -33,6 +33,7 @@ with workflow.unsafe.imports_passed_through():
         PoolStatus,
     )
     from api.planning import Plan, PlannedNode, PlanRequest, PodDemand, Resources
+    from tests.workflows.pool_workers import pool_workers
     from workflows.nodepool import NodePoolWorkflow
 
 
@@ -100,11 +101,11 @@ async def test_a_pod_resolved_while_its_plan_is_made_breaks_nothing(
     queue = f"races-{uuid.uuid4()}"
     gate = PlanningGate()
     pool_id = f"nodepool-races-{uuid.uuid4().hex[:8]}"
-    async with Worker(
+    async with pool_workers(
         temporal_client,
-        task_queue=queue,
-        workflows=[NodePoolWorkflow, StandInClaim],
-        activities=[gate.plan_capacity, record_events, sync_nodepool_status],
+        queue,
+        [NodePoolWorkflow, StandInClaim],
+        [gate.plan_capacity, record_events, sync_nodepool_status],
     ):
         handle = await temporal_client.start_workflow(
             NodePoolWorkflow.run,

@@ -1,0 +1,150 @@
+"""A pool continues as new at our own history bound, well before Temporal suggests it: every
+replay of the pool (a worker taking it over, a task that failed) costs its whole history
+(workflows/history.py).
+
+The planner is a stand-in registered under the real name that finds room for nothing, so
+every pod stays pending and each round's plan request carries all of them: the history
+grows by megabytes in a few dozen demand signals, as in a large burst.
+"""
+
+from __future__ import annotations
+
+import operator
+import uuid
+from functools import partial
+
+from temporalio import activity, workflow
+from temporalio.api.enums.v1 import EventType, WorkflowExecutionStatus
+from temporalio.client import Client, WorkflowHandle
+from temporalio.common import WorkflowIDConflictPolicy
+
+with workflow.unsafe.imports_passed_through():
+    from api.nodepool.messages import DemandUpdate, NodePoolInput, PoolState
+    from api.planning import Plan, PlanRequest, PodDemand, Resources
+    from tests.e2e.harness import eventually
+    from tests.workflows.pool_workers import pool_workers
+    from tests.workflows.test_nodepool_bursts import StandInClaim
+    from tests.workflows.test_nodepool_races import record_events, specs, sync_nodepool_status
+    from workflows.history import HISTORY_BYTES
+    from workflows.nodepool import NodePoolWorkflow
+
+
+@activity.defn(name="plan_capacity")
+async def plan_nothing(request: PlanRequest) -> Plan:
+    return Plan()
+
+
+def pods(batch: int, count: int) -> list[PodDemand]:
+    return [
+        PodDemand(
+            uid=f"{batch:03d}-{i:03d}-{uuid.uuid4()}",
+            namespace="default",
+            name=f"web-{batch:03d}-{i:03d}-{'x' * 40}",
+            requests=Resources(cpu_m=100, memory_bytes=2**27, pods=1),
+        )
+        for i in range(count)
+    ]
+
+
+async def _runs(client: Client, workflow_id: str) -> list[WorkflowHandle]:
+    return [
+        client.get_workflow_handle(workflow_id, run_id=e.run_id)
+        async for e in client.list_workflows(f"WorkflowId = '{workflow_id}'")
+    ]
+
+
+async def _pending(pool: WorkflowHandle) -> int:
+    return (await pool.query(NodePoolWorkflow.status)).pending_pods
+
+
+async def test_a_pool_continues_as_new_at_its_own_bound(
+    temporal_client: Client,
+) -> None:
+    client = temporal_client
+    queue = f"bound-{uuid.uuid4()}"
+    pool_id = f"nodepool-bound-{uuid.uuid4().hex[:8]}"
+    async with pool_workers(
+        client,
+        queue,
+        [NodePoolWorkflow, StandInClaim],
+        [plan_nothing, record_events, sync_nodepool_status],
+    ):
+        first = await client.start_workflow(
+            NodePoolWorkflow.run,
+            NodePoolInput(namespace="default", name="bound", state=PoolState(specs=specs())),
+            id=pool_id,
+            task_queue=queue,
+            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+            start_signal="demand",
+            start_signal_args=[DemandUpdate(pods=pods(0, 40))],
+        )
+        sent = 40
+        for batch in range(1, 60):
+            if len(await _runs(client, pool_id)) > 1:
+                break
+            await first.signal(NodePoolWorkflow.demand, DemandUpdate(pods=pods(batch, 40)))
+            sent += 40
+            # Each signal its own round, as the trigger's batches are: rounds make history.
+            await eventually(lambda: _pending(first), partial(operator.eq, sent), timeout_s=30)
+        await eventually(lambda: _runs(client, pool_id), lambda runs: len(runs) > 1, timeout_s=30)
+
+        described = await client.get_workflow_handle(pool_id, run_id=first.result_run_id).describe()
+        assert (
+            described.status == WorkflowExecutionStatus.WORKFLOW_EXECUTION_STATUS_CONTINUED_AS_NEW
+        )
+        # Our bound, not Temporal's suggestion: no task of the first run was told to.
+        history = await client.get_workflow_handle(
+            pool_id, run_id=first.result_run_id
+        ).fetch_history()
+        started = [
+            e.workflow_task_started_event_attributes
+            for e in history.events
+            if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED
+        ]
+        assert not any(s.suggest_continue_as_new for s in started)
+        assert max(s.history_size_bytes for s in started) >= HISTORY_BYTES
+
+        latest = client.get_workflow_handle(pool_id)
+        # Nothing was lost crossing over: every pod sent is still pending in the new run.
+        status = await latest.query(NodePoolWorkflow.status)
+        assert status.pending_pods == sent
+        await latest.terminate("test over")
+
+
+async def test_a_pool_that_carries_a_large_state_does_not_continue_as_new_every_round(
+    temporal_client: Client,
+) -> None:
+    """The bound counts what a run wrote, not what it was handed: a pool whose carried state
+    alone is near the bound (thousands of claims) must not continue as new on every round."""
+    client = temporal_client
+    queue = f"bound-{uuid.uuid4()}"
+    pool_id = f"nodepool-heavy-{uuid.uuid4().hex[:8]}"
+    # Pods that waited on limits before the last run ended: carried over, ~1.1 MB.
+    waited = {f"{uuid.uuid4()}-{i:05d}": f"LimitReached: {'cpu ' * 20}" for i in range(8_000)}
+    async with pool_workers(
+        client,
+        queue,
+        [NodePoolWorkflow, StandInClaim],
+        [plan_nothing, record_events, sync_nodepool_status],
+    ):
+        pool = await client.start_workflow(
+            NodePoolWorkflow.run,
+            NodePoolInput(
+                namespace="default",
+                name="heavy",
+                state=PoolState(specs=specs(), blocked=waited),
+            ),
+            id=pool_id,
+            task_queue=queue,
+            start_signal="demand",
+            start_signal_args=[DemandUpdate(pods=pods(0, 5))],
+        )
+        history = await pool.fetch_history()
+        assert history.events[0].ByteSize() >= HISTORY_BYTES
+        for batch in range(1, 4):
+            await pool.signal(NodePoolWorkflow.demand, DemandUpdate(pods=pods(batch, 5)))
+            await eventually(
+                lambda: _pending(pool), partial(operator.eq, 5 * (batch + 1)), timeout_s=30
+            )
+        assert len(await _runs(client, pool_id)) == 1
+        await pool.terminate("test over")

@@ -1,0 +1,43 @@
+"""How long a pool's history may grow before it continues as new.
+
+Temporal suggests continuing as new only at thousands of events or megabytes (its dynamic
+config's defaults). A pool stops sooner, because every replay of it costs its whole history:
+a worker that takes it over, and any task of it that fails. One that fails often is a pool
+continuing as new while claims signal it (Temporal refuses to close a run that has news it
+has not seen: `UnhandledCommand`), and the worker evicts and replays the pool each time. In
+a 300-claim teardown the pool's history had reached Temporal's suggestion (4,096 events,
+2 MB): each replay took 10-13 s on the busy worker and timed out, while the claims' reports
+kept coming (docs/design-notes.md).
+
+The bytes count from the run's first task: a run begins with what the last one carried over
+(a pool's state: ~700 bytes a claim, ~460 a pending pod, docs/capacity.md), and a bound on
+the whole history would make a pool whose state alone is near it continue as new on every
+round.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from temporalio import workflow
+
+HISTORY_EVENTS = 1_000
+HISTORY_BYTES = 1_000_000
+
+
+@dataclass(frozen=True)
+class HistoryBound:
+    bounded: bool  # runs recorded before the bound know only Temporal's suggestion
+    start_bytes: int  # the history at the run's first task: its input, carried over
+
+    @classmethod
+    def of_this_run(cls, bounded: bool) -> HistoryBound:
+        """Made in the workflow's `__init__`: its first task, the same in every replay."""
+        return cls(bounded, workflow.info().get_current_history_size() if bounded else 0)
+
+    def reached(self) -> bool:
+        info = workflow.info()
+        return self.bounded and (
+            info.get_current_history_length() >= HISTORY_EVENTS
+            or info.get_current_history_size() - self.start_bytes >= HISTORY_BYTES
+        )
