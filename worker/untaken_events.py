@@ -21,6 +21,7 @@ history as any cold worker would.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -31,6 +32,8 @@ from temporalio.worker import WorkflowInstance, WorkflowInstanceDetails, Workflo
 from temporalio.worker._command_aware_visitor import CommandInfo
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 from temporalio.workflow import Info, _Definition
+
+log = logging.getLogger(__name__)
 
 REFUSAL = (
     "not answered: this worker was rebuilding the workflow from events no workflow task has "
@@ -74,6 +77,13 @@ class _GuardedInstance(WorkflowInstance):
 
     def activate(self, act: WorkflowActivation) -> WorkflowActivationCompletion:
         if runs_untaken_events(self._last, act):
+            info = self._inner.get_info()
+            log.warning(
+                "refused to run %s %s on events no workflow task has taken (a query after "
+                "a worker change); it will be replayed from history",
+                info.workflow_type,
+                info.workflow_id,
+            )
             refusal = WorkflowActivationCompletion(run_id=act.run_id)
             refusal.failed.failure.message = REFUSAL
             return refusal

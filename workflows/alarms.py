@@ -1,13 +1,14 @@
 """Deadlines a workflow decides on by durable timers, never by reading the clock.
 
-Why: `workflow.now()` is the time of the current workflow task, and it is not always the
-same on first execution and on replay. When a worker restarts and a query (`pools describe`,
-the Web UI) makes it rebuild a workflow from history before that workflow's next task, the
-Temporal Python SDK (temporalio 1.35) answers the next task — if it arrives after the dead
-worker's sticky queue timed out — with the clock of the *previous* task, while a replay sees
-the true one. A decision of the form "is `now` past this deadline?" can then go one way
-live and the other way on replay: a nondeterminism error, and the workflow loops on failed
-workflow tasks for good (`../shared/repro/`, `tests/workflows/test_stale_clock.py`).
+Why: `workflow.now()` is the time of the current workflow task, and it was not the same on
+first execution and on replay. When a worker died and a query (`pools describe`, the Web UI)
+reached the new worker with a history ending in signals no task had taken, the Temporal
+Python SDK (temporalio 1.35) ran the workflow on them with the clock of the *previous* task,
+while a replay sees the true one. A decision of the form "is `now` past this deadline?" could
+then go one way live and the other way on replay: a nondeterminism error, and the workflow
+looped on failed workflow tasks for good (`../shared/repro/`,
+`tests/workflows/test_stale_clock.py`). The worker now refuses such activations
+(`worker/untaken_events.py`); deciding by alarms keeps decisions free of the clock anyway.
 
 So a deadline is reached only when a timer armed for it fires. The clock only sets how long
 the timer sleeps (a duration is not part of what replay compares); what the timer *means*

@@ -1,11 +1,13 @@
 """Why the workflows decide on time only through alarms (workflows/alarms.py).
 
-After a worker dies, a query (`pools describe`, the Web UI) makes a new worker rebuild the
-workflow from history; the workflow task that follows the dead worker's sticky timeout is
-then handed the clock of the task *before* it, while a replay of the same history sees the
-true time (temporalio 1.35). A decision "is now past the deadline?" taken in that task goes
-one way live and the other on replay — what froze `nodepool-default-lane-b` in a
-nondeterminism loop (`tests/replay/histories/nodepool-lane-b-stale-clock.json`).
+After a worker dies, a query (`pools describe`, the Web UI) can reach a new worker with a
+history ending in signals no task has taken; the SDK (temporalio 1.35) runs the workflow on
+them with the clock of the task *before*, while a replay of the same history sees the true
+time. A decision "is now past the deadline?" taken there goes one way live and the other on
+replay — what froze `nodepool-default-lane-b` in a nondeterminism loop
+(`tests/replay/histories/nodepool-lane-b-stale-clock.json`). The product's worker refuses
+such activations (`worker/untaken_events.py`, `test_untaken_events.py`); this probe runs on
+the SDK's plain runner, to show that the alarms alone keep a decision deterministic.
 
 The probe takes the same decision both ways under exactly those conditions: decided by
 alarm, its history replays; decided by the clock, it does not. If the second half ever
