@@ -43,6 +43,7 @@ import threading
 import time
 import traceback
 from collections import Counter
+from collections.abc import Awaitable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -51,13 +52,14 @@ import httpx
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from temporalio.api.enums.v1 import EventType, WorkflowTaskFailedCause
-from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowQueryFailedError
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.runtime import LogForwardingConfig, LoggingConfig, Runtime, TelemetryConfig
 
 from api import search_attributes
 from api.nodepool.messages import pool_workflow_id
 from cli.devstack import free_port, temporal_cli
+from worker.untaken_events import REFUSAL
 from workflows.nodeclaim import NodeClaimWorkflow
 from workflows.nodepool import NodePoolWorkflow
 
@@ -97,6 +99,8 @@ class Report:
     # The slowest pods and what was killed while each waited: what a latency is made of.
     slowest_binds: list[dict[str, Any]] = field(default_factory=list)
     queries: int = 0
+    # Refused by a worker taking the workflow over (`worker/untaken_events.py`).
+    queries_refused: int = 0
     seconds: float = 0.0
     problems: list[str] = field(default_factory=list)
 
@@ -463,21 +467,28 @@ def slowest_binds(
 
 async def operator(client: Client, stop: asyncio.Event, report: Report) -> None:
     """Asks the pools and the running claims how they are, as people and the Web UI do."""
+
+    async def ask(query: Awaitable[object]) -> None:
+        try:
+            await asyncio.wait_for(query, timeout=5)
+            report.queries += 1
+        except WorkflowQueryFailedError as err:
+            if str(err) == REFUSAL:
+                report.queries_refused += 1
+
     while not stop.is_set():
         for pool in POOLS:
             with contextlib.suppress(Exception):
                 pool_handle = client.get_workflow_handle_for(
                     NodePoolWorkflow.run, pool_workflow_id("default", pool)
                 )
-                await asyncio.wait_for(pool_handle.query(NodePoolWorkflow.status), timeout=5)
-                report.queries += 1
+                await ask(pool_handle.query(NodePoolWorkflow.status))
         with contextlib.suppress(Exception):
             async for execution in client.list_workflows(
                 "WorkflowType = 'NodeClaimWorkflow' AND ExecutionStatus = 'Running'", limit=5
             ):
                 claim_handle = client.get_workflow_handle_for(NodeClaimWorkflow.run, execution.id)
-                await asyncio.wait_for(claim_handle.query(NodeClaimWorkflow.status), timeout=5)
-                report.queries += 1
+                await ask(claim_handle.query(NodeClaimWorkflow.status))
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), timeout=1.5)
 

@@ -3,18 +3,19 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
 from rich.text import Text
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowQueryFailedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from worker.client import TemporalConfigError, connect_temporal
 from worker.settings import Settings
+from worker.untaken_events import REFUSAL
 
 T = TypeVar("T")
 err_console = Console(stderr=True, markup=False, emoji=False)  # messages carry user text
@@ -29,6 +30,23 @@ Kubeconfig = Annotated[
 
 # Status codes that mean "the server is not there (any more)", not "the request was wrong".
 UNREACHABLE = (RPCStatusCode.UNAVAILABLE, RPCStatusCode.DEADLINE_EXCEEDED)
+
+
+# A worker taking a workflow over refuses a query for a moment (`worker/untaken_events.py`).
+_REFUSED_RETRY_S = 1.0
+
+
+async def answered(ask: Callable[[], Awaitable[T]], within_s: float = 10.0) -> T:
+    """A query's answer, asked again while a worker taking the workflow over refuses it."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within_s
+    while True:
+        try:
+            return await asyncio.wait_for(ask(), timeout=max(deadline - loop.time(), 0.1))
+        except WorkflowQueryFailedError as err:
+            if str(err) != REFUSAL or loop.time() + _REFUSED_RETRY_S >= deadline:
+                raise
+        await asyncio.sleep(_REFUSED_RETRY_S)
 
 
 def cli_settings(temporal_address: str | None = None, kubeconfig: Path | None = None) -> Settings:

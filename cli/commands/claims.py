@@ -16,6 +16,7 @@ from temporalio.client import (
     Client,
     WorkflowExecution,
     WorkflowExecutionStatus,
+    WorkflowQueryFailedError,
     WorkflowUpdateFailedError,
 )
 from temporalio.service import RPCError, RPCStatusCode
@@ -26,6 +27,7 @@ from api.messages import ScaleDownRequest, ScaleDownResult, claim_name_of, claim
 from cli.connect import (
     Kubeconfig,
     TemporalAddress,
+    answered,
     cli_settings,
     connect_or_exit,
     fail,
@@ -308,8 +310,12 @@ def claims_describe(
         handle = client.get_workflow_handle_for(NodeClaimWorkflow.run, claim_workflow_id(name))
         try:
             description = await handle.describe()
-            status = await handle.query(NodeClaimWorkflow.status)
+            status = await answered(lambda: handle.query(NodeClaimWorkflow.status))
             timeline = await phase_timeline(client, claim_workflow_id(name))
+        except TimeoutError:
+            raise fail(f"NodeClaim {name}: no answer (is a worker running?)") from None
+        except WorkflowQueryFailedError as err:
+            raise fail(f"NodeClaim {name}: {err}") from None
         except RPCError as err:
             if err.status == RPCStatusCode.NOT_FOUND:
                 raise fail(f"no NodeClaim named {name}") from None

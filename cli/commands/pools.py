@@ -13,7 +13,7 @@ from kubernetes.config import ConfigException
 from pydantic import BaseModel
 from rich.console import Console
 from rich.text import Text
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowQueryFailedError
 from temporalio.service import RPCError, RPCStatusCode
 from urllib3.exceptions import HTTPError
 
@@ -22,8 +22,10 @@ from cli.connect import (
     UNREACHABLE,
     Kubeconfig,
     TemporalAddress,
+    answered,
     cli_settings,
     connect_or_exit,
+    fail,
     run_or_exit,
 )
 from cli.output import (
@@ -74,11 +76,13 @@ def pools_list(
     async def ask(client: Client, workflow_id: str) -> PoolStatus | str:
         handle = client.get_workflow_handle_for(NodePoolWorkflow.run, workflow_id)
         try:
-            return await asyncio.wait_for(
-                handle.query(NodePoolWorkflow.status), timeout=_QUERY_TIMEOUT_S
+            return await answered(
+                lambda: handle.query(NodePoolWorkflow.status), within_s=_QUERY_TIMEOUT_S
             )
         except TimeoutError:
             return f"{workflow_id}: no answer within {_QUERY_TIMEOUT_S:.0f}s (is a worker running?)"
+        except WorkflowQueryFailedError as err:
+            return f"{workflow_id}: {err}"
         except RPCError as err:
             if err.status in UNREACHABLE:
                 raise
@@ -153,7 +157,11 @@ def pools_describe(
             NodePoolWorkflow.run, pool_workflow_id(namespace, name)
         )
         try:
-            return await handle.query(NodePoolWorkflow.status)
+            return await answered(lambda: handle.query(NodePoolWorkflow.status))
+        except TimeoutError:
+            raise fail(f"NodePool {namespace}/{name}: no answer (is a worker running?)") from None
+        except WorkflowQueryFailedError as err:
+            raise fail(f"NodePool {namespace}/{name}: {err}") from None
         except RPCError as err:
             if err.status == RPCStatusCode.NOT_FOUND:
                 err_console.print(
