@@ -24,14 +24,18 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from temporalio.bridge.proto.workflow_activation import WorkflowActivation
 from temporalio.bridge.proto.workflow_completion import WorkflowActivationCompletion
 from temporalio.converter import SerializationContext, StorageDriverStoreContext
 from temporalio.worker import WorkflowInstance, WorkflowInstanceDetails, WorkflowRunner
-from temporalio.worker._command_aware_visitor import CommandInfo
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
-from temporalio.workflow import Info, _Definition
+from temporalio.workflow import Info
+
+if TYPE_CHECKING:  # the SDK's private names, in its runner's signatures only
+    from temporalio.worker._command_aware_visitor import CommandInfo
+    from temporalio.workflow import _Definition
 
 log = logging.getLogger(__name__)
 
