@@ -50,7 +50,6 @@ from trigger.watch import start_watches
 from worker.settings import BATCH_IDLE_S, BATCH_MAX_S, Settings
 from worker.telemetry import tracer
 from workflows.nodepool import NodePoolWorkflow
-from workflows.timeouts import POOL_WORKFLOW_TASK
 
 log = logging.getLogger(__name__)
 
@@ -468,7 +467,6 @@ class PendingPodTrigger:
             start_signal="demand",
             start_signal_args=[update],
             static_summary=f"NodePool {namespace}/{name}",
-            task_timeout=POOL_WORKFLOW_TASK,
         )
 
     async def _specs_changed(self) -> None:

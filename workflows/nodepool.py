@@ -66,7 +66,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.decisions import pool as pool_rules
     from workflows.history import HistoryBound
     from workflows.nodeclaim import NodeClaimWorkflow
-    from workflows.timeouts import KUBE_CALL, PLANNING, POOL_WORKFLOW_TASK, QUICK_HEARTBEAT
+    from workflows.timeouts import KUBE_CALL, PLANNING, QUICK_HEARTBEAT
 
 _ACTIVITY_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=1),
@@ -175,20 +175,13 @@ class NodePoolWorkflow:
                 await self._publish_status()
             if workflow.info().is_continue_as_new_suggested():
                 await workflow.wait_condition(self._settled)
-                self._continue_as_new()
+                workflow.continue_as_new(self._input.model_copy(update={"state": self._state}))
             # Past our own bound, once nothing is in flight; news meanwhile is not kept
             # waiting for that (a burst's claim starts keep a pool busy for many rounds).
             if self._history.reached():
                 await workflow.wait_condition(lambda: self._settled() or self._dirty)
                 if self._settled():
-                    self._continue_as_new()
-
-    def _continue_as_new(self) -> None:
-        # Pools started before they had a task timeout of their own take it on here.
-        workflow.continue_as_new(
-            self._input.model_copy(update={"state": self._state}),
-            task_timeout=POOL_WORKFLOW_TASK,
-        )
+                    workflow.continue_as_new(self._input.model_copy(update={"state": self._state}))
 
     def _settled(self) -> bool:
         """Nothing of this run in flight that the next run would not know about."""

@@ -21,9 +21,3 @@ KUBE_CALL = timedelta(seconds=30)
 PLANNING = timedelta(minutes=2)
 # A cloud's create or delete, waited on until the VM runs or is gone.
 VM_CALL = timedelta(minutes=10)
-
-# A pool's workflow task. A worker SIGKILLed in the middle of one holds the pool — every
-# pending pod of it — until this runs out (Temporal's default is 10 s). The pool's tasks take
-# well under a second: its history is bounded (`workflows/history.py`) and claims keep to
-# their own task queue and cache, so a busy worker does not evict it (docs/design-notes.md).
-POOL_WORKFLOW_TASK = timedelta(seconds=5)
