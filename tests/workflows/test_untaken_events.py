@@ -26,10 +26,11 @@ from dataclasses import dataclass
 
 import pytest
 from temporalio.api.enums.v1 import EventType
-from temporalio.client import Client, WorkflowHandle, WorkflowQueryFailedError
+from temporalio.client import Client, WorkflowQueryFailedError
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
+from tests.workflows.test_stale_clock import settled
 from tests.workflows.untaken_probe import STICKY_TIMEOUT, RoundsProbe
 from worker.untaken_events import REFUSAL
 
@@ -62,20 +63,6 @@ class ProbeWorker:
         self.process.wait(timeout=10)
 
 
-async def took_signals(handle: WorkflowHandle, count: int) -> None:
-    """Until a workflow task has completed after the `count`-th signal."""
-    for _ in range(300):
-        kinds = [e.event_type for e in (await handle.fetch_history()).events]
-        signals = [
-            i for i, k in enumerate(kinds) if k == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED
-        ]
-        done = [i for i, k in enumerate(kinds) if k == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED]
-        if len(signals) == count and done and done[-1] > signals[-1]:
-            return
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"the probe never took signal {count} in")
-
-
 @dataclass
 class Takeover:
     query_answer: int | str  # the number of timers, or the query's failure
@@ -95,7 +82,7 @@ async def takeover(client: Client, address: str, *, guarded: bool) -> Takeover:
             "RoundsProbe", id=f"untaken-{uuid.uuid4()}", task_queue=queue
         )
         await handle.signal(RoundsProbe.hello)
-        await took_signals(handle, 1)
+        await settled(handle, signals=1)
         first.kill()  # the probe stays bound to its sticky queue
         second = ProbeWorker(address, queue, guarded=guarded)
         await second.ready()
@@ -110,7 +97,7 @@ async def takeover(client: Client, address: str, *, guarded: bool) -> Takeover:
         except WorkflowQueryFailedError as refused:
             answer = str(refused)
         await handle.signal(RoundsProbe.act)  # before "arm"'s task leaves the sticky queue
-        await took_signals(handle, 3)
+        await settled(handle, signals=3)
         history = await handle.fetch_history()
     finally:
         first.kill()
