@@ -27,7 +27,7 @@ from cli.connect import Kubeconfig, TemporalAddress, cli_settings, connect_or_ex
 from cli.manifests import Loaded, Problem, load_manifests
 from cli.output import stdout_console
 from worker.client import kube_api_client
-from worker.settings import Settings
+from worker.settings import Settings, WorkerQueues
 
 app = typer.Typer(
     help="Cloudburst on Temporal: burst Kubernetes nodes onto the cheapest cloud.",
@@ -97,11 +97,20 @@ def worker(
     kubeconfig: Kubeconfig = None,
     health_port: HealthPort = None,
     log_format: LogFormat = None,
+    queues: Annotated[
+        WorkerQueues | None,
+        typer.Option(
+            help="task queues to poll: all, or pools or claims for a Deployment of each"
+            " (default $CLOUDBURST_WORKER_QUEUES or all)"
+        ),
+    ] = None,
 ) -> None:
-    """Run the worker: NodeClaim workflows and their activities."""
+    """Run the worker: NodePool and NodeClaim workflows and their activities."""
     from worker.main import run_worker
 
     settings = _process_settings("worker", temporal_address, kubeconfig, health_port, log_format)
+    if queues is not None:
+        settings = settings.model_copy(update={"worker_queues": queues})
     asyncio.run(_until_signalled(lambda stop: run_worker(settings, stop)))
 
 

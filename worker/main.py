@@ -25,7 +25,6 @@ from activities.planning.config import PriceSettings
 from activities.planning.consolidation import ConsolidationActivities
 from activities.planning.prices import PriceActivities
 from activities.tailscale import TailscaleActivities
-from api.messages import claim_task_queue
 from cluster.tenancy import Tenancy
 from worker.client import connect_temporal, kube_api_client, register_search_attributes
 from worker.gc_schedule import ensure_gc_schedule
@@ -60,9 +59,10 @@ def build_workers(
     client: Client, settings: Settings, api_client: k8s.ApiClient, executor: ThreadPoolExecutor
 ) -> list[Worker]:
     """One worker for the task queue of pools, garbage collection and prices, one for the
-    claims' (`claim_task_queue`): each keeps its own workflow cache, so a thousand claims
-    waking together never evict a pool. Both register everything: claims started before
-    claims had a queue of their own live on the first.
+    claims' (`claim_task_queue`), or one of them (`Settings.worker_queues`): each keeps its
+    own workflow cache, so a thousand claims waking together never evict a pool. Both
+    register everything: claims started before claims had a queue of their own live on the
+    first.
     """
     activities = build_activities(api_client, settings.tenancy())
     return [
@@ -82,7 +82,7 @@ def build_workers(
             ),
             workflow_runner=TakenEventsOnlyRunner(),
         )
-        for queue in (settings.task_queue, claim_task_queue(settings.task_queue))
+        for queue in settings.polled_task_queues()
     ]
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import re
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -31,7 +32,7 @@ from pydantic_settings import (
 )
 
 from api.limits import DNS_LABEL_PATTERN
-from api.messages import TASK_QUEUE
+from api.messages import TASK_QUEUE, claim_task_queue
 from api.nodepool.messages import PARTIAL_NODE_HOLD_S
 from cluster.tenancy import DEFAULT_WORKER_NAMESPACE, SERVICES, Tenancy, url_parts
 
@@ -40,6 +41,14 @@ CONFIG_FILE_ENV = "CLOUDBURST_CONFIG_FILE"
 
 BATCH_IDLE_S = 0.2
 BATCH_MAX_S = 0.5
+
+
+class WorkerQueues(StrEnum):
+    """The task queues a worker process polls (`Settings.worker_queues`)."""
+
+    ALL = "all"
+    POOLS = "pools"
+    CLAIMS = "claims"
 
 
 class Settings(BaseSettings):
@@ -89,6 +98,12 @@ class Settings(BaseSettings):
     # A workflow task waits this long on a dead worker's sticky queue before any worker may
     # take it: part of how long a claim or a pool stalls when a worker is killed.
     sticky_queue_timeout_s: float = 5.0
+    # Which task queues this process polls: "all", or "pools" (pools, their planning,
+    # garbage collection, prices and the claims started before claims had a queue of their
+    # own) or "claims" (`claim_task_queue`: every claim since, and its activities) for two
+    # Deployments, so that a thousand claims' work never shares a process with the pools'
+    # decisions. Both halves must run somewhere.
+    worker_queues: WorkerQueues = WorkerQueues.ALL
 
     # --- the trigger ----------------------------------------------------------------------
     # Pending pods go to their pool in batches, like Karpenter's BATCH_IDLE_DURATION and
@@ -184,10 +199,20 @@ class Settings(BaseSettings):
             allowed_endpoints={k: tuple(v) for k, v in self.allowed_endpoints.items()},
         )
 
+    def polled_task_queues(self) -> list[str]:
+        """The task queues this process's workers poll (`worker.main.build_workers`)."""
+        pools, claims = self.task_queue, claim_task_queue(self.task_queue)
+        return {
+            WorkerQueues.ALL: [pools, claims],
+            WorkerQueues.POOLS: [pools],
+            WorkerQueues.CLAIMS: [claims],
+        }[self.worker_queues]
+
     def activity_threads(self) -> int:
-        """The activity thread pool's size: every activity slot and every local one, of both
-        task queues' workers (`worker.main.build_workers`); threads start only when needed."""
-        return 2 * (self.max_concurrent_activities + self.max_concurrent_local_activities)
+        """The activity thread pool's size: every activity slot and every local one, of each
+        task queue's worker (`worker.main.build_workers`); threads start only when needed."""
+        slots = self.max_concurrent_activities + self.max_concurrent_local_activities
+        return len(self.polled_task_queues()) * slots
 
     def api_key(self) -> str | None:
         """The API key from its file (re-read on every connect) or from the value."""

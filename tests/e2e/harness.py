@@ -92,12 +92,18 @@ class WorkerProcess:
         kubeconfig: Path,
         task_queue: str,
         allowed_endpoints: dict[str, list[str]] | None = None,
+        queues: str = "all",
     ) -> None:
         self._env = {
             **os.environ,
             "CLOUDBURST_TEMPORAL_ADDRESS": temporal_address,
             "CLOUDBURST_KUBECONFIG": str(kubeconfig),
             "CLOUDBURST_TASK_QUEUE": task_queue,
+            "CLOUDBURST_WORKER_QUEUES": queues,
+            # Several may run at once: no two on the same probe and metrics ports.
+            "CLOUDBURST_HEALTH_PORT": "0",
+            "CLOUDBURST_METRICS_PORT": "0",
+            "CLOUDBURST_SDK_METRICS_PORT": "0",
             "CLOUDBURST_CLUSTER_ID": CLUSTER_ID,
             # The operator allows the simulated clouds (as the ConfigMap would).
             "CLOUDBURST_ALLOWED_ENDPOINTS": json.dumps(allowed_endpoints or {}),

@@ -1,4 +1,5 @@
-"""The worker process SIGKILLed mid-activity: exactly one VM, the claim converges, nothing leaks."""
+"""Worker processes SIGKILLed mid-activity (exactly one VM, the claim converges, nothing
+leaks), and pools and claims on worker processes of their own."""
 
 from __future__ import annotations
 
@@ -8,9 +9,11 @@ from pathlib import Path
 
 import pytest_asyncio
 from kubernetes import client as k8s
+from temporalio.api.enums.v1 import PendingWorkflowTaskState
 
 from api import NodeClaimPhase, labels
-from api.messages import ScaleDownRequest
+from api.messages import ScaleDownRequest, claim_task_queue, claim_workflow_id
+from api.nodepool.messages import pool_workflow_id
 from sim.cluster import SimulatedCluster
 from tests.e2e.harness import (
     Stack,
@@ -18,12 +21,15 @@ from tests.e2e.harness import (
     eventually,
     in_thread,
     make_pool,
+    pool_pod,
+    running_trigger,
     running_watcher,
     start_test_claim,
     wait_for_phase,
     workload_pod,
 )
 from workflows.nodeclaim import NodeClaimWorkflow
+from workflows.nodepool import NodePoolWorkflow
 
 
 @pytest_asyncio.fixture(loop_scope="session")
@@ -37,9 +43,15 @@ async def workers(
 
 
 def spawn_worker(
-    workers: list[WorkerProcess], address: str, kubeconfig: Path, stack: Stack
+    workers: list[WorkerProcess],
+    address: str,
+    kubeconfig: Path,
+    stack: Stack,
+    queues: str = "all",
 ) -> WorkerProcess:
-    process = WorkerProcess(address, kubeconfig, stack.task_queue, stack.settings.allowed_endpoints)
+    process = WorkerProcess(
+        address, kubeconfig, stack.task_queue, stack.settings.allowed_endpoints, queues
+    )
     process.start()
     workers.append(process)
     return process
@@ -130,3 +142,63 @@ async def test_worker_killed_during_drain(
         assert pods.items == []
         assert vms_of(stack.cluster, name) == []
         assert stack.cluster.cloud.stats()["created_by_name"][name] == 1
+
+
+async def test_pools_and_claims_on_workers_of_their_own(
+    stack: Stack, workers: list[WorkerProcess], temporal_address: str, kubeconfig: Path
+) -> None:
+    """`cloudburst worker --queues pools` and `--queues claims`, as two Deployments: the
+    pools' worker plans and starts claims but never runs one, and a SIGKILL of the claims'
+    worker leaves the pool answering and planning."""
+    make_pool(stack.kube, "split-queues", empty_ttl=3600)
+    pool = stack.temporal.get_workflow_handle_for(
+        NodePoolWorkflow.run, pool_workflow_id("default", "split-queues")
+    )
+    async with running_watcher(stack.temporal, stack.kube), running_trigger(stack):
+        spawn_worker(workers, temporal_address, kubeconfig, stack, queues="pools")
+        await in_thread(
+            stack.core.create_namespaced_pod, "default", pool_pod("split-0", "split-queues")
+        )
+        status = await eventually(
+            lambda: pool.query(NodePoolWorkflow.status), lambda s: len(s.claims) == 1
+        )
+        claim = stack.temporal.get_workflow_handle(claim_workflow_id(status.claims[0].name))
+        # Started on the claims' queue, which no worker polls yet: its first task waits there.
+        await asyncio.sleep(2)
+        described = await claim.describe()
+        assert described.task_queue == claim_task_queue(stack.task_queue)
+        assert described.raw_description.pending_workflow_task.state == (
+            PendingWorkflowTaskState.PENDING_WORKFLOW_TASK_STATE_SCHEDULED
+        )
+        assert stack.cluster.cloud.stats()["created_by_name"].get(status.claims[0].name) is None
+
+        claims_worker = spawn_worker(workers, temporal_address, kubeconfig, stack, "claims")
+        await eventually(
+            lambda: in_thread(stack.core.read_namespaced_pod, "split-0", "default"),
+            lambda p: p.status.phase == "Running",
+            timeout_s=90,
+        )
+        claims_worker.kill()
+        # The pool runs on: a second pod is planned, its claim waits for a claims' worker.
+        await in_thread(
+            stack.core.create_namespaced_pod,
+            "default",
+            pool_pod("split-1", "split-queues", cpu="3"),
+        )
+        status = await eventually(
+            lambda: pool.query(NodePoolWorkflow.status), lambda s: len(s.claims) == 2
+        )
+        spawn_worker(workers, temporal_address, kubeconfig, stack, "claims")
+        await eventually(
+            lambda: in_thread(stack.core.read_namespaced_pod, "split-1", "default"),
+            lambda p: p.status.phase == "Running",
+            timeout_s=90,
+        )
+        for pod in ("split-0", "split-1"):
+            await in_thread(stack.core.delete_namespaced_pod, pod, "default")
+        for name in [c.name for c in status.claims]:
+            handle = stack.temporal.get_workflow_handle_for(
+                NodeClaimWorkflow.run, claim_workflow_id(name)
+            )
+            await handle.signal(NodeClaimWorkflow.scale_down, ScaleDownRequest(reason="test over"))
+            assert (await asyncio.wait_for(handle.result(), 90)).phase == NodeClaimPhase.DELETED

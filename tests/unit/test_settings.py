@@ -155,3 +155,22 @@ def test_a_hold_no_pool_timer_could_keep_is_refused_here(
     monkeypatch.setenv("CLOUDBURST_PARTIAL_NODE_HOLD_S", value)
     with pytest.raises(ValueError, match="partial_node_hold_s"):
         Settings()
+
+
+def test_worker_queues_choose_the_task_queues_a_worker_polls(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("CLOUDBURST_TASK_QUEUE", "burst")
+    assert Settings().polled_task_queues() == ["burst", "burst-claims"]
+    monkeypatch.setenv("CLOUDBURST_WORKER_QUEUES", "claims")
+    assert Settings().polled_task_queues() == ["burst-claims"]
+    monkeypatch.setenv("CLOUDBURST_WORKER_QUEUES", "pools")
+    # One queue's worker: its activity threads are one worker's slots, not two.
+    settings = Settings()
+    assert settings.polled_task_queues() == ["burst"]
+    assert settings.activity_threads() == (
+        settings.max_concurrent_activities + settings.max_concurrent_local_activities
+    )
+    monkeypatch.setenv("CLOUDBURST_WORKER_QUEUES", "pool")
+    with pytest.raises(ValueError, match="'all', 'pools' or 'claims'"):
+        Settings()
