@@ -1,18 +1,21 @@
 """A burst of pending pods, end to end: decision latency by stage and time to all bound.
 
     .venv/bin/python bench/burst.py --pods 1000 --topology split [--workers 3 --triggers 2]
-        [--kill-worker-after 3 [--kill-pool-holder]] [--json]
+        [--pool-workers 1] [--kill-worker-after 3 [--kill-pool-holder]] [--json]
     .venv/bin/python bench/burst.py --pods 1000 --topology embedded
 
 `--topology split` (the default) runs what a cluster runs, each its own OS process on free
 local ports (bench/chaos.py's helpers): the Temporal dev server on a sqlite file, the
 simulated cluster (`python -m sim`: API server, scheduler, kubelets, fake cloud), and
-`--triggers` x `cloudburst trigger` and `--workers` x `cloudburst worker`. One NodePool on
+`--triggers` x `cloudburst trigger` and `--workers` x `cloudburst worker` (with
+`--pool-workers N`, N more as `cloudburst worker --queues pools` and the `--workers` as
+`--queues claims`: a Deployment of each). One NodePool on
 the fake cloud; the bench creates N pods of five mixed shapes (8 threads, as a ReplicaSet
 creates in parallel batches), waits until all run, deletes them and waits until every VM is
 gone. `--kill-worker-after S` SIGKILLs (`--kill-signal TERM`: stops as a rollout does) the
 first worker S seconds after the first pod (with
-several workers the others carry on; with one it is started again at once);
+several workers polling its queues the others carry on; with none it is started again at
+once);
 `--kill-pool-holder` makes it the worker that ran the pool's latest workflow task.
 
 Per pod it reports, from its creation (the bench's clock, before the create call):
@@ -80,6 +83,7 @@ class Report:
     ok: bool = False
     topology: str = "split"
     workers: int = 1
+    pool_workers: int = 0  # workers polling the pools' queue only; `workers` the claims'
     triggers: int = 1
     pods: int = 0
     rate: float | None = None  # pods created per second; None: as fast as 8 threads go
@@ -325,7 +329,13 @@ def _percentiles(values: list[float]) -> dict[str, float]:
 
 
 async def run_split(args: argparse.Namespace) -> Report:
-    report = Report(workers=args.workers, triggers=args.triggers, pods=args.pods, rate=args.rate)
+    report = Report(
+        workers=args.workers,
+        pool_workers=args.pool_workers,
+        triggers=args.triggers,
+        pods=args.pods,
+        rate=args.rate,
+    )
     say = (
         (lambda text: print(f"• {text}", file=sys.stderr, flush=True))
         if args.verbose
@@ -333,7 +343,11 @@ async def run_split(args: argparse.Namespace) -> Report:
     )
     state = Path(tempfile.mkdtemp(prefix="cloudburst-burst-"))
     topology = Topology(
-        state, boot_delay_s=args.boot_delay, workers=args.workers, triggers=args.triggers
+        state,
+        boot_delay_s=args.boot_delay,
+        workers=args.workers,
+        triggers=args.triggers,
+        pool_workers=args.pool_workers,
     )
     watch: PodWatch | None = None
     try:
@@ -513,8 +527,11 @@ async def kill_worker(
     else:
         victim.kill()
     report.worker_killed_at_s = round(time.monotonic() - t0, 2)
-    if len(topology.workers) == 1:
-        victim.start()
+    if not any(
+        w is not victim and topology.queues[w.name] == topology.queues[victim.name]
+        for w in topology.workers
+    ):
+        victim.start()  # the only one polling its queues: a Deployment would start it again
 
 
 async def _pool_holder_pid(client: Client) -> int | None:
@@ -549,7 +566,9 @@ def _cpu(topology: Topology) -> dict[str, float]:
 def table(report: Report) -> str:
     lines = [
         f"{report.pods} pods{f' at {report.rate:g}/s' if report.rate else ''}, "
-        f"{report.workers} worker(s), {report.triggers} trigger(s) "
+        f"{report.workers} worker(s)"
+        + (f" + {report.pool_workers} for pools only" if report.pool_workers else "")
+        + f", {report.triggers} trigger(s) "
         f"(load {report.load_average})",
         f"  created in {report.seconds_to_create_pods} s; all bound after "
         f"{report.seconds_to_all_bound} s; every VM gone {report.seconds_to_all_gone} s "
@@ -592,6 +611,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--topology", choices=("split", "embedded"), default="split")
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--triggers", type=int, default=1)
+    parser.add_argument(
+        "--pool-workers",
+        type=int,
+        default=0,
+        help="that many more workers poll only the pools' queue, the --workers the claims'",
+    )
     parser.add_argument("--kill-worker-after", type=float, default=None, help="seconds")
     parser.add_argument(
         "--kill-pool-holder",

@@ -160,10 +160,18 @@ def _own_group_dying_with_parent() -> None:
 
 class Topology:
     """Temporal, the simulated cluster, and `workers` workers and `triggers` triggers (each
-    its own process; no leader election: the pool workflow is the single writer)."""
+    its own process; no leader election: the pool workflow is the single writer). With
+    `pool_workers`, that many more poll the pools' task queue only and the `workers` the
+    claims' only (`cloudburst worker --queues`, a Deployment of each)."""
 
     def __init__(
-        self, state: Path, boot_delay_s: float, *, workers: int = 1, triggers: int = 1
+        self,
+        state: Path,
+        boot_delay_s: float,
+        *,
+        workers: int = 1,
+        triggers: int = 1,
+        pool_workers: int = 0,
     ) -> None:
         subprocess.run(
             [sys.executable, "-m", "compileall", "-q", *(str(REPO / p) for p in PACKAGES)],
@@ -247,9 +255,19 @@ class Topology:
         }
         # As the worker's Deployment runs it (deploy/base/worker.yaml): two malloc arenas.
         worker_env = {**product_env, "MALLOC_ARENA_MAX": "2"}
+        # Pool workers first: `worker` (the first) is then one that holds the pools.
+        self.queues: dict[str, str] = {
+            **{name: "pools" for name in _names("pool-worker", pool_workers)},
+            **{name: "claims" if pool_workers else "all" for name in _names("worker", workers)},
+        }
         self.workers = [
-            Process(name, [str(BIN / "cloudburst"), "worker"], worker_env, state / f"{name}.log")
-            for name in _names("worker", workers)
+            Process(
+                name,
+                [str(BIN / "cloudburst"), "worker", "--queues", queues],
+                worker_env,
+                state / f"{name}.log",
+            )
+            for name, queues in self.queues.items()
         ]
         self.triggers = [
             Process(name, [str(BIN / "cloudburst"), "trigger"], product_env, state / f"{name}.log")
