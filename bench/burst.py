@@ -58,6 +58,7 @@ from temporalio.client import Client
 from api.messages import claim_workflow_id
 from api.nodepool.messages import pool_workflow_id
 from cli.demo import BURST_SHAPES, run_burst
+from worker.payload_codec import decompressed
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from chaos import (
@@ -244,7 +245,7 @@ def burst_pod(index: int) -> k8s.V1Pod:
 
 
 def _payload(payloads: Any) -> Any:
-    return json.loads(payloads.payloads[0].data) if payloads.payloads else None
+    return json.loads(decompressed(payloads.payloads[0]).data) if payloads.payloads else None
 
 
 def _at(event: HistoryEvent) -> float:

@@ -53,12 +53,12 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from temporalio.api.enums.v1 import EventType, WorkflowTaskFailedCause
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowQueryFailedError
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.runtime import LogForwardingConfig, LoggingConfig, Runtime, TelemetryConfig
 
 from api import search_attributes
 from api.nodepool.messages import pool_workflow_id
 from cli.devstack import free_port, temporal_cli
+from worker.payload_codec import DATA_CONVERTER
 from worker.untaken_events import REFUSAL
 from workflows.nodeclaim import NodeClaimWorkflow
 from workflows.nodepool import NodePoolWorkflow
@@ -310,7 +310,7 @@ async def connect(topology: Topology) -> Client:
         try:
             return await Client.connect(
                 f"127.0.0.1:{topology.temporal_port}",
-                data_converter=pydantic_data_converter,
+                data_converter=DATA_CONVERTER,
                 runtime=runtime,
             )
         except RuntimeError as err:

@@ -17,12 +17,12 @@ import pytest_asyncio
 from kubernetes import client as k8s
 from kubernetes import watch as k8s_watch
 from temporalio.client import Client
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import TimeSkippingConfig, WorkflowEnvironment
 
 from api import search_attributes
 from cli.devstack import seed_sample_resources
 from sim.cluster import SimulatedCluster
+from worker.payload_codec import DATA_CONVERTER
 
 TEMPORAL_CLI = Path(sys.executable).parent / "temporal"
 # Workers started by tests (in-process or as `cloudburst worker`) must not fetch the real
@@ -37,7 +37,7 @@ async def temporal_env() -> AsyncIterator[WorkflowEnvironment]:
     env = await WorkflowEnvironment.start_local(
         dev_server_existing_path=str(TEMPORAL_CLI),
         search_attributes=list(search_attributes.ALL),
-        data_converter=pydantic_data_converter,
+        data_converter=DATA_CONVERTER,
         dev_server_log_level="error",
     )
     try:
@@ -54,7 +54,7 @@ async def skipping_env() -> AsyncIterator[WorkflowEnvironment]:
         ts_config=TimeSkippingConfig(enabled=False),
         dev_server_existing_path=str(TEMPORAL_CLI),
         search_attributes=list(search_attributes.ALL),
-        data_converter=pydantic_data_converter,
+        data_converter=DATA_CONVERTER,
         dev_server_log_level="error",
         dev_server_extra_args=[
             "--dynamic-config-value",

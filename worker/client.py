@@ -1,4 +1,5 @@
-"""Clients the processes share: Temporal (pydantic payloads) and Kubernetes."""
+"""Clients the processes share: Temporal (pydantic payloads, `worker/payload_codec.py`) and
+Kubernetes."""
 
 from __future__ import annotations
 
@@ -14,12 +15,12 @@ from temporalio.api.operatorservice.v1 import (
     ListSearchAttributesRequest,
 )
 from temporalio.client import Client
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.runtime import Runtime
 from temporalio.service import TLSConfig
 
 from api import search_attributes
 from worker import telemetry
+from worker.payload_codec import DATA_CONVERTER
 from worker.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -35,7 +36,7 @@ def client_options(settings: Settings) -> dict[str, Any]:
         "namespace": settings.temporal_namespace,
         "api_key": _api_key(settings),
         "tls": tls_config(settings),
-        "data_converter": pydantic_data_converter,
+        "data_converter": DATA_CONVERTER,
         "interceptors": telemetry.client_interceptors(),
     }
     return options

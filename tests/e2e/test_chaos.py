@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 from temporalio.client import WorkflowHistory
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
+from worker.payload_codec import DATA_CONVERTER
 from workflows.registry import WORKFLOWS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -51,7 +51,7 @@ async def test_a_short_soak_leaks_nothing_and_every_history_replays(tmp_path: Pa
     recorded = sorted(histories.glob("*.json"))
     assert any(p.name.startswith("nodepool-") for p in recorded), recorded
     assert any(p.name.startswith("nodeclaim-") for p in recorded), recorded
-    replayer = Replayer(workflows=WORKFLOWS, data_converter=pydantic_data_converter)
+    replayer = Replayer(workflows=WORKFLOWS, data_converter=DATA_CONVERTER)
     failures = {}
     for path in recorded:
         history = WorkflowHistory.from_json(path.name.split(".")[0], path.read_text())

@@ -17,7 +17,6 @@ from pathlib import Path
 import pytest
 from kubernetes import client as k8s
 from temporalio.client import Client, WorkflowHistory
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
 from api import NodeClaimPhase
@@ -34,6 +33,7 @@ from tests.e2e.harness import (
     start_test_claim,
     wait_for_phase,
 )
+from worker.payload_codec import DATA_CONVERTER
 from worker.settings import Settings
 from workflows.nodeclaim import NodeClaimWorkflow
 from workflows.registry import WORKFLOWS
@@ -96,7 +96,7 @@ async def test_histories_replay_with_current_code(temporal_client: Client) -> No
     ]
     if not histories:
         pytest.skip("no histories recorded in this session")
-    replayer = Replayer(workflows=WORKFLOWS, data_converter=pydantic_data_converter)
+    replayer = Replayer(workflows=WORKFLOWS, data_converter=DATA_CONVERTER)
     results = await replayer.replay_workflows(_iterate(histories), raise_on_replay_failure=False)
     failures = {
         run_id: str(failure) for run_id, failure in results.replay_failures.items() if failure

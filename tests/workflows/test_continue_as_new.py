@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest_asyncio
 from kubernetes import client as k8s
 from temporalio.client import Client
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
 from api import NodeClaimPhase, search_attributes
@@ -31,6 +30,7 @@ from tests.e2e.harness import (
     wait_for_phase,
     workload_pod,
 )
+from worker.payload_codec import DATA_CONVERTER
 from workflows.nodeclaim import NodeClaimWorkflow
 from workflows.nodepool import NodePoolWorkflow
 
@@ -41,7 +41,7 @@ async def short_history_env() -> AsyncIterator[WorkflowEnvironment]:
     env = await WorkflowEnvironment.start_local(
         dev_server_existing_path=str(TEMPORAL_CLI),
         search_attributes=list(search_attributes.ALL),
-        data_converter=pydantic_data_converter,
+        data_converter=DATA_CONVERTER,
         dev_server_log_level="error",
         dev_server_extra_args=[
             "--dynamic-config-value",

@@ -14,19 +14,23 @@ import uuid
 from functools import partial
 
 from temporalio import activity, workflow
-from temporalio.api.enums.v1 import EventType, WorkflowExecutionStatus
+from temporalio.api.enums.v1 import EventType, WorkflowExecutionStatus, WorkflowTaskFailedCause
 from temporalio.client import Client, WorkflowHandle
 from temporalio.common import WorkflowIDConflictPolicy
 
 with workflow.unsafe.imports_passed_through():
     from api.nodepool.messages import DemandUpdate, NodePoolInput, PoolState
-    from api.planning import Plan, PlanRequest, PodDemand, Resources
+    from api.planning import Plan, PlanRequest, PodDemand, Resources, Toleration
     from tests.e2e.harness import eventually
     from tests.workflows.pool_workers import pool_workers
     from tests.workflows.test_nodepool_bursts import StandInClaim
     from tests.workflows.test_nodepool_races import record_events, specs, sync_nodepool_status
+    from worker.payload_codec import ENCODING
     from workflows.history import HISTORY_BYTES
     from workflows.nodepool import NodePoolWorkflow
+
+
+UNHANDLED_COMMAND = WorkflowTaskFailedCause.WORKFLOW_TASK_FAILED_CAUSE_UNHANDLED_COMMAND
 
 
 @activity.defn(name="plan_capacity")
@@ -148,3 +152,90 @@ async def test_a_pool_that_carries_a_large_state_does_not_continue_as_new_every_
             )
         assert len(await _runs(client, pool_id)) == 1
         await pool.terminate("test over")
+
+
+def waiting_pods(count: int) -> dict[str, PodDemand]:
+    """Pods as a real cluster's look to the pool (~460 bytes each as JSON: every pod carries
+    the two 300 s tolerations of the DefaultTolerationSeconds admission plugin)."""
+    tolerations = [
+        Toleration(key=f"node.kubernetes.io/{taint}", operator="Exists", effect="NoExecute")
+        for taint in ("not-ready", "unreachable")
+    ]
+    demands = [
+        PodDemand(
+            uid=str(uuid.uuid4()),
+            namespace="default",
+            name=f"batch-{i:05d}-{uuid.uuid4().hex[:10]}",
+            requests=Resources(cpu_m=100, memory_bytes=2**27, pods=1),
+            tolerations=tolerations,
+        )
+        for i in range(count)
+    ]
+    return {pod.uid: pod for pod in demands}
+
+
+async def test_a_pool_past_temporals_blob_limit_runs_and_continues_as_new(
+    temporal_client: Client,
+) -> None:
+    """6,000 pending pods: the pool's state, its plan requests and its continue-as-new are
+    each ~2.8 MB of JSON, past Temporal's 2 MB payload limit, where the SDK fails the task
+    on every retry. The processes' codec compresses payloads that large
+    (worker/payload_codec.py); smaller ones stay plain JSON for the Web UI."""
+    client = temporal_client
+    queue = f"bound-{uuid.uuid4()}"
+    pool_id = f"nodepool-large-{uuid.uuid4().hex[:8]}"
+    waiting = waiting_pods(6_000)
+    assert len(PoolState(specs=specs(), pending=waiting).model_dump_json()) > 2 * 2**20
+    async with pool_workers(
+        client,
+        queue,
+        [NodePoolWorkflow, StandInClaim],
+        [plan_nothing, record_events, sync_nodepool_status],
+    ):
+        first = await client.start_workflow(
+            NodePoolWorkflow.run,
+            NodePoolInput(
+                namespace="default", name="large", state=PoolState(specs=specs(), pending=waiting)
+            ),
+            id=pool_id,
+            task_queue=queue,
+            start_signal="demand",
+            start_signal_args=[DemandUpdate(pods=pods(0, 5))],
+        )
+        sent = len(waiting) + 5
+        # Each round plans every waiting pod (a ~2.8 MB plan request): a few make the run's
+        # history reach the pool's bound, and it continues as new with all of them.
+        for batch in range(1, 20):
+            if len(await _runs(client, pool_id)) > 1:
+                break
+            await first.signal(NodePoolWorkflow.demand, DemandUpdate(pods=pods(batch, 5)))
+            sent += 5
+            await eventually(lambda: _pending(first), partial(operator.eq, sent), timeout_s=60)
+        await eventually(lambda: _runs(client, pool_id), lambda runs: len(runs) > 1, timeout_s=60)
+        latest = client.get_workflow_handle(pool_id)
+        assert (await latest.query(NodePoolWorkflow.status)).pending_pods == sent
+
+        history = await client.get_workflow_handle(
+            pool_id, run_id=first.result_run_id
+        ).fetch_history()
+        # No task failed but on the race of a signal with the run's close (Temporal refuses
+        # the close and the pool tries again), and none timed out.
+        failures = [
+            e.workflow_task_failed_event_attributes
+            for e in history.events
+            if e.HasField("workflow_task_failed_event_attributes")
+        ]
+        assert all(f.cause == UNHANDLED_COMMAND for f in failures), failures
+        assert not any(
+            e.HasField("workflow_task_timed_out_event_attributes") for e in history.events
+        )
+        started = history.events[0].workflow_execution_started_event_attributes
+        assert started.input.payloads[0].metadata["encoding"] == ENCODING
+        assert started.input.payloads[0].ByteSize() < 2**20
+        signals = [
+            e.workflow_execution_signaled_event_attributes
+            for e in history.events
+            if e.HasField("workflow_execution_signaled_event_attributes")
+        ]
+        assert signals[0].input.payloads[0].metadata["encoding"] == b"json/plain"
+        await latest.terminate("test over")
