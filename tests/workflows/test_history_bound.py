@@ -10,6 +10,7 @@ grows by megabytes in a few dozen demand signals, as in a large burst.
 from __future__ import annotations
 
 import operator
+import secrets
 import uuid
 from functools import partial
 
@@ -123,8 +124,12 @@ async def test_a_pool_that_carries_a_large_state_does_not_continue_as_new_every_
     client = temporal_client
     queue = f"bound-{uuid.uuid4()}"
     pool_id = f"nodepool-heavy-{uuid.uuid4().hex[:8]}"
-    # Pods that waited on limits before the last run ended: carried over, ~1.1 MB.
-    waited = {f"{uuid.uuid4()}-{i:05d}": f"LimitReached: {'cpu ' * 20}" for i in range(8_000)}
+    # Pods that waited on limits before the last run ended: carried over, ~2.1 MB, and ~1.6
+    # MB in history even compressed (worker/payload_codec.py): reasons that do not repeat.
+    waited = {
+        f"{uuid.uuid4()}-{i:05d}": f"LimitReached: {secrets.token_urlsafe(96)}"
+        for i in range(12_000)
+    }
     async with pool_workers(
         client,
         queue,

@@ -20,6 +20,7 @@ from temporalio import activity, workflow
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 from temporalio.common import WorkflowIDConflictPolicy
+from temporalio.worker import Worker
 
 with workflow.unsafe.imports_passed_through():
     from api.messages import NodeClaimInput
@@ -34,6 +35,7 @@ with workflow.unsafe.imports_passed_through():
         PoolStatus,
     )
     from api.planning import Plan, PlannedNode, PlanRequest, PodDemand, Resources
+    from tests.e2e.harness import eventually
     from tests.workflows.pool_workers import pool_workers
     from tests.workflows.test_nodepool_races import record_events, specs, sync_nodepool_status
     from workflows.nodepool import NodePoolWorkflow
@@ -374,3 +376,54 @@ async def test_pods_that_arrive_while_claims_start_are_planned_without_waiting_f
             planned_in.workflow_task_completed_event_id
             == started_in.workflow_task_completed_event_id
         )
+
+
+async def test_a_burst_of_500_nodes_starts_its_claims_in_waves(temporal_client: Client) -> None:
+    """Each claim start costs the pool's workflow task ~1 ms of Python: 3,000 at once ran
+    past the SDK's 2 s deadlock detector, which failed the task on every retry (a pool of
+    3,000 floor nodes stood still). No task sends more than 200; all 500 start."""
+    client = temporal_client
+    queue = f"bursts-{uuid.uuid4()}"
+    # The pool's queue only: Temporal starts a claim without a worker for it (its first task
+    # waits), so 500 claims cost this test no workflow tasks.
+    async with Worker(
+        client,
+        task_queue=queue,
+        workflows=[NodePoolWorkflow],
+        activities=[plan_capacity, record_events, sync_nodepool_status],
+    ):
+        pool = await start_bursts_pool(client, queue, 0, pods("w", 500 * PODS_PER_NODE))
+        try:
+            status = await eventually(
+                lambda: pool.query(NodePoolWorkflow.status),
+                lambda s: len(s.claims) == 500,
+                timeout_s=120,
+            )
+            # Every claim started (none left waiting for a slot) ...
+            await eventually(
+                lambda: started_claims(pool), lambda started: started == 500, timeout_s=120
+            )
+            # ... in waves: no workflow task of the pool sent more than 200 starts.
+            per_task = [0]
+            async for event in pool.fetch_history_events():
+                if event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
+                    per_task.append(0)
+                elif event.event_type == (
+                    EventType.EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_INITIATED
+                ):
+                    per_task[-1] += 1
+            assert sum(per_task) == 500
+            assert max(per_task) <= 200, per_task
+        finally:
+            await pool.terminate("test over")
+            for claim in status.claims:
+                await client.get_workflow_handle(f"nodeclaim-{claim.name}").terminate()
+
+
+async def started_claims(pool: WorkflowHandle) -> int:
+    started = [
+        event
+        async for event in pool.fetch_history_events()
+        if event.event_type == EventType.EVENT_TYPE_CHILD_WORKFLOW_EXECUTION_STARTED
+    ]
+    return len(started)
