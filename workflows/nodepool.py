@@ -87,6 +87,13 @@ _HOLD_PATCH = "hold-partly-filled-nodes"
 # task ran past the SDK's 2 s deadlock detector, which fails the task on every retry, and
 # the pool stood still. The rest start as Temporal confirms the first (~0.1-0.5 s a wave).
 _CLAIM_STARTS_AT_ONCE = 200
+# Claims one run of the pool starts before it continues as new. Temporal refuses a child
+# start past 2,000 running children of one run (`PendingChildWorkflowsLimitExceeded`, which
+# fails the task on every retry); after a continue-as-new the claims are no run's children
+# (they are abandoned, not ended). Well under that limit because a run that starts claims
+# cannot continue as new until they have started, and its history (two events a start, and
+# the claims' reports) is what a worker replays on a takeover.
+_CLAIM_STARTS_PER_RUN = 500
 _HOLD_ALARM = "launch partly filled nodes"
 _LIVE_PHASES = (
     NodeClaimPhase.PENDING,
@@ -147,11 +154,10 @@ class NodePoolWorkflow:
         self._claims_aside = self._aside and workflow.patched("claim-starts-aside")
         self._starting: set[asyncio.Task[None]] = set()
         # Runs since then send at most `_CLAIM_STARTS_AT_ONCE` claim starts a workflow task.
-        self._start_slots = (
-            asyncio.Semaphore(_CLAIM_STARTS_AT_ONCE)
-            if workflow.patched("claim-starts-in-waves")
-            else None
-        )
+        waves = workflow.patched("claim-starts-in-waves")
+        self._start_slots = asyncio.Semaphore(_CLAIM_STARTS_AT_ONCE) if waves else None
+        # ... and at most `_CLAIM_STARTS_PER_RUN` claims a run: the rest in the next.
+        self._starts_left: int | None = _CLAIM_STARTS_PER_RUN if waves else None
         # Runs since then start claims on their own task queue, which the worker keeps in a
         # cache apart from the pool's (`claim_task_queue`); runs before keep them on theirs.
         self._claims_queue = (
@@ -186,6 +192,11 @@ class NodePoolWorkflow:
             elif self._alarmed or workflow.patched("nodepool-status"):
                 await self._publish_status()
             if workflow.info().is_continue_as_new_suggested():
+                await workflow.wait_condition(self._settled)
+                workflow.continue_as_new(self._input.model_copy(update={"state": self._state}))
+            # This run started all the claims it may: the next run starts the rest, once
+            # this one's starts are confirmed (a few seconds; news waits for that).
+            if self._starts_left == 0:
                 await workflow.wait_condition(self._settled)
                 workflow.continue_as_new(self._input.model_copy(update={"state": self._state}))
             # Past our own bound, once nothing is in flight; news meanwhile is not kept
@@ -514,6 +525,9 @@ class NodePoolWorkflow:
                 state.claims[claim_name].nominated.append(uid)
                 nominations.append(self._nominated(uid, claim_name))
         launching = self._launch_now(plan.new_nodes, facts.hold_over)
+        if self._starts_left is not None:
+            # The nodes past this run's starts stay unplanned: the next run plans their pods.
+            launching = launching[: self._starts_left]
         if self._claims_aside:
             names = [self._start_claim_aside(n, for_min_nodes=not n.pod_uids) for n in launching]
         elif self._alarmed or workflow.patched("parallel-claim-starts"):
@@ -655,6 +669,8 @@ class NodePoolWorkflow:
         replace_reason: str = "Drifted",
     ) -> tuple[str, NodeClaim]:
         """A new claim for the planned node, counted by the pool from now on."""
+        if self._starts_left is not None:
+            self._starts_left = max(0, self._starts_left - 1)
         state = self._state
         specs = state.specs
         name = self._new_claim_name()

@@ -378,52 +378,63 @@ async def test_pods_that_arrive_while_claims_start_are_planned_without_waiting_f
         )
 
 
-async def test_a_burst_of_500_nodes_starts_its_claims_in_waves(temporal_client: Client) -> None:
+async def test_a_burst_of_600_nodes_starts_its_claims_in_waves_and_runs(
+    temporal_client: Client,
+) -> None:
     """Each claim start costs the pool's workflow task ~1 ms of Python: 3,000 at once ran
-    past the SDK's 2 s deadlock detector, which failed the task on every retry (a pool of
-    3,000 floor nodes stood still). No task sends more than 200; all 500 start."""
+    past the SDK's 2 s deadlock detector, which failed the task on every retry, and Temporal
+    refuses a run's 2,001st running child the same way (a pool of 3,000 floor nodes stood
+    still). No task sends more than 200 starts, no run more than 500; all 600 start."""
     client = temporal_client
     queue = f"bursts-{uuid.uuid4()}"
     # The pool's queue only: Temporal starts a claim without a worker for it (its first task
-    # waits), so 500 claims cost this test no workflow tasks.
+    # waits), so 600 claims cost this test no workflow tasks.
     async with Worker(
         client,
         task_queue=queue,
         workflows=[NodePoolWorkflow],
         activities=[plan_capacity, record_events, sync_nodepool_status],
     ):
-        pool = await start_bursts_pool(client, queue, 0, pods("w", 500 * PODS_PER_NODE))
+        first = await start_bursts_pool(client, queue, 0, pods("w", 600 * PODS_PER_NODE))
+        latest = client.get_workflow_handle(first.id)
         try:
-            status = await eventually(
-                lambda: pool.query(NodePoolWorkflow.status),
-                lambda s: len(s.claims) == 500,
+            await eventually(
+                lambda: latest.query(NodePoolWorkflow.status),
+                lambda s: len(s.claims) == 600,
                 timeout_s=120,
             )
-            # Every claim started (none left waiting for a slot) ...
-            await eventually(
-                lambda: started_claims(pool), lambda started: started == 500, timeout_s=120
+            # Every claim started (none left waiting for a slot), in two runs ...
+            runs = await eventually(
+                lambda: starts_by_run(client, first.id),
+                lambda runs: sum(started for started, _ in runs) == 600,
+                timeout_s=120,
             )
-            # ... in waves: no workflow task of the pool sent more than 200 starts.
-            per_task = [0]
-            async for event in pool.fetch_history_events():
-                if event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
-                    per_task.append(0)
-                elif event.event_type == (
-                    EventType.EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_INITIATED
-                ):
-                    per_task[-1] += 1
-            assert sum(per_task) == 500
-            assert max(per_task) <= 200, per_task
+            assert [started for started, _ in runs] == [500, 100]
+            # ... and in waves: no workflow task sent more than 200.
+            assert max(max(per_task) for _, per_task in runs) <= 200, runs
         finally:
-            await pool.terminate("test over")
-            for claim in status.claims:
+            await latest.terminate("test over")
+            for claim in (await latest.query(NodePoolWorkflow.status)).claims:
                 await client.get_workflow_handle(f"nodeclaim-{claim.name}").terminate()
 
 
-async def started_claims(pool: WorkflowHandle) -> int:
-    started = [
-        event
-        async for event in pool.fetch_history_events()
-        if event.event_type == EventType.EVENT_TYPE_CHILD_WORKFLOW_EXECUTION_STARTED
+async def starts_by_run(client: Client, workflow_id: str) -> list[tuple[int, list[int]]]:
+    """Per run of the pool (oldest first): the claims that started, and the claim starts
+    each of its workflow tasks sent."""
+    runs = [
+        execution.run_id
+        async for execution in client.list_workflows(f"WorkflowId = '{workflow_id}'")
     ]
-    return len(started)
+    by_run: list[tuple[int, list[int]]] = []
+    for run_id in reversed(runs):
+        started, per_task = 0, [0]
+        handle = client.get_workflow_handle(workflow_id, run_id=run_id)
+        async for event in handle.fetch_history_events():
+            if event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
+                per_task.append(0)
+            elif event.event_type == EventType.EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_INITIATED:
+                per_task[-1] += 1
+            elif event.event_type == EventType.EVENT_TYPE_CHILD_WORKFLOW_EXECUTION_STARTED:
+                started += 1
+        by_run.append((started, per_task))
+    return by_run
