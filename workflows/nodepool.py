@@ -167,7 +167,11 @@ class NodePoolWorkflow:
         )
         # Runs since then continue as new at the pool's own history bound too, before
         # Temporal suggests it (workflows/history.py): a replay of the pool stays short.
-        self._history = HistoryBound.of_this_run(workflow.patched("pool-history-soft-bound"))
+        # ... and stop at a hard bound (events) even while news keeps coming.
+        self._history = HistoryBound.of_this_run(
+            workflow.patched("pool-history-soft-bound"),
+            hard=workflow.patched("pool-history-hard-bound"),
+        )
 
     @workflow.run
     async def run(self, input: NodePoolInput) -> None:
@@ -200,9 +204,12 @@ class NodePoolWorkflow:
                 await workflow.wait_condition(self._settled)
                 workflow.continue_as_new(self._input.model_copy(update={"state": self._state}))
             # Past our own bound, once nothing is in flight; news meanwhile is not kept
-            # waiting for that (a burst's claim starts keep a pool busy for many rounds).
+            # waiting for that (a burst's claim starts keep a pool busy for many rounds)
+            # until the hard bound (`HARD_HISTORY_EVENTS`): then news waits.
             if self._history.reached():
-                await workflow.wait_condition(lambda: self._settled() or self._dirty)
+                await workflow.wait_condition(
+                    lambda: self._settled() or (self._dirty and not self._history.overdue())
+                )
                 if self._settled():
                     workflow.continue_as_new(self._input.model_copy(update={"state": self._state}))
 

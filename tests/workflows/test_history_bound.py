@@ -9,6 +9,7 @@ grows by megabytes in a few dozen demand signals, as in a large burst.
 
 from __future__ import annotations
 
+import asyncio
 import operator
 import secrets
 import uuid
@@ -20,14 +21,14 @@ from temporalio.client import Client, WorkflowHandle
 from temporalio.common import WorkflowIDConflictPolicy
 
 with workflow.unsafe.imports_passed_through():
-    from api.nodepool.messages import DemandUpdate, NodePoolInput, PoolState
+    from api.nodepool.messages import DemandUpdate, NodePoolInput, NodePoolStatusUpdate, PoolState
     from api.planning import Plan, PlanRequest, PodDemand, Resources, Toleration
     from tests.e2e.harness import eventually
     from tests.workflows.pool_workers import pool_workers
     from tests.workflows.test_nodepool_bursts import StandInClaim
     from tests.workflows.test_nodepool_races import record_events, specs, sync_nodepool_status
     from worker.payload_codec import ENCODING
-    from workflows.history import HISTORY_BYTES
+    from workflows.history import HARD_HISTORY_EVENTS, HISTORY_BYTES
     from workflows.nodepool import NodePoolWorkflow
 
 
@@ -243,4 +244,98 @@ async def test_a_pool_past_temporals_blob_limit_runs_and_continues_as_new(
             if e.HasField("workflow_execution_signaled_event_attributes")
         ]
         assert signals[0].input.payloads[0].metadata["encoding"] == b"json/plain"
+        await latest.terminate("test over")
+
+
+async def test_news_that_never_stops_cannot_hold_a_pool_past_its_hard_bound(
+    temporal_client: Client,
+) -> None:
+    """A stream of news with something always in flight (here the pool's status write, held)
+    kept a pool from continuing as new: at 3,000 claims reporting Ready a run grew to 3,449
+    events (1.4 MB, short of Temporal's suggestion), whose replay outlasted the workflow task
+    timeout on every retry. Past `HARD_HISTORY_EVENTS` the pool takes no more rounds until
+    what is in flight is done, then continues as new with what it was told. Each signal here
+    swaps the one pending pod for a new one: a round each, and the history stays small in
+    bytes, as the claims' reports are."""
+    client = temporal_client
+    queue = f"bound-{uuid.uuid4()}"
+    pool_id = f"nodepool-hard-{uuid.uuid4().hex[:8]}"
+    released = asyncio.Event()
+    plans = 0
+
+    @activity.defn(name="plan_capacity")
+    async def counted_plan(request: PlanRequest) -> Plan:
+        nonlocal plans
+        plans += 1
+        return Plan()
+
+    @activity.defn(name="sync_nodepool_status")
+    async def held_status_write(update: NodePoolStatusUpdate) -> None:
+        while not released.is_set():
+            activity.heartbeat()
+            await asyncio.sleep(0.2)
+
+    async def history_length(handle: WorkflowHandle) -> int:
+        described = await handle.describe()
+        return described.raw_description.workflow_execution_info.history_length
+
+    async def plans_made() -> int:
+        return plans
+
+    async with pool_workers(
+        client,
+        queue,
+        [NodePoolWorkflow, StandInClaim],
+        [counted_plan, record_events, held_status_write],
+    ):
+        previous = pods(0, 1)[0]
+        first = await client.start_workflow(
+            NodePoolWorkflow.run,
+            NodePoolInput(namespace="default", name="hard", state=PoolState(specs=specs())),
+            id=pool_id,
+            task_queue=queue,
+            start_signal="demand",
+            start_signal_args=[DemandUpdate(pods=[previous])],
+        )
+
+        async def swap(batch: int) -> None:
+            nonlocal previous
+            pod = pods(batch, 1)[0]
+            await first.signal(
+                NodePoolWorkflow.demand, DemandUpdate(pods=[pod], resolved=[previous.uid])
+            )
+            previous = pod
+
+        try:
+            batch = 1
+            while await history_length(first) < HARD_HISTORY_EVENTS:
+                planned = plans
+                await swap(batch)
+                batch += 1
+                async with asyncio.timeout(30):  # a round each, or the bound reached
+                    while plans == planned and await history_length(first) < HARD_HISTORY_EVENTS:
+                        await asyncio.sleep(0.01)
+            described = await first.describe()
+            assert described.status == WorkflowExecutionStatus.WORKFLOW_EXECUTION_STATUS_RUNNING
+            # Past the hard bound: the news is taken in, but starts no round.
+            plans_at_bound = plans
+            for extra in range(5):
+                await swap(batch + extra)
+            await asyncio.sleep(2)
+            assert plans == plans_at_bound
+        finally:
+            released.set()
+        # The write done, the run continues as new with the latest pod, and plans it.
+        await eventually(lambda: _runs(client, pool_id), lambda runs: len(runs) > 1)
+        assert await history_length(first) < HARD_HISTORY_EVENTS + 60
+        latest = client.get_workflow_handle(pool_id)
+        assert (await latest.query(NodePoolWorkflow.status)).pending_pods == 1
+        await eventually(plans_made, lambda n: n > plans_at_bound)
+        history = await first.fetch_history()
+        started = [
+            e.workflow_task_started_event_attributes
+            for e in history.events
+            if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED
+        ]
+        assert not any(s.suggest_continue_as_new for s in started)  # our bound, not Temporal's
         await latest.terminate("test over")
