@@ -197,12 +197,12 @@ class NodePoolWorkflow:
                 await self._publish_status()
             if workflow.info().is_continue_as_new_suggested():
                 await workflow.wait_condition(self._settled)
-                workflow.continue_as_new(self._input.model_copy(update={"state": self._state}))
+                self._continue_as_new()
             # This run started all the claims it may: the next run starts the rest, once
             # this one's starts are confirmed (a few seconds; news waits for that).
             if self._starts_left == 0:
                 await workflow.wait_condition(self._settled)
-                workflow.continue_as_new(self._input.model_copy(update={"state": self._state}))
+                self._continue_as_new()
             # Past our own bound, once nothing is in flight; news meanwhile is not kept
             # waiting for that (a burst's claim starts keep a pool busy for many rounds)
             # until the hard bound (`HARD_HISTORY_EVENTS`): then news waits.
@@ -211,7 +211,10 @@ class NodePoolWorkflow:
                     lambda: self._settled() or (self._dirty and not self._history.overdue())
                 )
                 if self._settled():
-                    workflow.continue_as_new(self._input.model_copy(update={"state": self._state}))
+                    self._continue_as_new()
+
+    def _continue_as_new(self) -> None:
+        workflow.continue_as_new(self._input.model_copy(update={"state": self._state}))
 
     def _settled(self) -> bool:
         """Nothing of this run in flight that the next run would not know about."""

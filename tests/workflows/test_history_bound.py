@@ -63,6 +63,26 @@ async def _pending(pool: WorkflowHandle) -> int:
     return (await pool.query(NodePoolWorkflow.status)).pending_pods
 
 
+async def _history_length(handle: WorkflowHandle) -> int:
+    described = await handle.describe()
+    return described.raw_description.workflow_execution_info.history_length
+
+
+async def _start_pool(
+    client: Client, queue: str, pool_id: str, state: PoolState, first: list[PodDemand]
+) -> WorkflowHandle:
+    """The pool as the trigger starts it: with its first demand."""
+    return await client.start_workflow(
+        NodePoolWorkflow.run,
+        NodePoolInput(namespace="default", name=pool_id, state=state),
+        id=pool_id,
+        task_queue=queue,
+        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+        start_signal="demand",
+        start_signal_args=[DemandUpdate(pods=first)],
+    )
+
+
 async def test_a_pool_continues_as_new_at_its_own_bound(
     temporal_client: Client,
 ) -> None:
@@ -75,15 +95,7 @@ async def test_a_pool_continues_as_new_at_its_own_bound(
         [NodePoolWorkflow, StandInClaim],
         [plan_nothing, record_events, sync_nodepool_status],
     ):
-        first = await client.start_workflow(
-            NodePoolWorkflow.run,
-            NodePoolInput(namespace="default", name="bound", state=PoolState(specs=specs())),
-            id=pool_id,
-            task_queue=queue,
-            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-            start_signal="demand",
-            start_signal_args=[DemandUpdate(pods=pods(0, 40))],
-        )
+        first = await _start_pool(client, queue, pool_id, PoolState(specs=specs()), pods(0, 40))
         sent = 40
         for batch in range(1, 60):
             if len(await _runs(client, pool_id)) > 1:
@@ -137,17 +149,8 @@ async def test_a_pool_that_carries_a_large_state_does_not_continue_as_new_every_
         [NodePoolWorkflow, StandInClaim],
         [plan_nothing, record_events, sync_nodepool_status],
     ):
-        pool = await client.start_workflow(
-            NodePoolWorkflow.run,
-            NodePoolInput(
-                namespace="default",
-                name="heavy",
-                state=PoolState(specs=specs(), blocked=waited),
-            ),
-            id=pool_id,
-            task_queue=queue,
-            start_signal="demand",
-            start_signal_args=[DemandUpdate(pods=pods(0, 5))],
+        pool = await _start_pool(
+            client, queue, pool_id, PoolState(specs=specs(), blocked=waited), pods(0, 5)
         )
         history = await pool.fetch_history()
         assert history.events[0].ByteSize() >= HISTORY_BYTES
@@ -198,15 +201,8 @@ async def test_a_pool_past_temporals_blob_limit_runs_and_continues_as_new(
         [NodePoolWorkflow, StandInClaim],
         [plan_nothing, record_events, sync_nodepool_status],
     ):
-        first = await client.start_workflow(
-            NodePoolWorkflow.run,
-            NodePoolInput(
-                namespace="default", name="large", state=PoolState(specs=specs(), pending=waiting)
-            ),
-            id=pool_id,
-            task_queue=queue,
-            start_signal="demand",
-            start_signal_args=[DemandUpdate(pods=pods(0, 5))],
+        first = await _start_pool(
+            client, queue, pool_id, PoolState(specs=specs(), pending=waiting), pods(0, 5)
         )
         sent = len(waiting) + 5
         # Each round plans every waiting pod (a ~2.8 MB plan request): a few make the run's
@@ -275,10 +271,6 @@ async def test_news_that_never_stops_cannot_hold_a_pool_past_its_hard_bound(
             activity.heartbeat()
             await asyncio.sleep(0.2)
 
-    async def history_length(handle: WorkflowHandle) -> int:
-        described = await handle.describe()
-        return described.raw_description.workflow_execution_info.history_length
-
     async def plans_made() -> int:
         return plans
 
@@ -289,14 +281,7 @@ async def test_news_that_never_stops_cannot_hold_a_pool_past_its_hard_bound(
         [counted_plan, record_events, held_status_write],
     ):
         previous = pods(0, 1)[0]
-        first = await client.start_workflow(
-            NodePoolWorkflow.run,
-            NodePoolInput(namespace="default", name="hard", state=PoolState(specs=specs())),
-            id=pool_id,
-            task_queue=queue,
-            start_signal="demand",
-            start_signal_args=[DemandUpdate(pods=[previous])],
-        )
+        first = await _start_pool(client, queue, pool_id, PoolState(specs=specs()), [previous])
 
         async def swap(batch: int) -> None:
             nonlocal previous
@@ -308,12 +293,12 @@ async def test_news_that_never_stops_cannot_hold_a_pool_past_its_hard_bound(
 
         try:
             batch = 1
-            while await history_length(first) < HARD_HISTORY_EVENTS:
+            while await _history_length(first) < HARD_HISTORY_EVENTS:
                 planned = plans
                 await swap(batch)
                 batch += 1
                 async with asyncio.timeout(30):  # a round each, or the bound reached
-                    while plans == planned and await history_length(first) < HARD_HISTORY_EVENTS:
+                    while plans == planned and await _history_length(first) < HARD_HISTORY_EVENTS:
                         await asyncio.sleep(0.01)
             described = await first.describe()
             assert described.status == WorkflowExecutionStatus.WORKFLOW_EXECUTION_STATUS_RUNNING
@@ -327,7 +312,7 @@ async def test_news_that_never_stops_cannot_hold_a_pool_past_its_hard_bound(
             released.set()
         # The write done, the run continues as new with the latest pod, and plans it.
         await eventually(lambda: _runs(client, pool_id), lambda runs: len(runs) > 1)
-        assert await history_length(first) < HARD_HISTORY_EVENTS + 60
+        assert await _history_length(first) < HARD_HISTORY_EVENTS + 60
         latest = client.get_workflow_handle(pool_id)
         assert (await latest.query(NodePoolWorkflow.status)).pending_pods == 1
         await eventually(plans_made, lambda n: n > plans_at_bound)
