@@ -1,7 +1,8 @@
 """A burst of pending pods, end to end: decision latency by stage and time to all bound.
 
     .venv/bin/python bench/burst.py --pods 1000 --topology split [--workers 3 --triggers 2]
-        [--pool-workers 1] [--kill-worker-after 3 [--kill-pool-holder]] [--json]
+        [--pool-workers 1 [--pool-task-timeout 3 --pool-sticky-timeout 2]]
+        [--kill-worker-after 3 [--kill-pool-holder]] [--json]
     .venv/bin/python bench/burst.py --pods 1000 --topology embedded
 
 `--topology split` (the default) runs what a cluster runs, each its own OS process on free
@@ -17,6 +18,9 @@ first worker S seconds after the first pod (with
 several workers polling its queues the others carry on; with none it is started again at
 once);
 `--kill-pool-holder` makes it the worker that ran the pool's latest workflow task.
+`--pool-task-timeout S` sets the pools' workflow task timeout (the trigger's
+CLOUDBURST_POOL_TASK_TIMEOUT_S), `--pool-sticky-timeout S` the pool workers' sticky queue
+timeout (CLOUDBURST_STICKY_QUEUE_TIMEOUT_S): together, what a crash of the pool's worker costs.
 
 Per pod it reports, from its creation (the bench's clock, before the create call):
   unschedulable   the simulator's scheduler set PodScheduled=False/Unschedulable (a watch)
@@ -86,6 +90,10 @@ class Report:
     workers: int = 1
     pool_workers: int = 0  # workers polling the pools' queue only; `workers` the claims'
     triggers: int = 1
+    # The pools' workflow task timeout and the pool workers' sticky queue timeout (seconds);
+    # None: the product's defaults.
+    pool_task_timeout_s: float | None = None
+    pool_sticky_timeout_s: float | None = None
     pods: int = 0
     rate: float | None = None  # pods created per second; None: as fast as 8 threads go
     pods_bound: int = 0
@@ -336,6 +344,8 @@ async def run_split(args: argparse.Namespace) -> Report:
         triggers=args.triggers,
         pods=args.pods,
         rate=args.rate,
+        pool_task_timeout_s=args.pool_task_timeout,
+        pool_sticky_timeout_s=args.pool_sticky_timeout,
     )
     say = (
         (lambda text: print(f"• {text}", file=sys.stderr, flush=True))
@@ -349,6 +359,16 @@ async def run_split(args: argparse.Namespace) -> Report:
         workers=args.workers,
         triggers=args.triggers,
         pool_workers=args.pool_workers,
+        trigger_settings=(
+            {}
+            if args.pool_task_timeout is None
+            else {"CLOUDBURST_POOL_TASK_TIMEOUT_S": str(args.pool_task_timeout)}
+        ),
+        pool_worker_settings=(
+            {}
+            if args.pool_sticky_timeout is None
+            else {"CLOUDBURST_STICKY_QUEUE_TIMEOUT_S": str(args.pool_sticky_timeout)}
+        ),
     )
     watch: PodWatch | None = None
     try:
@@ -569,8 +589,18 @@ def table(report: Report) -> str:
         f"{report.pods} pods{f' at {report.rate:g}/s' if report.rate else ''}, "
         f"{report.workers} worker(s)"
         + (f" + {report.pool_workers} for pools only" if report.pool_workers else "")
-        + f", {report.triggers} trigger(s) "
-        f"(load {report.load_average})",
+        + f", {report.triggers} trigger(s)"
+        + (
+            f", pool task timeout {report.pool_task_timeout_s:g} s"
+            if report.pool_task_timeout_s is not None
+            else ""
+        )
+        + (
+            f", pool workers' sticky timeout {report.pool_sticky_timeout_s:g} s"
+            if report.pool_sticky_timeout_s is not None
+            else ""
+        )
+        + f" (load {report.load_average})",
         f"  created in {report.seconds_to_create_pods} s; all bound after "
         f"{report.seconds_to_all_bound} s; every VM gone {report.seconds_to_all_gone} s "
         "after the pods went",
@@ -617,6 +647,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         type=int,
         default=0,
         help="that many more workers poll only the pools' queue, the --workers the claims'",
+    )
+    parser.add_argument(
+        "--pool-task-timeout",
+        type=float,
+        default=None,
+        help="the pools' workflow task timeout, seconds (CLOUDBURST_POOL_TASK_TIMEOUT_S)",
+    )
+    parser.add_argument(
+        "--pool-sticky-timeout",
+        type=float,
+        default=None,
+        help="the --pool-workers' sticky queue timeout, seconds",
     )
     parser.add_argument("--kill-worker-after", type=float, default=None, help="seconds")
     parser.add_argument(

@@ -43,7 +43,7 @@ import threading
 import time
 import traceback
 from collections import Counter
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -162,7 +162,8 @@ class Topology:
     """Temporal, the simulated cluster, and `workers` workers and `triggers` triggers (each
     its own process; no leader election: the pool workflow is the single writer). With
     `pool_workers`, that many more poll the pools' task queue only and the `workers` the
-    claims' only (`cloudburst worker --queues`, a Deployment of each)."""
+    claims' only (`cloudburst worker --queues`, a Deployment of each). `trigger_settings` and
+    `pool_worker_settings` are more environment (CLOUDBURST_...) for those processes."""
 
     def __init__(
         self,
@@ -172,6 +173,8 @@ class Topology:
         workers: int = 1,
         triggers: int = 1,
         pool_workers: int = 0,
+        trigger_settings: Mapping[str, str] | None = None,
+        pool_worker_settings: Mapping[str, str] | None = None,
     ) -> None:
         subprocess.run(
             [sys.executable, "-m", "compileall", "-q", *(str(REPO / p) for p in PACKAGES)],
@@ -260,17 +263,19 @@ class Topology:
             **{name: "pools" for name in _names("pool-worker", pool_workers)},
             **{name: "claims" if pool_workers else "all" for name in _names("worker", workers)},
         }
+        pool_worker_env = {**worker_env, **(pool_worker_settings or {})}
         self.workers = [
             Process(
                 name,
                 [str(BIN / "cloudburst"), "worker", "--queues", queues],
-                worker_env,
+                pool_worker_env if queues == "pools" else worker_env,
                 state / f"{name}.log",
             )
             for name, queues in self.queues.items()
         ]
+        trigger_env = {**product_env, **(trigger_settings or {})}
         self.triggers = [
-            Process(name, [str(BIN / "cloudburst"), "trigger"], product_env, state / f"{name}.log")
+            Process(name, [str(BIN / "cloudburst"), "trigger"], trigger_env, state / f"{name}.log")
             for name in _names("trigger", triggers)
         ]
 

@@ -5,7 +5,8 @@
 Starts the production topology as separate processes on free local ports (the helpers of
 bench/chaos.py): the Temporal dev server on a sqlite file in a temp dir, the simulated
 cluster (`python -m sim`, fake cloud, boot delay 0), ONE `cloudburst worker` and
-`cloudburst trigger` (which runs the node watcher). The N claims are made the way a pool
+`cloudburst trigger` (which runs the node watcher); with `--pool-workers N`, N more workers
+poll the pools' task queue only and the one worker the claims' (`cloudburst worker --queues`). The N claims are made the way a pool
 makes them: one NodePool with `minNodes: N` on the fake provider, so the trigger starts the
 pool workflow, which plans the floor once and starts N NodeClaimWorkflows as children.
 
@@ -409,6 +410,11 @@ class Report:
     rss_mb_peak_hwm: float = 0.0  # the kernel's VmHWM at the end of the idle window
     worker_cpu_s_ramp: float = 0.0
     worker_cpu_s_idle: float = 0.0
+    # With --pool-workers: the workers polling only the pools' queue (the figures above are
+    # the claims' worker's).
+    pool_workers: int = 0
+    pool_worker_rss_mb_at_all_ready: float = 0.0
+    pool_worker_cpu_s_ramp: float = 0.0
     worker_cpu_percent_idle: float = 0.0
     idle_seconds: float = 0.0
     # Idle window, from the histories (by event time).
@@ -465,23 +471,31 @@ async def run(args: argparse.Namespace) -> Report:
         else (lambda text: None)
     )
     state = Path(tempfile.mkdtemp(prefix="cloudburst-scale-"))
-    topology = Topology(state, boot_delay_s=0.0)
+    topology = Topology(state, boot_delay_s=0.0, pool_workers=args.pool_workers)
+    report.pool_workers = args.pool_workers
     sampler: Sampler | None = None
     try:
         topology.temporal.start()
         topology.sim.start()
         client = await connect(topology)
         api = await asyncio.to_thread(kube_client, topology)
-        topology.worker.start()
+        for worker in topology.workers:
+            worker.start()
         topology.trigger.start()
-        assert topology.worker.popen is not None
-        pid = topology.worker.popen.pid
+        # The last worker is the one that runs the claims (the first, with --pool-workers,
+        # runs only pools).
+        claims_worker, *_ = reversed(topology.workers)
+        pool_workers = topology.workers[: args.pool_workers]
+        assert claims_worker.popen is not None
+        pid = claims_worker.popen.pid
+        pool_pids = [w.popen.pid for w in pool_workers if w.popen is not None]
         sampler = Sampler(pid)
         sampler.start()
         await asyncio.sleep(3)  # the worker and the trigger connect
         wall_start = datetime.now(UTC)
         t0 = time.monotonic()
         cpu_t0 = cpu_s(pid)
+        pool_cpu_t0 = sum(cpu_s(p) for p in pool_pids)
         node_class = await asyncio.to_thread(seed, api, topology)
         pool = pool_body(args.claims, args.empty_ttl)
         if args.poll_seconds:
@@ -494,6 +508,8 @@ async def run(args: argparse.Namespace) -> Report:
         report.ready, report.failed = ready, failed
         report.worker_cpu_s_ramp = round(cpu_s(pid) - cpu_t0, 1)
         report.rss_mb_at_all_ready = round(sampler.sample()[1], 1)
+        report.pool_worker_cpu_s_ramp = round(sum(cpu_s(p) for p in pool_pids) - pool_cpu_t0, 1)
+        report.pool_worker_rss_mb_at_all_ready = round(sum(rss_mb(p)[0] for p in pool_pids), 1)
         first = next((t for t, n in curve if n > 0), None)
         half = next((t for t, n in curve if n >= args.claims / 2), None)
         report.seconds_to_first_ready = round(first - t0, 1) if first else None
@@ -662,6 +678,17 @@ def table(report: Report) -> str:
             f"{report.seconds_to_half_ready} / {report.seconds_to_all_ready} s",
         ),
         ("worker RSS at all Ready", f"{report.rss_mb_at_all_ready} MB"),
+        *(
+            [
+                (
+                    f"pool worker(s) ({report.pool_workers}): RSS at all Ready, CPU ramp",
+                    f"{report.pool_worker_rss_mb_at_all_ready} MB, "
+                    f"{report.pool_worker_cpu_s_ramp} s",
+                )
+            ]
+            if report.pool_workers
+            else []
+        ),
         (
             "worker RSS max idle / end idle",
             f"{report.rss_mb_max_idle} / {report.rss_mb_end_idle} MB",
@@ -746,6 +773,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=None,
         help="claims' Ready poll and the pool's periodic look every this many seconds instead "
         "of the defaults (4 h, 30 min): to observe whole safety-net cycles in a short window",
+    )
+    parser.add_argument(
+        "--pool-workers",
+        type=int,
+        default=0,
+        help="that many more workers poll only the pools' queue, the one worker the claims'",
     )
     parser.add_argument("--keep-state", action="store_true", help="keep logs and the db")
     parser.add_argument("--json", action="store_true", help="one JSON object on stdout")

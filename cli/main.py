@@ -10,6 +10,7 @@ import logging
 import os
 import signal
 import sys
+from datetime import timedelta
 from pathlib import Path
 from typing import Annotated
 
@@ -138,6 +139,7 @@ def trigger(
             cluster_id=settings.cluster_id,
             tenancy=settings.tenancy(),
             windows=BatchWindows.of(settings),
+            pool_task_timeout=timedelta(seconds=settings.pool_task_timeout_s),
         )
         with serving_health(settings.health_port, client, api_client):
             await asyncio.gather(NodeWatcher(client, api_client).run(stop), pending.run(stop))

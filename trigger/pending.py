@@ -17,7 +17,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from kubernetes import client as k8s
@@ -105,6 +105,7 @@ class PendingPodTrigger:
         windows: BatchWindows | None = None,
         claim_timings: ClaimTimings | None = None,
         tenancy: Tenancy | None = None,
+        pool_task_timeout: timedelta | None = None,
     ) -> None:
         self._temporal = temporal
         self._tenancy = tenancy or Tenancy()
@@ -114,6 +115,7 @@ class PendingPodTrigger:
         self._cluster_id = cluster_id
         self._windows = windows or BatchWindows()
         self._claim_timings = claim_timings
+        self._pool_task_timeout = pool_task_timeout  # None: Temporal's default
         self._pools: dict[PoolKey, NodePool] = {}
         self._classes: dict[PoolKey, NodeClass] = {}
         self._pending: dict[str, PoolKey] = {}  # pod uid -> pool it was sent to
@@ -462,6 +464,8 @@ class PendingPodTrigger:
             ),
             id=pool_workflow_id(namespace, name),
             task_queue=self._task_queue,
+            # Its later runs keep it: continue-as-new inherits the run's task timeout.
+            task_timeout=self._pool_task_timeout,
             # One workflow per pool: a start for a running pool just delivers the signal.
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
             start_signal="demand",

@@ -116,6 +116,13 @@ class Settings(BaseSettings):
     # Bounded: it becomes a pool's durable timer, and a duration no timer can hold would
     # fail the pool's workflow task, not this setting.
     partial_node_hold_s: float = Field(default=PARTIAL_NODE_HOLD_S, ge=0, le=60)
+    # The workflow task timeout of the pools the trigger starts (their later runs keep it):
+    # how long a pool waits on a task whose worker died before another worker takes it
+    # over, so most of what a SIGKILL of the pool's worker costs. Temporal's default, 10 s,
+    # suits a worker that also runs claims (a loaded one misses a shorter timeout, and a
+    # pool task that times out again on every retry is a pool that stopped); with pools on
+    # workers of their own (`worker_queues`, deploy/README.md) 3 s is enough.
+    pool_task_timeout_s: float = Field(default=10.0, ge=1, le=120)
 
     # --- who may reach what (docs/security.md) --------------------------------------------
     # The worker's own namespace: first-boot script Secrets live here (never in a tenant's).

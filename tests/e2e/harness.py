@@ -14,6 +14,7 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -266,6 +267,7 @@ async def running_trigger(
     idle_s: float = 0.3,
     max_s: float = 2.0,
     hold_s: float = 0.3,
+    pool_task_timeout: timedelta | None = None,
 ) -> AsyncIterator[PendingPodTrigger]:
     """The pending-pod trigger with short batching windows (and pools holding partly
     filled nodes back briefly), feeding this test's task queue."""
@@ -278,6 +280,7 @@ async def running_trigger(
         windows=BatchWindows(idle_s=idle_s, max_s=max_s, partial_node_hold_s=hold_s),
         claim_timings=timings,
         tenancy=stack.settings.tenancy(),
+        pool_task_timeout=pool_task_timeout,
     )
     task = asyncio.create_task(trigger.run(stop))
     try:

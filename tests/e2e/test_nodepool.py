@@ -8,6 +8,7 @@ import dataclasses
 import json
 import sys
 from collections.abc import Callable
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -96,7 +97,8 @@ async def test_pending_pods_get_nodes_then_leave(stack: Stack) -> None:
     async with (
         in_process_worker(stack),
         running_watcher(stack.temporal, stack.kube),
-        running_trigger(stack),
+        # The operator's (CLOUDBURST_POOL_TASK_TIMEOUT_S): what a crash of its worker costs.
+        running_trigger(stack, pool_task_timeout=timedelta(seconds=4)),
     ):
         for index, (cpu, memory) in enumerate([("500m", "512Mi"), ("1", "1Gi"), ("1500m", "2Gi")]):
             await in_thread(
@@ -125,6 +127,11 @@ async def test_pending_pods_get_nodes_then_leave(stack: Stack) -> None:
             field_selector="involvedObject.name=grow-0,reason=Nominated",
         )
         assert events.items, "no Nominated event on the pod"
+        described = await stack.temporal.get_workflow_handle(
+            pool_workflow_id("default", "grow")
+        ).describe()
+        config = described.raw_description.execution_config
+        assert config.default_workflow_task_timeout.ToTimedelta() == timedelta(seconds=4)
 
         await delete_pods(stack, "grow")
         await eventually(

@@ -157,6 +157,17 @@ def test_a_hold_no_pool_timer_could_keep_is_refused_here(
         Settings()
 
 
+@pytest.mark.parametrize("value", ["0", "0.5", "600"])
+def test_a_pool_task_timeout_temporal_would_refuse_is_refused_here(
+    monkeypatch: pytest.MonkeyPatch, value: str
+) -> None:
+    """Under a second every busy pool would time its tasks out; Temporal caps the timeout
+    at two minutes. Refused with the setting's name when the trigger starts."""
+    monkeypatch.setenv("CLOUDBURST_POOL_TASK_TIMEOUT_S", value)
+    with pytest.raises(ValueError, match="pool_task_timeout_s"):
+        Settings()
+
+
 def test_worker_queues_choose_the_task_queues_a_worker_polls(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -13,6 +13,7 @@ import asyncio
 import operator
 import secrets
 import uuid
+from datetime import timedelta
 from functools import partial
 
 from temporalio import activity, workflow
@@ -69,7 +70,12 @@ async def _history_length(handle: WorkflowHandle) -> int:
 
 
 async def _start_pool(
-    client: Client, queue: str, pool_id: str, state: PoolState, first: list[PodDemand]
+    client: Client,
+    queue: str,
+    pool_id: str,
+    state: PoolState,
+    first: list[PodDemand],
+    task_timeout: timedelta | None = None,
 ) -> WorkflowHandle:
     """The pool as the trigger starts it: with its first demand."""
     return await client.start_workflow(
@@ -77,6 +83,7 @@ async def _start_pool(
         NodePoolInput(namespace="default", name=pool_id, state=state),
         id=pool_id,
         task_queue=queue,
+        task_timeout=task_timeout,
         id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
         start_signal="demand",
         start_signal_args=[DemandUpdate(pods=first)],
@@ -95,7 +102,9 @@ async def test_a_pool_continues_as_new_at_its_own_bound(
         [NodePoolWorkflow, StandInClaim],
         [plan_nothing, record_events, sync_nodepool_status],
     ):
-        first = await _start_pool(client, queue, pool_id, PoolState(specs=specs()), pods(0, 40))
+        first = await _start_pool(
+            client, queue, pool_id, PoolState(specs=specs()), pods(0, 40), timedelta(seconds=4)
+        )
         sent = 40
         for batch in range(1, 60):
             if len(await _runs(client, pool_id)) > 1:
@@ -123,6 +132,10 @@ async def test_a_pool_continues_as_new_at_its_own_bound(
         assert max(s.history_size_bytes for s in started) >= HISTORY_BYTES
 
         latest = client.get_workflow_handle(pool_id)
+        # The operator's task timeout (the trigger's CLOUDBURST_POOL_TASK_TIMEOUT_S) holds
+        # in the new run too: what a crash of the pool's worker costs does not drift back.
+        config = (await latest.describe()).raw_description.execution_config
+        assert config.default_workflow_task_timeout.ToTimedelta() == timedelta(seconds=4)
         # Nothing was lost crossing over: every pod sent is still pending in the new run.
         status = await latest.query(NodePoolWorkflow.status)
         assert status.pending_pods == sent
