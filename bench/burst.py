@@ -400,6 +400,7 @@ async def run_split(args: argparse.Namespace) -> Report:
                 args.kill_worker_after,
                 report,
                 pool_holder=args.kill_pool_holder,
+                claims_worker=args.kill_claims_worker,
                 graceful=args.kill_signal == "TERM",
             )
         )
@@ -526,10 +527,13 @@ async def kill_worker(
     report: Report,
     *,
     pool_holder: bool = False,
+    claims_worker: bool = False,
     graceful: bool = False,
 ) -> None:
     """SIGKILL a worker `after_s` into the burst: the first, or (`pool_holder`) the one that
-    ran the pool's latest workflow task — the kill that stalls every waiting pod. With
+    ran the pool's latest workflow task — the kill that stalls every waiting pod — or
+    (`claims_worker`) the first that runs claims (the first of all unless pools have
+    workers of their own): the kill that stalls the claims it held. With
     `graceful`, SIGTERM instead (what a rollout or a node drain sends), and wait for it to
     exit as Kubernetes would, up to its grace period."""
     if after_s is None:
@@ -537,6 +541,8 @@ async def kill_worker(
     t0 = time.monotonic()
     await asyncio.sleep(after_s)
     victim = topology.worker
+    if claims_worker:
+        victim = next(w for w in topology.workers if topology.queues[w.name] != "pools")
     if pool_holder:
         holder = await _pool_holder_pid(client)
         victim = next((w for w in topology.workers if w.popen and w.popen.pid == holder), victim)
@@ -665,6 +671,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--kill-pool-holder",
         action="store_true",
         help="kill the worker running the pool's workflow (not the first worker)",
+    )
+    parser.add_argument(
+        "--kill-claims-worker",
+        action="store_true",
+        help="kill the first worker that runs claims (not a --pool-workers one)",
     )
     parser.add_argument(
         "--kill-signal",
