@@ -32,6 +32,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal
 
+from aiohttp import web
 from kubernetes import client as k8s
 from temporalio.client import Client
 from temporalio.service import RPCError
@@ -46,6 +47,7 @@ from sim.cluster import SimulatedCluster
 from trigger.nodes import NodeWatcher
 from trigger.pending import BatchWindows, PendingPodTrigger
 from worker.client import connect_temporal, kube_api_client
+from worker.codec_server import codec_app
 from worker.main import run_worker
 from worker.settings import Settings
 from workflows.nodeclaim import NodeClaimWorkflow
@@ -86,6 +88,8 @@ class StackOptions:
     state_dir: Path
     temporal_port: int = 7233
     ui_port: int | None = 8233  # None: headless
+    # The Web UI's codec server (worker/codec_server.py), in this process; with the UI only.
+    codec_port: int = 8234
     persistent: bool = True
     boot_delay_s: float = 1.0
     ready_delay_s: float = 1.0
@@ -131,7 +135,11 @@ async def embedded_stack(options: StackOptions) -> AsyncIterator[EmbeddedStack]:
     )
     stop = asyncio.Event()
     tasks: list[asyncio.Task[Any]] = []
+    codec = web.AppRunner(codec_app(_ui_origins(options)))
     try:
+        if options.ui_port is not None:
+            await codec.setup()
+            await web.TCPSite(codec, "127.0.0.1", options.codec_port).start()
         cluster.start()
         kubeconfig = options.state_dir / "kubeconfig"
         cluster.write_kubeconfig(kubeconfig)
@@ -172,6 +180,7 @@ async def embedded_stack(options: StackOptions) -> AsyncIterator[EmbeddedStack]:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(task, timeout=10)
         cluster.stop()
+        await codec.cleanup()
         server.terminate()
         try:
             server.wait(timeout=10)
@@ -352,6 +361,13 @@ def _create_or_replace(create: Any, replace: Any) -> None:
         replace()
 
 
+def _ui_origins(options: StackOptions) -> list[str]:
+    """Where a browser shows the dev server's UI from: the codec server answers those."""
+    if options.ui_port is None:
+        return []
+    return [f"http://{host}:{options.ui_port}" for host in ("127.0.0.1", "localhost")]
+
+
 def _start_temporal(options: StackOptions) -> subprocess.Popen[bytes]:
     args = [
         temporal_cli(),
@@ -367,7 +383,14 @@ def _start_temporal(options: StackOptions) -> subprocess.Popen[bytes]:
     if options.ui_port is None:
         args.append("--headless")
     else:
-        args += ["--ui-port", str(options.ui_port), "--ui-disable-news-fetch"]
+        args += [
+            "--ui-port",
+            str(options.ui_port),
+            "--ui-disable-news-fetch",
+            # Pools' and bursts' largest payloads are compressed: the UI shows them as JSON.
+            "--ui-codec-endpoint",
+            f"http://127.0.0.1:{options.codec_port}",
+        ]
     if options.persistent:
         args += ["--db-filename", str(options.state_dir / "temporal.db")]
     for key in search_attributes.ALL:

@@ -154,6 +154,9 @@ def dev(
     ] = Path(".cloudburst/dev"),
     port: Annotated[int, typer.Option(help="Temporal gRPC port")] = 7233,
     ui_port: Annotated[int, typer.Option(help="Temporal Web UI port")] = 8233,
+    codec_port: Annotated[
+        int, typer.Option(help="the Web UI's codec server port (compressed payloads as JSON)")
+    ] = 8234,
     empty_ttl: Annotated[int, typer.Option(help="sample pool's ttlSecondsAfterEmpty")] = 30,
     kube_port: Annotated[int, typer.Option(help="simulated Kubernetes API port")] = 16443,
     cloud_port: Annotated[int, typer.Option(help="fake cloud API port")] = 18788,
@@ -188,6 +191,7 @@ def dev(
         state_dir=state_dir.resolve(),
         temporal_port=port,
         ui_port=ui_port,
+        codec_port=codec_port,
         empty_ttl_s=empty_ttl,
         kube_port=kube_port,
         cloud_port=cloud_port,
@@ -298,6 +302,27 @@ def demo(
             f"✓ {verdict}" if report.ok else f"✗ {verdict}", style="green" if report.ok else "red"
         )
     raise typer.Exit(code=0 if report.ok else 1)
+
+
+@app.command("codec-server")
+def codec_server(
+    host: Annotated[str, typer.Option(help="address to listen on")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="port to listen on")] = 8234,
+    cors_origin: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="the Web UI's origin (e.g. https://temporal.example.com), which a browser "
+            "calls the codec server from; repeat for several"
+        ),
+    ] = None,
+) -> None:
+    """Serve Temporal's codec protocol for our compressed payloads: point the Web UI
+    (TEMPORAL_CODEC_ENDPOINT) or `temporal workflow show --codec-endpoint` at it."""
+    from aiohttp import web
+
+    from worker.codec_server import codec_app
+
+    web.run_app(codec_app(cors_origin or []), host=host, port=port, print=None)
 
 
 @app.command()
