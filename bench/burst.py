@@ -67,6 +67,7 @@ from worker.payload_codec import decompressed
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from chaos import (
     Topology,
+    add_pool_worker_options,
     admin,
     connect,
     kube_client,
@@ -359,16 +360,8 @@ async def run_split(args: argparse.Namespace) -> Report:
         workers=args.workers,
         triggers=args.triggers,
         pool_workers=args.pool_workers,
-        trigger_settings=(
-            {}
-            if args.pool_task_timeout is None
-            else {"CLOUDBURST_POOL_TASK_TIMEOUT_S": str(args.pool_task_timeout)}
-        ),
-        pool_worker_settings=(
-            {}
-            if args.pool_sticky_timeout is None
-            else {"CLOUDBURST_STICKY_QUEUE_TIMEOUT_S": str(args.pool_sticky_timeout)}
-        ),
+        pool_task_timeout_s=args.pool_task_timeout,
+        pool_sticky_timeout_s=args.pool_sticky_timeout,
     )
     watch: PodWatch | None = None
     try:
@@ -648,24 +641,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--topology", choices=("split", "embedded"), default="split")
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--triggers", type=int, default=1)
-    parser.add_argument(
-        "--pool-workers",
-        type=int,
-        default=0,
-        help="that many more workers poll only the pools' queue, the --workers the claims'",
-    )
-    parser.add_argument(
-        "--pool-task-timeout",
-        type=float,
-        default=None,
-        help="the pools' workflow task timeout, seconds (CLOUDBURST_POOL_TASK_TIMEOUT_S)",
-    )
-    parser.add_argument(
-        "--pool-sticky-timeout",
-        type=float,
-        default=None,
-        help="the --pool-workers' sticky queue timeout, seconds",
-    )
+    add_pool_worker_options(parser, claims_workers="the --workers")
     parser.add_argument("--kill-worker-after", type=float, default=None, help="seconds")
     parser.add_argument(
         "--kill-pool-holder",

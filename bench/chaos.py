@@ -43,7 +43,7 @@ import threading
 import time
 import traceback
 from collections import Counter
-from collections.abc import Awaitable, Mapping
+from collections.abc import Awaitable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -158,12 +158,39 @@ def _own_group_dying_with_parent() -> None:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
+def _setting(name: str, value: float | None) -> dict[str, str]:
+    return {} if value is None else {name: str(value)}
+
+
+def add_pool_worker_options(parser: argparse.ArgumentParser, claims_workers: str) -> None:
+    """--pool-workers and the pools' timeouts, as every bench of the topology takes them."""
+    parser.add_argument(
+        "--pool-workers",
+        type=int,
+        default=0,
+        help=f"that many more workers poll only the pools' queue, {claims_workers} the claims'",
+    )
+    parser.add_argument(
+        "--pool-task-timeout",
+        type=float,
+        default=None,
+        help="the pools' workflow task timeout, seconds (CLOUDBURST_POOL_TASK_TIMEOUT_S)",
+    )
+    parser.add_argument(
+        "--pool-sticky-timeout",
+        type=float,
+        default=None,
+        help="the --pool-workers' sticky queue timeout, seconds",
+    )
+
+
 class Topology:
     """Temporal, the simulated cluster, and `workers` workers and `triggers` triggers (each
     its own process; no leader election: the pool workflow is the single writer). With
     `pool_workers`, that many more poll the pools' task queue only and the `workers` the
-    claims' only (`cloudburst worker --queues`, a Deployment of each). `trigger_settings` and
-    `pool_worker_settings` are more environment (CLOUDBURST_...) for those processes."""
+    claims' only (`cloudburst worker --queues`, a Deployment of each). `pool_task_timeout_s`:
+    the trigger's CLOUDBURST_POOL_TASK_TIMEOUT_S; `pool_sticky_timeout_s`: the pool workers'
+    CLOUDBURST_STICKY_QUEUE_TIMEOUT_S (None: the product's defaults)."""
 
     def __init__(
         self,
@@ -173,8 +200,8 @@ class Topology:
         workers: int = 1,
         triggers: int = 1,
         pool_workers: int = 0,
-        trigger_settings: Mapping[str, str] | None = None,
-        pool_worker_settings: Mapping[str, str] | None = None,
+        pool_task_timeout_s: float | None = None,
+        pool_sticky_timeout_s: float | None = None,
     ) -> None:
         subprocess.run(
             [sys.executable, "-m", "compileall", "-q", *(str(REPO / p) for p in PACKAGES)],
@@ -263,7 +290,10 @@ class Topology:
             **{name: "pools" for name in _names("pool-worker", pool_workers)},
             **{name: "claims" if pool_workers else "all" for name in _names("worker", workers)},
         }
-        pool_worker_env = {**worker_env, **(pool_worker_settings or {})}
+        pool_worker_env = {
+            **worker_env,
+            **_setting("CLOUDBURST_STICKY_QUEUE_TIMEOUT_S", pool_sticky_timeout_s),
+        }
         self.workers = [
             Process(
                 name,
@@ -273,7 +303,10 @@ class Topology:
             )
             for name, queues in self.queues.items()
         ]
-        trigger_env = {**product_env, **(trigger_settings or {})}
+        trigger_env = {
+            **product_env,
+            **_setting("CLOUDBURST_POOL_TASK_TIMEOUT_S", pool_task_timeout_s),
+        }
         self.triggers = [
             Process(name, [str(BIN / "cloudburst"), "trigger"], trigger_env, state / f"{name}.log")
             for name in _names("trigger", triggers)
@@ -453,7 +486,9 @@ class Chaos:
                 server_kills_left -= 1
                 await self._bounce(self.topology.temporal, pause=(0.5, 2.0))
             elif roll < 0.75:
-                await self._bounce(self.topology.worker, pause=(0.2, 3.0))
+                # Any worker: with --pool-workers, a pools' one or the claims' one.
+                victim = self.rng.choice(self.topology.workers)
+                await self._bounce(victim, pause=(0.2, 3.0))
             else:
                 await self._bounce(self.topology.trigger, pause=(0.2, 3.0))
 
@@ -674,7 +709,13 @@ async def soak(args: argparse.Namespace) -> Report:
     started = time.monotonic()
     rng = random.Random(args.seed)
     state = Path(tempfile.mkdtemp(prefix="cloudburst-chaos-"))
-    topology = Topology(state, args.boot_delay)
+    topology = Topology(
+        state,
+        args.boot_delay,
+        pool_workers=args.pool_workers,
+        pool_task_timeout_s=args.pool_task_timeout,
+        pool_sticky_timeout_s=args.pool_sticky_timeout,
+    )
     histories = Path(args.histories) if args.histories else None
     if histories:
         histories.mkdir(parents=True, exist_ok=True)
@@ -684,7 +725,8 @@ async def soak(args: argparse.Namespace) -> Report:
         client = await connect(topology)
         api = await asyncio.to_thread(kube_client, topology)
         await asyncio.to_thread(seed, api, topology, args.empty_ttl)
-        topology.worker.start()
+        for worker in topology.workers:
+            worker.start()
         topology.trigger.start()
         watch = BindWatch(api)
         watch.start()
@@ -699,7 +741,7 @@ async def soak(args: argparse.Namespace) -> Report:
         await asyncio.gather(*background)
         watch.stop()
         report.kills = dict(chaos.kills)
-        for process in (topology.temporal, topology.worker, topology.trigger):
+        for process in (topology.temporal, *topology.workers, topology.trigger):
             if process.popen is None or process.popen.poll() is not None:
                 process.start()  # a kill at the very end: everything is up for the settling
         client = await connect(topology)
@@ -755,6 +797,7 @@ def main() -> None:
     )
     parser.add_argument("--server-kills", type=int, default=2)
     parser.add_argument("--server-kill-chance", type=float, default=0.08)
+    add_pool_worker_options(parser, claims_workers="the one worker")
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--histories", help="write every pool and claim history here")
     parser.add_argument("--keep-state", action="store_true", help="keep logs and the db")

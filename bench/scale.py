@@ -63,6 +63,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from chaos import (
     CLUSTER_ID,
     Topology,
+    add_pool_worker_options,
     admin,
     connect,
     kube_client,
@@ -471,7 +472,13 @@ async def run(args: argparse.Namespace) -> Report:
         else (lambda text: None)
     )
     state = Path(tempfile.mkdtemp(prefix="cloudburst-scale-"))
-    topology = Topology(state, boot_delay_s=0.0, pool_workers=args.pool_workers)
+    topology = Topology(
+        state,
+        boot_delay_s=0.0,
+        pool_workers=args.pool_workers,
+        pool_task_timeout_s=args.pool_task_timeout,
+        pool_sticky_timeout_s=args.pool_sticky_timeout,
+    )
     report.pool_workers = args.pool_workers
     sampler: Sampler | None = None
     try:
@@ -774,12 +781,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="claims' Ready poll and the pool's periodic look every this many seconds instead "
         "of the defaults (4 h, 30 min): to observe whole safety-net cycles in a short window",
     )
-    parser.add_argument(
-        "--pool-workers",
-        type=int,
-        default=0,
-        help="that many more workers poll only the pools' queue, the one worker the claims'",
-    )
+    add_pool_worker_options(parser, claims_workers="the one worker")
     parser.add_argument("--keep-state", action="store_true", help="keep logs and the db")
     parser.add_argument("--json", action="store_true", help="one JSON object on stdout")
     parser.add_argument("-v", "--verbose", action="store_true", help="progress on stderr")

@@ -17,7 +17,9 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_three_claims_ready_idle_and_gone() -> None:
     run = subprocess.run(
         [sys.executable, str(ROOT / "bench" / "scale.py"), "--claims", "3",
-         "--idle-minutes", "0.2", "--empty-ttl", "2", "--json"],
+         "--idle-minutes", "0.2", "--empty-ttl", "2", "--json",
+         # As a large cluster deploys it: the pools on a worker of their own.
+         "--pool-workers", "1", "--pool-task-timeout", "3"],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -32,3 +34,4 @@ def test_three_claims_ready_idle_and_gone() -> None:
     # them at its minNodes instead of letting them go and starting others.
     assert report["vms_created"] == 3 and report["vms_leaked"] == 0, report
     assert report["claim_events_to_ready_mean"] > 0 and report["rss_mb_at_all_ready"] > 0, report
+    assert report["pool_worker_rss_mb_at_all_ready"] > 0, report
