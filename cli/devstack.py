@@ -139,7 +139,13 @@ async def embedded_stack(options: StackOptions) -> AsyncIterator[EmbeddedStack]:
     try:
         if options.ui_port is not None:
             await codec.setup()
-            await web.TCPSite(codec, "127.0.0.1", options.codec_port).start()
+            try:
+                await web.TCPSite(codec, "127.0.0.1", options.codec_port).start()
+            except OSError as err:
+                raise RuntimeError(
+                    f"the codec server cannot listen on 127.0.0.1:{options.codec_port} ({err}); "
+                    "is another `cloudburst dev` running? (--codec-port)"
+                ) from err
         cluster.start()
         kubeconfig = options.state_dir / "kubeconfig"
         cluster.write_kubeconfig(kubeconfig)

@@ -171,6 +171,7 @@ def dev(
     """Run the embedded stack: Temporal + Web UI, simulated cluster, worker, watcher."""
     from cli.devstack import (
         SAMPLE_POOL,
+        EmbeddedStack,
         StackOptions,
         cheapest_offering,
         embedded_stack,
@@ -201,25 +202,32 @@ def dev(
 
     async def main(stop: asyncio.Event) -> None:
         console = stdout_console()
-        async with embedded_stack(options) as stack:
-            kubeconfig = stack.kubeconfig
-            offering = cheapest_offering(stack.cluster).key
-            providers = ", ".join(stack.cluster.standins)
-            standin_lines = ""
-            for name, handle in stack.cluster.standins.items():
-                if name == "fake":
-                    continue
-                try:
-                    hint = f"   (try --offering {standin_offering(stack.cluster, name).key})"
-                except Exception as err:  # only a hint
-                    hint = f"   (no offering found: {err})"
-                standin_lines += f"\n  {name + ' API':<17} {handle.endpoint}{hint}"
-            for name, why in stack.cluster.missing_standins.items():
-                err_console.print(f"! {name} left out: {why}", style="yellow")
-            console.print("\nCloudburst embedded stack is up", style="bold green")
-            console.print(
-                f"""  Temporal Web UI   http://127.0.0.1:{ui_port}  (claims: WorkflowType = "NodeClaimWorkflow")
+        try:
+            async with embedded_stack(options) as stack:
+                await serve(stack, console, stop)
+        except RuntimeError as err:  # a port in use, a server that did not come up
+            raise fail(str(err)) from None
+
+    async def serve(stack: EmbeddedStack, console: Console, stop: asyncio.Event) -> None:
+        kubeconfig = stack.kubeconfig
+        offering = cheapest_offering(stack.cluster).key
+        providers = ", ".join(stack.cluster.standins)
+        standin_lines = ""
+        for name, handle in stack.cluster.standins.items():
+            if name == "fake":
+                continue
+            try:
+                hint = f"   (try --offering {standin_offering(stack.cluster, name).key})"
+            except Exception as err:  # only a hint
+                hint = f"   (no offering found: {err})"
+            standin_lines += f"\n  {name + ' API':<17} {handle.endpoint}{hint}"
+        for name, why in stack.cluster.missing_standins.items():
+            err_console.print(f"! {name} left out: {why}", style="yellow")
+        console.print("\nCloudburst embedded stack is up", style="bold green")
+        console.print(
+            f"""  Temporal Web UI   http://127.0.0.1:{ui_port}  (claims: WorkflowType = "NodeClaimWorkflow")
   Temporal gRPC     127.0.0.1:{port}
+  Codec server      http://127.0.0.1:{codec_port}  (the UI's; `temporal workflow show --codec-endpoint`)
   Kubernetes API    {stack.cluster.kube_url}   (kubeconfig: {kubeconfig})
   Fake cloud API    {stack.cluster.cloud_url}{standin_lines}
   Sample NodePool   default/{SAMPLE_POOL} (providers: {providers}; empty TTL {empty_ttl}s)
@@ -233,9 +241,9 @@ Try, in another shell:
   kubectl get nodes -L cloudburst.io/nodeclaim
 Press Ctrl-C to stop.
 """,
-                soft_wrap=True,
-            )
-            await stop.wait()
+            soft_wrap=True,
+        )
+        await stop.wait()
 
     asyncio.run(_until_signalled(main))
 
