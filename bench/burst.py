@@ -66,8 +66,9 @@ from worker.payload_codec import decompressed
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from chaos import (
+    TaskTimeouts,
     Topology,
-    add_pool_worker_options,
+    add_topology_options,
     admin,
     connect,
     kube_client,
@@ -91,10 +92,9 @@ class Report:
     workers: int = 1
     pool_workers: int = 0  # workers polling the pools' queue only; `workers` the claims'
     triggers: int = 1
-    # The pools' workflow task timeout and the pool workers' sticky queue timeout (seconds);
-    # None: the product's defaults.
-    pool_task_timeout_s: float | None = None
-    pool_sticky_timeout_s: float | None = None
+    # The task and sticky queue timeouts the run set (`TaskTimeouts`, seconds); the rest are
+    # the product's defaults.
+    timeouts: dict[str, float] = field(default_factory=dict)
     pods: int = 0
     rate: float | None = None  # pods created per second; None: as fast as 8 threads go
     pods_bound: int = 0
@@ -345,8 +345,7 @@ async def run_split(args: argparse.Namespace) -> Report:
         triggers=args.triggers,
         pods=args.pods,
         rate=args.rate,
-        pool_task_timeout_s=args.pool_task_timeout,
-        pool_sticky_timeout_s=args.pool_sticky_timeout,
+        timeouts=TaskTimeouts.of(args).given(),
     )
     say = (
         (lambda text: print(f"• {text}", file=sys.stderr, flush=True))
@@ -360,8 +359,7 @@ async def run_split(args: argparse.Namespace) -> Report:
         workers=args.workers,
         triggers=args.triggers,
         pool_workers=args.pool_workers,
-        pool_task_timeout_s=args.pool_task_timeout,
-        pool_sticky_timeout_s=args.pool_sticky_timeout,
+        timeouts=TaskTimeouts.of(args),
     )
     watch: PodWatch | None = None
     try:
@@ -589,15 +587,8 @@ def table(report: Report) -> str:
         f"{report.workers} worker(s)"
         + (f" + {report.pool_workers} for pools only" if report.pool_workers else "")
         + f", {report.triggers} trigger(s)"
-        + (
-            f", pool task timeout {report.pool_task_timeout_s:g} s"
-            if report.pool_task_timeout_s is not None
-            else ""
-        )
-        + (
-            f", pool workers' sticky timeout {report.pool_sticky_timeout_s:g} s"
-            if report.pool_sticky_timeout_s is not None
-            else ""
+        + "".join(
+            f", {kind.replace('_', ' ')} timeout {s:g} s" for kind, s in report.timeouts.items()
         )
         + f" (load {report.load_average})",
         f"  created in {report.seconds_to_create_pods} s; all bound after "
@@ -641,7 +632,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--topology", choices=("split", "embedded"), default="split")
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--triggers", type=int, default=1)
-    add_pool_worker_options(parser, claims_workers="the --workers")
+    add_topology_options(parser, claims_workers="the --workers")
     parser.add_argument("--kill-worker-after", type=float, default=None, help="seconds")
     parser.add_argument(
         "--kill-pool-holder",

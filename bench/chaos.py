@@ -158,39 +158,70 @@ def _own_group_dying_with_parent() -> None:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
+@dataclass(frozen=True)
+class TaskTimeouts:
+    """What a crash of a worker costs, as a run sets it (seconds; None: the product's
+    default): the pools' and their claims' workflow task timeouts (the trigger's
+    CLOUDBURST_POOL_TASK_TIMEOUT_S and CLOUDBURST_CLAIM_TASK_TIMEOUT_S) and the sticky queue
+    timeout of the workers polling only pools and of the others
+    (CLOUDBURST_STICKY_QUEUE_TIMEOUT_S)."""
+
+    pool_task: float | None = None
+    pool_sticky: float | None = None
+    claim_task: float | None = None
+    claim_sticky: float | None = None
+
+    @classmethod
+    def of(cls, args: argparse.Namespace) -> TaskTimeouts:
+        return cls(
+            args.pool_task_timeout,
+            args.pool_sticky_timeout,
+            args.claim_task_timeout,
+            args.claim_sticky_timeout,
+        )
+
+    def trigger_env(self) -> dict[str, str]:
+        return {
+            **_setting("CLOUDBURST_POOL_TASK_TIMEOUT_S", self.pool_task),
+            **_setting("CLOUDBURST_CLAIM_TASK_TIMEOUT_S", self.claim_task),
+        }
+
+    def worker_env(self, queues: str) -> dict[str, str]:
+        sticky = self.pool_sticky if queues == "pools" else self.claim_sticky
+        return _setting("CLOUDBURST_STICKY_QUEUE_TIMEOUT_S", sticky)
+
+    def given(self) -> dict[str, float]:
+        return {k: v for k, v in asdict(self).items() if v is not None}
+
+
 def _setting(name: str, value: float | None) -> dict[str, str]:
     return {} if value is None else {name: str(value)}
 
 
-def add_pool_worker_options(parser: argparse.ArgumentParser, claims_workers: str) -> None:
-    """--pool-workers and the pools' timeouts, as every bench of the topology takes them."""
+def add_topology_options(parser: argparse.ArgumentParser, claims_workers: str) -> None:
+    """--pool-workers and the task timeouts (`TaskTimeouts`), as every bench of the topology
+    takes them."""
     parser.add_argument(
         "--pool-workers",
         type=int,
         default=0,
         help=f"that many more workers poll only the pools' queue, {claims_workers} the claims'",
     )
-    parser.add_argument(
-        "--pool-task-timeout",
-        type=float,
-        default=None,
-        help="the pools' workflow task timeout, seconds (CLOUDBURST_POOL_TASK_TIMEOUT_S)",
-    )
-    parser.add_argument(
-        "--pool-sticky-timeout",
-        type=float,
-        default=None,
-        help="the --pool-workers' sticky queue timeout, seconds",
-    )
+    for kind, whose in (
+        ("pool-task", "the pools' workflow task timeout (CLOUDBURST_POOL_TASK_TIMEOUT_S)"),
+        ("pool-sticky", "the --pool-workers' sticky queue timeout"),
+        ("claim-task", "the claims' workflow task timeout (CLOUDBURST_CLAIM_TASK_TIMEOUT_S)"),
+        ("claim-sticky", "the other workers' sticky queue timeout"),
+    ):
+        parser.add_argument(f"--{kind}-timeout", type=float, default=None, help=f"{whose}, s")
 
 
 class Topology:
     """Temporal, the simulated cluster, and `workers` workers and `triggers` triggers (each
     its own process; no leader election: the pool workflow is the single writer). With
     `pool_workers`, that many more poll the pools' task queue only and the `workers` the
-    claims' only (`cloudburst worker --queues`, a Deployment of each). `pool_task_timeout_s`:
-    the trigger's CLOUDBURST_POOL_TASK_TIMEOUT_S; `pool_sticky_timeout_s`: the pool workers'
-    CLOUDBURST_STICKY_QUEUE_TIMEOUT_S (None: the product's defaults)."""
+    claims' only (`cloudburst worker --queues`, a Deployment of each). `timeouts`: what a
+    worker's crash costs, when a run sets it."""
 
     def __init__(
         self,
@@ -200,8 +231,7 @@ class Topology:
         workers: int = 1,
         triggers: int = 1,
         pool_workers: int = 0,
-        pool_task_timeout_s: float | None = None,
-        pool_sticky_timeout_s: float | None = None,
+        timeouts: TaskTimeouts = TaskTimeouts(),
     ) -> None:
         subprocess.run(
             [sys.executable, "-m", "compileall", "-q", *(str(REPO / p) for p in PACKAGES)],
@@ -290,23 +320,16 @@ class Topology:
             **{name: "pools" for name in _names("pool-worker", pool_workers)},
             **{name: "claims" if pool_workers else "all" for name in _names("worker", workers)},
         }
-        pool_worker_env = {
-            **worker_env,
-            **_setting("CLOUDBURST_STICKY_QUEUE_TIMEOUT_S", pool_sticky_timeout_s),
-        }
         self.workers = [
             Process(
                 name,
                 [str(BIN / "cloudburst"), "worker", "--queues", queues],
-                pool_worker_env if queues == "pools" else worker_env,
+                {**worker_env, **timeouts.worker_env(queues)},
                 state / f"{name}.log",
             )
             for name, queues in self.queues.items()
         ]
-        trigger_env = {
-            **product_env,
-            **_setting("CLOUDBURST_POOL_TASK_TIMEOUT_S", pool_task_timeout_s),
-        }
+        trigger_env = {**product_env, **timeouts.trigger_env()}
         self.triggers = [
             Process(name, [str(BIN / "cloudburst"), "trigger"], trigger_env, state / f"{name}.log")
             for name in _names("trigger", triggers)
@@ -713,8 +736,7 @@ async def soak(args: argparse.Namespace) -> Report:
         state,
         args.boot_delay,
         pool_workers=args.pool_workers,
-        pool_task_timeout_s=args.pool_task_timeout,
-        pool_sticky_timeout_s=args.pool_sticky_timeout,
+        timeouts=TaskTimeouts.of(args),
     )
     histories = Path(args.histories) if args.histories else None
     if histories:
@@ -797,7 +819,7 @@ def main() -> None:
     )
     parser.add_argument("--server-kills", type=int, default=2)
     parser.add_argument("--server-kill-chance", type=float, default=0.08)
-    add_pool_worker_options(parser, claims_workers="the one worker")
+    add_topology_options(parser, claims_workers="the one worker")
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--histories", help="write every pool and claim history here")
     parser.add_argument("--keep-state", action="store_true", help="keep logs and the db")

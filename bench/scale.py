@@ -62,8 +62,9 @@ from workflows.nodepool import NodePoolWorkflow
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from chaos import (
     CLUSTER_ID,
+    TaskTimeouts,
     Topology,
-    add_pool_worker_options,
+    add_topology_options,
     admin,
     connect,
     kube_client,
@@ -476,8 +477,7 @@ async def run(args: argparse.Namespace) -> Report:
         state,
         boot_delay_s=0.0,
         pool_workers=args.pool_workers,
-        pool_task_timeout_s=args.pool_task_timeout,
-        pool_sticky_timeout_s=args.pool_sticky_timeout,
+        timeouts=TaskTimeouts.of(args),
     )
     report.pool_workers = args.pool_workers
     sampler: Sampler | None = None
@@ -781,7 +781,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="claims' Ready poll and the pool's periodic look every this many seconds instead "
         "of the defaults (4 h, 30 min): to observe whole safety-net cycles in a short window",
     )
-    add_pool_worker_options(parser, claims_workers="the one worker")
+    add_topology_options(parser, claims_workers="the one worker")
     parser.add_argument("--keep-state", action="store_true", help="keep logs and the db")
     parser.add_argument("--json", action="store_true", help="one JSON object on stdout")
     parser.add_argument("-v", "--verbose", action="store_true", help="progress on stderr")

@@ -169,6 +169,7 @@ async def embedded_stack(options: StackOptions) -> AsyncIterator[EmbeddedStack]:
             tenancy=settings.tenancy(),
             windows=BatchWindows.of(settings),
             pool_task_timeout=timedelta(seconds=settings.pool_task_timeout_s),
+            claim_task_timeout=timedelta(seconds=settings.claim_task_timeout_s),
         )
         tasks += [
             # No price Schedule: it would reach the real clouds' price APIs from a dev machine

@@ -140,6 +140,7 @@ def trigger(
             tenancy=settings.tenancy(),
             windows=BatchWindows.of(settings),
             pool_task_timeout=timedelta(seconds=settings.pool_task_timeout_s),
+            claim_task_timeout=timedelta(seconds=settings.claim_task_timeout_s),
         )
         with serving_health(settings.health_port, client, api_client):
             await asyncio.gather(NodeWatcher(client, api_client).run(stop), pending.run(stop))

@@ -106,6 +106,7 @@ class PendingPodTrigger:
         claim_timings: ClaimTimings | None = None,
         tenancy: Tenancy | None = None,
         pool_task_timeout: timedelta | None = None,
+        claim_task_timeout: timedelta | None = None,
     ) -> None:
         self._temporal = temporal
         self._tenancy = tenancy or Tenancy()
@@ -116,6 +117,7 @@ class PendingPodTrigger:
         self._windows = windows or BatchWindows()
         self._claim_timings = claim_timings
         self._pool_task_timeout = pool_task_timeout  # None: Temporal's default
+        self._claim_task_timeout = claim_task_timeout  # the same, for the pools' claims
         self._pools: dict[PoolKey, NodePool] = {}
         self._classes: dict[PoolKey, NodeClass] = {}
         self._pending: dict[str, PoolKey] = {}  # pod uid -> pool it was sent to
@@ -460,6 +462,11 @@ class PendingPodTrigger:
                 cluster_id=self._cluster_id,
                 claim_timings=timings,
                 partial_node_hold_s=self._windows.partial_node_hold_s,
+                claim_task_timeout_s=(
+                    None
+                    if self._claim_task_timeout is None
+                    else self._claim_task_timeout.total_seconds()
+                ),
                 state=PoolState(specs=specs),
             ),
             id=pool_workflow_id(namespace, name),

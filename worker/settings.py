@@ -123,6 +123,10 @@ class Settings(BaseSettings):
     # pool task that times out again on every retry is a pool that stopped); with pools on
     # workers of their own (`worker_queues`, deploy/README.md) 3 s is enough.
     pool_task_timeout_s: float = Field(default=10.0, ge=1, le=120)
+    # The same for the claims those pools start (their first task runs the claim's
+    # Kubernetes calls as local activities): what a crash of a claims' worker costs a claim
+    # it was running a task of.
+    claim_task_timeout_s: float = Field(default=10.0, ge=1, le=120)
 
     # --- who may reach what (docs/security.md) --------------------------------------------
     # The worker's own namespace: first-boot script Secrets live here (never in a tenant's).

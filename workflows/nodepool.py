@@ -736,6 +736,11 @@ class NodePoolWorkflow:
                 ),
                 id=claim_workflow_id(name),
                 task_queue=self._claims_queue,
+                task_timeout=(
+                    None
+                    if self._input.claim_task_timeout_s is None
+                    else timedelta(seconds=self._input.claim_task_timeout_s)
+                ),
                 # The claim outlives a pool workflow that continues as new or is replaced.
                 parent_close_policy=ParentClosePolicy.ABANDON,
                 search_attributes=TypedSearchAttributes(

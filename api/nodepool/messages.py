@@ -186,6 +186,9 @@ class NodePoolInput(BaseModel):
     # How long a planned node that its pods fill only partly may wait for more of a burst
     # (workflows/decisions/pool.py `partly_filled`); 0: every planned node goes at once.
     partial_node_hold_s: float = PARTIAL_NODE_HOLD_S
+    # The workflow task timeout of the claims it starts (the trigger's
+    # CLOUDBURST_CLAIM_TASK_TIMEOUT_S); None: Temporal's default (pools started before it).
+    claim_task_timeout_s: float | None = None
     state: PoolState
 
 

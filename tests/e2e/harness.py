@@ -268,6 +268,7 @@ async def running_trigger(
     max_s: float = 2.0,
     hold_s: float = 0.3,
     pool_task_timeout: timedelta | None = None,
+    claim_task_timeout: timedelta | None = None,
 ) -> AsyncIterator[PendingPodTrigger]:
     """The pending-pod trigger with short batching windows (and pools holding partly
     filled nodes back briefly), feeding this test's task queue."""
@@ -281,6 +282,7 @@ async def running_trigger(
         claim_timings=timings,
         tenancy=stack.settings.tenancy(),
         pool_task_timeout=pool_task_timeout,
+        claim_task_timeout=claim_task_timeout,
     )
     task = asyncio.create_task(trigger.run(stop))
     try:

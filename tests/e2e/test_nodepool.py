@@ -17,7 +17,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.runtime import MetricBuffer, Runtime, TelemetryConfig
 
 from api import NodeClaimPhase, labels
-from api.messages import claim_task_queue
+from api.messages import claim_task_queue, claim_workflow_id
 from api.nodepool.messages import PoolStatus, pool_workflow_id
 from api.quantity import cpu_millis, format_cpu
 from sim.cluster import SimulatedCluster
@@ -35,6 +35,11 @@ from tests.e2e.harness import (
 )
 from worker.client import connect_temporal
 from workflows.nodepool import NodePoolWorkflow
+
+
+async def _task_timeout(stack: Stack, workflow_id: str) -> timedelta:
+    described = await stack.temporal.get_workflow_handle(workflow_id).describe()
+    return described.raw_description.execution_config.default_workflow_task_timeout.ToTimedelta()
 
 
 async def pool_status(stack: Stack, pool: str) -> PoolStatus:
@@ -97,8 +102,13 @@ async def test_pending_pods_get_nodes_then_leave(stack: Stack) -> None:
     async with (
         in_process_worker(stack),
         running_watcher(stack.temporal, stack.kube),
-        # The operator's (CLOUDBURST_POOL_TASK_TIMEOUT_S): what a crash of its worker costs.
-        running_trigger(stack, pool_task_timeout=timedelta(seconds=4)),
+        # The operator's (CLOUDBURST_POOL_TASK_TIMEOUT_S, CLOUDBURST_CLAIM_TASK_TIMEOUT_S):
+        # what a crash of the worker running a pool's or a claim's task costs it.
+        running_trigger(
+            stack,
+            pool_task_timeout=timedelta(seconds=4),
+            claim_task_timeout=timedelta(seconds=6),
+        ),
     ):
         for index, (cpu, memory) in enumerate([("500m", "512Mi"), ("1", "1Gi"), ("1500m", "2Gi")]):
             await in_thread(
@@ -127,11 +137,11 @@ async def test_pending_pods_get_nodes_then_leave(stack: Stack) -> None:
             field_selector="involvedObject.name=grow-0,reason=Nominated",
         )
         assert events.items, "no Nominated event on the pod"
-        described = await stack.temporal.get_workflow_handle(
-            pool_workflow_id("default", "grow")
-        ).describe()
-        config = described.raw_description.execution_config
-        assert config.default_workflow_task_timeout.ToTimedelta() == timedelta(seconds=4)
+        assert await _task_timeout(stack, pool_workflow_id("default", "grow")) == timedelta(
+            seconds=4
+        )
+        for claim in status.claims:
+            assert await _task_timeout(stack, claim_workflow_id(claim.name)) == timedelta(seconds=6)
 
         await delete_pods(stack, "grow")
         await eventually(

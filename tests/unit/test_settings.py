@@ -158,13 +158,14 @@ def test_a_hold_no_pool_timer_could_keep_is_refused_here(
 
 
 @pytest.mark.parametrize("value", ["0", "0.5", "600"])
-def test_a_pool_task_timeout_temporal_would_refuse_is_refused_here(
-    monkeypatch: pytest.MonkeyPatch, value: str
+@pytest.mark.parametrize("whose", ["pool", "claim"])
+def test_a_task_timeout_temporal_would_refuse_is_refused_here(
+    monkeypatch: pytest.MonkeyPatch, whose: str, value: str
 ) -> None:
-    """Under a second every busy pool would time its tasks out; Temporal caps the timeout
-    at two minutes. Refused with the setting's name when the trigger starts."""
-    monkeypatch.setenv("CLOUDBURST_POOL_TASK_TIMEOUT_S", value)
-    with pytest.raises(ValueError, match="pool_task_timeout_s"):
+    """Under a second every busy pool or claim would time its tasks out; Temporal caps the
+    timeout at two minutes. Refused with the setting's name when the trigger starts."""
+    monkeypatch.setenv(f"CLOUDBURST_{whose.upper()}_TASK_TIMEOUT_S", value)
+    with pytest.raises(ValueError, match=f"{whose}_task_timeout_s"):
         Settings()
 
 
