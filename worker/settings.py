@@ -121,7 +121,8 @@ class Settings(BaseSettings):
     # over, so most of what a SIGKILL of the pool's worker costs. Temporal's default, 10 s,
     # suits a worker that also runs claims (a loaded one misses a shorter timeout, and a
     # pool task that times out again on every retry is a pool that stopped); with pools on
-    # workers of their own (`worker_queues`, deploy/README.md) 3 s is enough.
+    # workers of their own (`worker_queues`), 3 s was measured for pools of up to ~1,000
+    # claims (deploy/README.md "Pools and claims apart").
     pool_task_timeout_s: float = Field(default=10.0, ge=1, le=120)
     # The same for the claims those pools start (their first task runs the claim's
     # Kubernetes calls as local activities): what a crash of a claims' worker costs a claim
