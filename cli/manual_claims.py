@@ -201,7 +201,10 @@ async def start_claim(
     task_queue: str,
     cluster_id: str,
     timings: ClaimTimings | None = None,
+    task_timeout: timedelta | None = None,
 ) -> WorkflowHandle[NodeClaimWorkflow, NodeClaimStatus]:
+    """`task_timeout`: the claim's workflow task timeout (the operator's
+    CLOUDBURST_CLAIM_TASK_TIMEOUT_S, as for a pool's claims); None: Temporal's default."""
     join = context.node_class.spec.join
     timings = timings or ClaimTimings(registration_timeout_s=join.registration_timeout_seconds)
     return await client.start_workflow(
@@ -227,7 +230,7 @@ async def start_claim(
         static_summary=claim_summary(claim),
         static_details=claim_details(claim),
         execution_timeout=None,
-        task_timeout=timedelta(seconds=10),
+        task_timeout=task_timeout,
     )
 
 

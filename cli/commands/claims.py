@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Annotated
 
 import typer
@@ -169,7 +169,12 @@ def claims_create(
     async def main() -> None:
         client = await connect_or_exit(settings)
         await start_claim(
-            client, context, claim, task_queue=settings.task_queue, cluster_id=settings.cluster_id
+            client,
+            context,
+            claim,
+            task_queue=settings.task_queue,
+            cluster_id=settings.cluster_id,
+            task_timeout=timedelta(seconds=settings.claim_task_timeout_s),
         )
 
     try:

@@ -10,6 +10,7 @@ import json
 import os
 import signal
 import sys
+from datetime import timedelta
 from pathlib import Path
 
 import yaml
@@ -46,6 +47,8 @@ async def cloudburst(stack: Stack, *args: str) -> Result:
         "CLOUDBURST_KUBECONFIG": str(stack.settings.kubeconfig),
         "CLOUDBURST_TASK_QUEUE": stack.task_queue,
         "CLOUDBURST_CLUSTER_ID": CLUSTER_ID,
+        # What a manual claim is started with, as the trigger's pools start theirs.
+        "CLOUDBURST_CLAIM_TASK_TIMEOUT_S": "7",
         "COLUMNS": None,
     }
     address = stack.temporal.service_client.config.target_host
@@ -75,8 +78,6 @@ async def test_timeline_follows_the_phases_with_durations(stack: Stack) -> None:
 
 
 def test_format_duration() -> None:
-    from datetime import timedelta
-
     assert format_duration(timedelta(seconds=5)) == "5s"
     assert format_duration(timedelta(minutes=3, seconds=7)) == "3m07s"
     assert format_duration(timedelta(hours=2, minutes=1)) == "2h01m00s"
@@ -110,6 +111,8 @@ async def test_a_manual_claim_shows_its_price_and_reasons_as_written(stack: Stac
             NodeClaimWorkflow.run, claim_workflow_id(name)
         )
         await wait_for_phase(handle, NodeClaimPhase.READY)
+        config = (await handle.describe()).raw_description.execution_config
+        assert config.default_workflow_task_timeout.ToTimedelta() == timedelta(seconds=7)
         shown = await cloudburst(stack, "claims", "describe", name)
         assert shown.exit_code == 0, shown.output
         assert "€0.0120/h" in shown.output  # the fake cloud's price of fk-small
