@@ -509,8 +509,10 @@ class Chaos:
                 server_kills_left -= 1
                 await self._bounce(self.topology.temporal, pause=(0.5, 2.0))
             elif roll < 0.75:
-                # Any worker: with --pool-workers, a pools' one or the claims' one.
-                victim = self.rng.choice(self.topology.workers)
+                # Any worker: with --pool-workers, a pools' one or the claims' one (with one
+                # worker no draw, so a seed kills as it did before there could be more).
+                workers = self.topology.workers
+                victim = self.rng.choice(workers) if len(workers) > 1 else workers[0]
                 await self._bounce(victim, pause=(0.2, 3.0))
             else:
                 await self._bounce(self.topology.trigger, pause=(0.2, 3.0))
