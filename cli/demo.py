@@ -12,7 +12,6 @@ import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
-from datetime import timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -101,7 +100,7 @@ async def _lifecycle(
         claim,
         task_queue=stack.settings.task_queue,
         cluster_id=stack.settings.cluster_id,
-        task_timeout=timedelta(seconds=stack.settings.claim_task_timeout_s),
+        task_timeout=stack.settings.claim_task_timeout(),
     )
     say(f"started NodeClaim {claim.metadata.name} on {offering.key}")
 

@@ -28,7 +28,7 @@ import subprocess
 import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
@@ -168,8 +168,8 @@ async def embedded_stack(options: StackOptions) -> AsyncIterator[EmbeddedStack]:
             cluster_id=settings.cluster_id,
             tenancy=settings.tenancy(),
             windows=BatchWindows.of(settings),
-            pool_task_timeout=timedelta(seconds=settings.pool_task_timeout_s),
-            claim_task_timeout=timedelta(seconds=settings.claim_task_timeout_s),
+            pool_task_timeout=settings.pool_task_timeout(),
+            claim_task_timeout=settings.claim_task_timeout(),
         )
         tasks += [
             # No price Schedule: it would reach the real clouds' price APIs from a dev machine

@@ -10,7 +10,6 @@ import logging
 import os
 import signal
 import sys
-from datetime import timedelta
 from pathlib import Path
 from typing import Annotated
 
@@ -139,8 +138,8 @@ def trigger(
             cluster_id=settings.cluster_id,
             tenancy=settings.tenancy(),
             windows=BatchWindows.of(settings),
-            pool_task_timeout=timedelta(seconds=settings.pool_task_timeout_s),
-            claim_task_timeout=timedelta(seconds=settings.claim_task_timeout_s),
+            pool_task_timeout=settings.pool_task_timeout(),
+            claim_task_timeout=settings.claim_task_timeout(),
         )
         with serving_health(settings.health_port, client, api_client):
             await asyncio.gather(NodeWatcher(client, api_client).run(stop), pending.run(stop))

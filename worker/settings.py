@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import re
+from datetime import timedelta
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -210,6 +211,12 @@ class Settings(BaseSettings):
             else frozenset(self.tenant_namespaces),
             allowed_endpoints={k: tuple(v) for k, v in self.allowed_endpoints.items()},
         )
+
+    def pool_task_timeout(self) -> timedelta:
+        return timedelta(seconds=self.pool_task_timeout_s)
+
+    def claim_task_timeout(self) -> timedelta:
+        return timedelta(seconds=self.claim_task_timeout_s)
 
     def polled_task_queues(self) -> list[str]:
         """The task queues this process's workers poll (`worker.main.build_workers`)."""

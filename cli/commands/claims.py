@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Annotated
 
 import typer
@@ -174,7 +174,7 @@ def claims_create(
             claim,
             task_queue=settings.task_queue,
             cluster_id=settings.cluster_id,
-            task_timeout=timedelta(seconds=settings.claim_task_timeout_s),
+            task_timeout=settings.claim_task_timeout(),
         )
 
     try:
