@@ -95,11 +95,13 @@ _CLAIM_STARTS_AT_ONCE = 200
 # the claims' reports) is what a worker replays on a takeover.
 _CLAIM_STARTS_PER_RUN = 500
 _HOLD_ALARM = "launch partly filled nodes"
-_LIVE_PHASES = (
-    NodeClaimPhase.PENDING,
-    NodeClaimPhase.PROVISIONING,
-    NodeClaimPhase.JOINING,
-    NodeClaimPhase.READY,
+_LIVE_PHASES = frozenset(
+    {
+        NodeClaimPhase.PENDING,
+        NodeClaimPhase.PROVISIONING,
+        NodeClaimPhase.JOINING,
+        NodeClaimPhase.READY,
+    }
 )
 
 
@@ -379,11 +381,14 @@ class NodePoolWorkflow:
             if alarms.reached(f"retry offering {key}", until)
         }
         grace = timedelta(seconds=self._input.nomination_grace_after_ready_s)
+        # Every round walks every claim: the cheap tests go first (a pool of thousands of
+        # claims replays hundreds of rounds when a worker takes it over).
         facts.lapsed_nominations = {
             claim.name
-            for claim in self._live_claims()
+            for claim in state.claims.values()
             if (claim.nominated or claim.filling)
             and claim.ready_at
+            and claim.phase in _LIVE_PHASES
             and alarms.reached(f"nominations on {claim.name} lapse", claim.ready_at + grace)
         }
         facts.active_budgets = self._budgets_by_alarm()
@@ -468,7 +473,9 @@ class NodePoolWorkflow:
         facts = self._time_facts()
         for key in facts.expired_offerings:
             del state.failed_offerings[key]
-        for claim in self._live_claims():
+        for claim in state.claims.values():
+            if not (claim.nominated or claim.filling) or claim.phase not in _LIVE_PHASES:
+                continue  # nothing to lapse, nothing nominated that could overflow
             if claim.name in facts.lapsed_nominations:
                 claim.nominated.clear()
                 claim.filling = False
@@ -826,12 +833,17 @@ class NodePoolWorkflow:
         is disrupted (within the budgets) once its replacement is Ready."""
         state = self._state
         current = drift_hash(state.specs.pool, state.specs.node_class)
+        drifted = [
+            c
+            for c in self._live_claims()
+            if c.drift_hash and c.drift_hash != current and not c.replaces
+        ]
+        if not drifted:
+            return
         replacing = sum(
             1 for c in state.claims.values() if c.replaces and c.phase != NodeClaimPhase.READY
         )
-        for claim in self._live_claims():
-            if not claim.drift_hash or claim.drift_hash == current or claim.replaces:
-                continue
+        for claim in drifted:
             if not claim.drifted:
                 claim.drifted = True
                 await self._tell_claim(claim.name, "mark_drifted", "NodePool or NodeClass changed")
@@ -1035,7 +1047,8 @@ class NodePoolWorkflow:
     async def _publish_status(self) -> None:
         """Write `kubectl get nodepools`' NODES READY CPU MEMORY and conditions, when changed."""
         state = self._state
-        status = pool_rules.pool_status(state, workflow.now())
+        cpu_m, memory = pool_rules.held(state.claims.values())
+        status = pool_rules.pool_status(state, workflow.now(), held_now=(cpu_m, memory))
         if status == state.published_status and not (self._alarmed and self._status_stale):
             return
         limit_reached = status.conditions[1]
@@ -1060,7 +1073,6 @@ class NodePoolWorkflow:
                 ]
             )
         limits = state.specs.pool.limits
-        cpu_m, memory = pool_rules.held(state.claims.values())
         try:
             await self._sync_status(status, cpu_m, memory, limits)
         except ActivityError as err:  # written again after the next look

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
 
-from api.nodeclaim import Condition, NodeClaimPhase, Offering
+from api.nodeclaim import Condition, NodeClaimPhase
 from api.nodepool import (
     LIMIT_REACHED,
     PRICES_STALE,
@@ -25,9 +25,10 @@ from api.quantity import cpu_millis, format_cpu, format_memory, memory_bytes
 def held(claims: Iterable[PoolClaim]) -> tuple[int, int]:
     """(cpu millicores, memory bytes) of the claims' offerings: what counts against limits."""
     cpu_m = memory = 0
-    for claim in claims:
-        cpu_m += _offering_cpu_m(claim.offering)
-        memory += _offering_memory(claim.offering)
+    for claim in claims:  # a pool's every round: inline, no call per claim
+        offering = claim.offering
+        cpu_m += int((offering.vcpu or 0) * 1000)
+        memory += int((offering.memory_gib or 0) * 2**30)
     return cpu_m, memory
 
 
@@ -165,12 +166,15 @@ def limit_text(limits: Limits) -> str:
     return "pool limits " + ", ".join(p for p in parts if p)
 
 
-def pool_status(state: PoolState, now: datetime) -> NodePoolStatus:
+def pool_status(
+    state: PoolState, now: datetime, *, held_now: tuple[int, int] | None = None
+) -> NodePoolStatus:
     """`kubectl get nodepools`' NODES READY CPU MEMORY and the conditions. A condition keeps
-    its transition time (from the status last written) while its status stays the same."""
+    its transition time (from the status last written) while its status stays the same.
+    `held_now`: the claims' `held` when the caller has it already."""
     claims = list(state.claims.values())
     limited = sum(1 for why in state.blocked.values() if why.startswith(LIMIT_REACHED))
-    cpu_m, memory = held(claims)
+    cpu_m, memory = held_now if held_now is not None else held(claims)
     if state.config_error:
         ready = (False, "ClaimsFailing", f"new claims held back: {state.config_error}")
     else:
@@ -226,11 +230,3 @@ def _condition(
     return Condition(
         type=type_, status=value, reason=reason, message=message, last_transition_time=now
     )
-
-
-def _offering_cpu_m(offering: Offering) -> int:
-    return int((offering.vcpu or 0) * 1000)
-
-
-def _offering_memory(offering: Offering) -> int:
-    return int((offering.memory_gib or 0) * 2**30)
