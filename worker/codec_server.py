@@ -20,17 +20,20 @@ from google.protobuf import json_format
 from google.protobuf.message import DecodeError
 from temporalio.api.common.v1 import Payload, Payloads
 
-from worker.payload_codec import LargePayloadCodec
+from worker.payload_codec import LargePayloadCodec, PayloadTooLarge
 
 # What one request may carry: a compressed payload stands for up to Temporal's 2 MB limit
 # many times over; base64 in JSON adds a third.
 MAX_REQUEST_BYTES = 16 * 2**20
+# What one payload may inflate to: the largest we write is a pool's state (~700 bytes a
+# claim: 10,000 claims ~7 MB); zlib can inflate a request 1,000-fold, which is a DoS.
+MAX_DECODED_BYTES = 64 * 2**20
 
 _Transform = Callable[[Sequence[Payload]], Awaitable[list[Payload]]]
 
 
 def codec_app(cors_origins: Sequence[str] = ()) -> web.Application:
-    codec = LargePayloadCodec()
+    codec = LargePayloadCodec(max_decoded_bytes=MAX_DECODED_BYTES)
     allowed = set(cors_origins)
 
     def cors(request: web.Request, response: web.StreamResponse) -> web.StreamResponse:
@@ -64,7 +67,7 @@ def codec_app(cors_origins: Sequence[str] = ()) -> web.Application:
             )
         try:
             answer = await apply(payloads.payloads)
-        except (zlib.error, DecodeError) as err:  # marked compressed, does not inflate
+        except (zlib.error, DecodeError, PayloadTooLarge) as err:  # cannot be shown
             return cors(
                 request, web.json_response({"error": f"cannot {action}: {err}"}, status=400)
             )
@@ -72,7 +75,13 @@ def codec_app(cors_origins: Sequence[str] = ()) -> web.Application:
         body = {"payloads": [json_format.MessageToDict(payload) for payload in answer]}
         return cors(request, web.json_response(body))
 
+    async def healthy(request: web.Request) -> web.StreamResponse:
+        return web.Response(text="ok")
+
     app = web.Application(client_max_size=MAX_REQUEST_BYTES)
+    # Its Deployment's probes (deploy/components/codec-server), as the worker's and trigger's.
+    app.router.add_get("/healthz", healthy)
+    app.router.add_get("/readyz", healthy)
     app.router.add_route(hdrs.METH_OPTIONS, "/{tail:.*}", preflight)
     app.router.add_route(hdrs.METH_POST, "/{tail:.*}", transform)
     return app

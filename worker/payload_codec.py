@@ -37,19 +37,38 @@ def compressed(payload: Payload) -> Payload:
     return Payload(metadata={"encoding": ENCODING}, data=zlib.compress(payload.SerializeToString()))
 
 
-def decompressed(payload: Payload) -> Payload:
-    """The payload `compressed` was given; any other is returned as it is."""
+class PayloadTooLarge(ValueError):
+    """A compressed payload that would inflate past the bound given to `decompressed`."""
+
+
+def decompressed(payload: Payload, max_bytes: int | None = None) -> Payload:
+    """The payload `compressed` was given; any other is returned as it is. With
+    `max_bytes`, one that would inflate past it raises `PayloadTooLarge` instead (a codec
+    server anyone may call must not be made to inflate a few MB into gigabytes)."""
     if payload.metadata.get("encoding") != ENCODING:
         return payload
-    return Payload.FromString(zlib.decompress(payload.data))
+    if max_bytes is None:
+        return Payload.FromString(zlib.decompress(payload.data))
+    inflater = zlib.decompressobj()
+    data = inflater.decompress(payload.data, max_bytes)
+    if inflater.unconsumed_tail:
+        raise PayloadTooLarge(f"it inflates past {max_bytes // 2**20} MB")
+    if not inflater.eof:
+        raise zlib.error("incomplete or truncated stream")
+    return Payload.FromString(data)
 
 
 class LargePayloadCodec(PayloadCodec):
+    """`max_decoded_bytes`: what one payload may inflate to (the codec server's bound)."""
+
+    def __init__(self, max_decoded_bytes: int | None = None) -> None:
+        self._max_decoded_bytes = max_decoded_bytes
+
     async def encode(self, payloads: Sequence[Payload]) -> list[Payload]:
         return [compressed(payload) for payload in payloads]
 
     async def decode(self, payloads: Sequence[Payload]) -> list[Payload]:
-        return [decompressed(payload) for payload in payloads]
+        return [decompressed(payload, self._max_decoded_bytes) for payload in payloads]
 
 
 DATA_CONVERTER: DataConverter = dataclasses.replace(

@@ -9,19 +9,22 @@ import json
 import socket
 import subprocess
 import uuid
+import zlib
 from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
 import pytest
 from aiohttp import web
+from google.protobuf import json_format
+from temporalio.api.common.v1 import Payload
 from temporalio.client import Client
 
 from api.nodepool.messages import NodePoolInput, PoolState
 from tests.conftest import TEMPORAL_CLI
 from tests.workflows.test_history_bound import pods
 from tests.workflows.test_nodepool_races import specs
-from worker.codec_server import codec_app
+from worker.codec_server import MAX_DECODED_BYTES, codec_app
 from worker.payload_codec import COMPRESS_OVER, ENCODING
 from workflows.nodepool import NodePoolWorkflow
 
@@ -148,3 +151,31 @@ async def test_the_web_ui_may_call_it_from_its_origin_and_is_told_what_is_wrong(
         assert nothing.json() == {"payloads": []}
         elsewhere_path = await http.post(f"{codec_url}/translate", json={"payloads": []})
         assert elsewhere_path.status_code == 404
+
+
+async def test_it_answers_its_probes_and_refuses_to_inflate_a_bomb(codec_url: str) -> None:
+    """Run as a Deployment anyone in the cluster may call: a few hundred KB that inflate
+    past `MAX_DECODED_BYTES` are refused with the reason, not inflated into the pod's memory."""
+    bomb = Payload(
+        metadata={"encoding": ENCODING},
+        data=zlib.compress(Payload(data=b"\0" * (MAX_DECODED_BYTES + 1)).SerializeToString()),
+    )
+    fits = Payload(
+        metadata={"encoding": ENCODING},
+        data=zlib.compress(Payload(data=b"\0" * (MAX_DECODED_BYTES // 2)).SerializeToString()),
+    )
+    async with httpx.AsyncClient(timeout=60) as http:
+        for probe in ("healthz", "readyz"):
+            answer = await http.get(f"{codec_url}/{probe}")
+            assert answer.status_code == 200 and answer.text == "ok"
+        refused = await http.post(
+            f"{codec_url}/decode", json={"payloads": [json_format.MessageToDict(bomb)]}
+        )
+        assert refused.status_code == 400
+        assert "inflates past 64 MB" in refused.json()["error"]
+        inflated = await http.post(
+            f"{codec_url}/decode", json={"payloads": [json_format.MessageToDict(fits)]}
+        )
+        assert inflated.status_code == 200
+        [payload] = inflated.json()["payloads"]
+        assert len(base64.b64decode(payload["data"])) == MAX_DECODED_BYTES // 2
