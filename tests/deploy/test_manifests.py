@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import kubernetes_validate
 import pytest
 
-from tests.deploy.conftest import OVERLAYS
+from tests.deploy.conftest import COMPOSED, OVERLAYS
 
 KUBERNETES_VERSION = "1.34.0"
 
@@ -86,12 +87,83 @@ def test_every_shipped_setting_is_one_the_processes_read(
     from worker.settings import Settings
 
     maps = [o for o in rendered[overlay] if o["kind"] == "ConfigMap"]
-    data = next(m["data"] for m in maps if m["metadata"]["name"] == "cloudburst-config")
+    shared = next(m["data"] for m in maps if m["metadata"]["name"] == "cloudburst-config")
     known = {f"CLOUDBURST_{name.upper()}" for name in Settings.model_fields} | {
         f"CLOUDBURST_PRICES_{name.upper()}" for name in PriceSettings.model_fields
     }
-    assert sorted(set(data) - known) == []
-    for key, value in data.items():
-        monkeypatch.setenv(key, value)
-    Settings()
-    PriceSettings()
+    # Each process's: the ConfigMap and what its Deployment sets itself (a worker's queues).
+    for deployment in _deployments(rendered[overlay]).values():
+        own = {k: v for k, v in _env(deployment).items() if k.startswith("CLOUDBURST_")}
+        data = shared | own
+        assert sorted(set(data) - known) == [], deployment["metadata"]["name"]
+        with monkeypatch.context() as env:
+            for key, value in data.items():
+                env.setenv(key, value)
+            Settings()
+            PriceSettings()
+
+
+def _deployments(objects: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {o["metadata"]["name"]: o for o in objects if o["kind"] == "Deployment"}
+
+
+def _env(deployment: dict[str, Any]) -> dict[str, str]:
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    return {e["name"]: e["value"] for e in container.get("env", [])}
+
+
+def test_split_workers_poll_one_queue_each_and_are_otherwise_the_same(
+    rendered: dict[str, list[dict[str, Any]]],
+) -> None:
+    """The component copies the worker's Deployment: a change made to one and not the other
+    (a probe, a limit, a volume) would make the pools' worker the odd one out."""
+    assert "CLOUDBURST_WORKER_QUEUES" not in _env(
+        _deployments(rendered["base"])["cloudburst-worker"]
+    )
+    for overlay in COMPOSED:
+        by_name = _deployments(rendered[overlay])
+        claims, pools = by_name["cloudburst-worker"], by_name["cloudburst-pool-worker"]
+        assert _env(claims)["CLOUDBURST_WORKER_QUEUES"] == "claims"
+        assert _env(pools)["CLOUDBURST_WORKER_QUEUES"] == "pools"
+
+        def shape(deployment: dict[str, Any]) -> str:
+            spec = json.loads(json.dumps(deployment["spec"]))
+            container = spec["template"]["spec"]["containers"][0]
+            container["env"] = [
+                e for e in container["env"] if e["name"] != "CLOUDBURST_WORKER_QUEUES"
+            ]
+            text = json.dumps(spec, sort_keys=True)
+            return text.replace("cloudburst-pool-worker", "cloudburst-worker").replace(
+                '"pool-worker"', '"worker"'
+            )
+
+        assert shape(pools) == shape(claims), overlay
+        # The same identity: Secrets and RBAC are the worker's (tests/deploy/test_rbac.py).
+        assert pools["spec"]["template"]["spec"]["serviceAccountName"] == "cloudburst-worker"
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_every_cloudburst_pod_runs_the_same_image(
+    rendered: dict[str, list[dict[str, Any]]], overlay: str
+) -> None:
+    images = {
+        name: container["image"]
+        for name, deployment in _deployments(rendered[overlay]).items()
+        if name.startswith("cloudburst-")
+        for container in deployment["spec"]["template"]["spec"]["containers"]
+    }
+    assert len(set(images.values())) == 1, images
+    assert next(iter(images.values())).startswith("cloudburst:"), images
+
+
+def test_temporal_cloud_credentials_go_to_every_worker_and_not_the_codec_server(
+    rendered: dict[str, list[dict[str, Any]]],
+) -> None:
+    by_name = _deployments(rendered["overlays/temporal-cloud+components"])
+    for name in ("cloudburst-worker", "cloudburst-pool-worker", "cloudburst-trigger"):
+        volumes = {v["name"]: v for v in by_name[name]["spec"]["template"]["spec"]["volumes"]}
+        assert volumes["temporal"]["secret"]["optional"] is False, name
+    codec = by_name["cloudburst-codec-server"]["spec"]["template"]["spec"]
+    assert codec["automountServiceAccountToken"] is False
+    assert all("secret" not in v for v in codec.get("volumes", []))
+    assert "--cors-origin" in codec["containers"][0]["args"]

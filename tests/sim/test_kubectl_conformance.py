@@ -277,6 +277,9 @@ def test_apply_the_dev_overlay(kubectl: Kubectl) -> None:
     assert "clusterrole.rbac.authorization.k8s.io/cloudburst-worker created" in lines
     assert "configmap/cloudburst-config created" in lines
     assert "service/temporal-dev created" in lines
+    # The codec-server component: the UI's compressed payloads as JSON.
+    assert "deployment.apps/cloudburst-codec-server created" in lines
+    assert "service/cloudburst-codec-server created" in lines
     assert "customresourcedefinition.apiextensions.k8s.io/nodepools.cloudburst.io configured" in (
         lines
     )
