@@ -25,8 +25,8 @@ from worker.payload_codec import LargePayloadCodec, PayloadTooLarge
 # What one request may carry: a compressed payload stands for up to Temporal's 2 MB limit
 # many times over; base64 in JSON adds a third.
 MAX_REQUEST_BYTES = 16 * 2**20
-# What one payload may inflate to: the largest we write is a pool's state (~700 bytes a
-# claim: 10,000 claims ~7 MB); zlib can inflate a request 1,000-fold, which is a DoS.
+# What one request's payloads may inflate to, together: the largest we write is a pool's
+# state (~700 bytes a claim: 10,000 claims ~7 MB); zlib inflates 1,000-fold, a DoS.
 MAX_DECODED_BYTES = 64 * 2**20
 
 _Transform = Callable[[Sequence[Payload]], Awaitable[list[Payload]]]

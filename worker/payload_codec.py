@@ -52,14 +52,15 @@ def decompressed(payload: Payload, max_bytes: int | None = None) -> Payload:
     inflater = zlib.decompressobj()
     data = inflater.decompress(payload.data, max_bytes)
     if inflater.unconsumed_tail:
-        raise PayloadTooLarge(f"it inflates past {max_bytes // 2**20} MB")
+        raise PayloadTooLarge(f"it inflates past {max_bytes} bytes")
     if not inflater.eof:
         raise zlib.error("incomplete or truncated stream")
     return Payload.FromString(data)
 
 
 class LargePayloadCodec(PayloadCodec):
-    """`max_decoded_bytes`: what one payload may inflate to (the codec server's bound)."""
+    """`max_decoded_bytes`: what the payloads of one `decode` may inflate to, together (the
+    codec server's bound: a request may carry hundreds of payloads)."""
 
     def __init__(self, max_decoded_bytes: int | None = None) -> None:
         self._max_decoded_bytes = max_decoded_bytes
@@ -68,7 +69,20 @@ class LargePayloadCodec(PayloadCodec):
         return [compressed(payload) for payload in payloads]
 
     async def decode(self, payloads: Sequence[Payload]) -> list[Payload]:
-        return [decompressed(payload, self._max_decoded_bytes) for payload in payloads]
+        if self._max_decoded_bytes is None:
+            return [decompressed(payload) for payload in payloads]
+        left, decoded = self._max_decoded_bytes, []
+        for payload in payloads:
+            try:
+                inflated = decompressed(payload, left)
+            except PayloadTooLarge:
+                raise PayloadTooLarge(
+                    f"the payloads inflate past {self._max_decoded_bytes // 2**20} MB"
+                ) from None
+            if inflated is not payload:
+                left -= inflated.ByteSize()
+            decoded.append(inflated)
+        return decoded
 
 
 DATA_CONVERTER: DataConverter = dataclasses.replace(

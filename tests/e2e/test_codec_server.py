@@ -155,7 +155,8 @@ async def test_the_web_ui_may_call_it_from_its_origin_and_is_told_what_is_wrong(
 
 async def test_it_answers_its_probes_and_refuses_to_inflate_a_bomb(codec_url: str) -> None:
     """Run as a Deployment anyone in the cluster may call: a few hundred KB that inflate
-    past `MAX_DECODED_BYTES` are refused with the reason, not inflated into the pod's memory."""
+    past `MAX_DECODED_BYTES`, in one payload or in many, are refused with the reason, not
+    inflated into the pod's memory."""
     bomb = Payload(
         metadata={"encoding": ENCODING},
         data=zlib.compress(Payload(data=b"\0" * (MAX_DECODED_BYTES + 1)).SerializeToString()),
@@ -172,7 +173,12 @@ async def test_it_answers_its_probes_and_refuses_to_inflate_a_bomb(codec_url: st
             f"{codec_url}/decode", json={"payloads": [json_format.MessageToDict(bomb)]}
         )
         assert refused.status_code == 400
-        assert "inflates past 64 MB" in refused.json()["error"]
+        assert "inflate past 64 MB" in refused.json()["error"]
+        # Nor many that each fit and together do not.
+        three = [json_format.MessageToDict(fits)] * 3
+        refused = await http.post(f"{codec_url}/decode", json={"payloads": three})
+        assert refused.status_code == 400
+        assert "inflate past 64 MB" in refused.json()["error"]
         inflated = await http.post(
             f"{codec_url}/decode", json={"payloads": [json_format.MessageToDict(fits)]}
         )
