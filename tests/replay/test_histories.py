@@ -115,9 +115,9 @@ async def test_histories_replay_with_current_code(temporal_client: Client) -> No
                 _record(RECORDED / f"nodepool-{pool}.json", history)
 
 
-def recorded_histories(prefix: str = "") -> list[WorkflowHistory]:
+def recorded_histories() -> list[WorkflowHistory]:
     """The committed corpus; the largest runs (a pool of 3,000 claims) are kept gzipped."""
-    paths = sorted([*RECORDED.glob(f"{prefix}*.json"), *RECORDED.glob(f"{prefix}*.json.gz")])
+    paths = sorted([*RECORDED.glob("*.json"), *RECORDED.glob("*.json.gz")])
     return [
         WorkflowHistory.from_json(
             path.name.removesuffix(".gz").removesuffix(".json"),
