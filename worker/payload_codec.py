@@ -49,6 +49,8 @@ def decompressed(payload: Payload, max_bytes: int | None = None) -> Payload:
         return payload
     if max_bytes is None:
         return Payload.FromString(zlib.decompress(payload.data))
+    if max_bytes < 1:  # zlib reads a max_length of 0 as no limit at all
+        raise PayloadTooLarge("no room left to inflate it")
     inflater = zlib.decompressobj()
     data = inflater.decompress(payload.data, max_bytes)
     if inflater.unconsumed_tail:
