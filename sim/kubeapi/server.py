@@ -741,6 +741,8 @@ class _Handler(BaseHTTPRequestHandler):
         annotated `k8s.io/initial-events-end: "true"` at the resourceVersion they reflect.
         """
         store = self.server.emulator.store
+        # Like a real API server, a watch that ends with its terminating chunk leaves the
+        # connection open for the client's next request; one cut short closes it.
         self.close_connection = True
         deadline = time.monotonic() + (timeout if timeout is not None else DEFAULT_WATCH_TIMEOUT)
         render = _event_renderer(store, w.rt, view, (query or {}).get("includeObject"))
@@ -776,6 +778,7 @@ class _Handler(BaseHTTPRequestHandler):
                         break
                 self._chunk(render, [e for e in batch if e[0]])
             self.wfile.write(b"0\r\n\r\n")
+            self.close_connection = w.closed  # an overflowed watch is cut off, as by a server
         except (BrokenPipeError, ConnectionResetError, TimeoutError, OSError):
             pass
         finally:
@@ -798,7 +801,6 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _stream_error(self, e: ApiError) -> None:
         """A 200 stream holding one ERROR event: the client raises or re-lists on a 410."""
-        self.close_connection = True
         data = json.dumps({"type": "ERROR", "object": e.status()}).encode() + b"\n"
         self.send_response_only(200)
         self.send_header("Content-Type", "application/json")

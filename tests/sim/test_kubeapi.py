@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import hashlib
+import http.client
 import json
 import threading
 import time
@@ -588,6 +589,37 @@ def test_watch_too_old_resource_version_is_gone() -> None:
             )
             == []
         )
+
+
+def test_a_connection_serves_the_next_request_after_a_watch_ends() -> None:
+    """A client's pool takes a connection back once a watch's stream has ended and sends its
+    next request (a POST, which it never retries) on it: as on a real API server, that
+    connection must still be open, whether the watch timed out or was answered 410 Gone."""
+
+    def create(conn: http.client.HTTPConnection, name: str) -> tuple[int, str]:
+        conn.request(
+            "POST",
+            "/api/v1/namespaces/default/configmaps",
+            body=json.dumps({"metadata": {"name": name}}),
+            headers={"Content-Type": "application/json"},
+        )
+        created = conn.getresponse()
+        return created.status, json.loads(created.read())["metadata"]["name"]
+
+    with KubeApiServer(port=0, event_log_size=5) as small:
+        conn = http.client.HTTPConnection("127.0.0.1", small.port, timeout=10)
+        try:
+            for i in range(10):  # resourceVersion 2 leaves the event window
+                create(conn, f"filler-{i}")
+            for query, ending in [("timeoutSeconds=1", 0), ("resourceVersion=2", 410)]:
+                conn.request("GET", f"/api/v1/namespaces/default/configmaps?watch=true&{query}")
+                watched = conn.getresponse()
+                last = json.loads(watched.read().splitlines()[-1])
+                assert (watched.status, last["object"].get("code", 0)) == (200, ending)
+                assert watched.getheader("Connection") != "close"
+                assert create(conn, f"after-{ending}") == (201, f"after-{ending}")
+        finally:
+            conn.close()
 
 
 # ---- eviction and binding ------------------------------------------------------------------
