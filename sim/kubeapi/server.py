@@ -741,8 +741,9 @@ class _Handler(BaseHTTPRequestHandler):
         annotated `k8s.io/initial-events-end: "true"` at the resourceVersion they reflect.
         """
         store = self.server.emulator.store
-        # Like a real API server, a watch that ends with its terminating chunk leaves the
-        # connection open for the client's next request; one cut short closes it.
+        # Like a real API server's, a watch that ends with its terminating chunk (a timeout,
+        # or a reader too slow to keep up) leaves the connection open for the client's next
+        # request; one cut short closes it.
         self.close_connection = True
         deadline = time.monotonic() + (timeout if timeout is not None else DEFAULT_WATCH_TIMEOUT)
         render = _event_renderer(store, w.rt, view, (query or {}).get("includeObject"))
@@ -778,7 +779,7 @@ class _Handler(BaseHTTPRequestHandler):
                         break
                 self._chunk(render, [e for e in batch if e[0]])
             self.wfile.write(b"0\r\n\r\n")
-            self.close_connection = w.closed  # an overflowed watch is cut off, as by a server
+            self.close_connection = False
         except (BrokenPipeError, ConnectionResetError, TimeoutError, OSError):
             pass
         finally:
