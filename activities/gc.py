@@ -11,7 +11,8 @@ get `activity.client()`) stays small and the sync ones run on the worker's threa
   worker's namespace and the bootstrap token each one names (tokens live in kube-system,
   which the worker may write but not read or list). A provider that cannot be listed is
   reported and skipped; the others are still collected.
-- `claim_workflow_states` (async): `nodeclaim-<claim>` running, closed or unknown.
+- `claim_workflow_states` (async, in `activities/claim_workflows.py`, which the pools use
+  too): `nodeclaim-<claim>` running, closed or unknown.
 - `remove_orphans` (sync): deletes the VMs the workflow chose (idempotent; waits until each
   is confirmed gone, up to a timeout) and the stale Secrets (already gone is fine).
 
@@ -21,7 +22,6 @@ results, so it is visible in history and deterministic.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Callable
@@ -32,9 +32,7 @@ from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 from temporalio import activity
-from temporalio.client import WorkflowExecutionStatus
 from temporalio.exceptions import ApplicationError
-from temporalio.service import RPCError, RPCStatusCode
 
 from activities.bootstrap import SCRIPT_PURPOSE, TOKEN_NAMESPACE
 from activities.heartbeat import heartbeating, heartbeats_itself
@@ -43,9 +41,6 @@ from activities.providers import provider_class
 from activities.providers.base import Provider, ProviderError
 from api import labels
 from api.gc import (
-    ClaimState,
-    ClaimStates,
-    ClaimStatesInput,
     GcInventory,
     GcScope,
     LabelledSecret,
@@ -58,7 +53,6 @@ from api.gc import (
     RemoveOrphansInput,
     SecretPurpose,
 )
-from api.messages import claim_workflow_id
 from api.nodeclass import NodeClass
 from cluster.responses import discard
 from cluster.tenancy import Tenancy
@@ -66,7 +60,6 @@ from cluster.tenancy import Tenancy
 log = logging.getLogger(__name__)
 
 GROUP, VERSION = "cloudburst.io", "v1alpha1"
-_DESCRIBE_CONCURRENCY = 16
 _DELETE_POLL_S = 1.0
 _DELETE_REREQUEST_S = 30.0
 
@@ -105,7 +98,7 @@ class GcActivities:
         self._tenancy = tenancy or Tenancy()
 
     def activities(self) -> list[Callable[..., Any]]:
-        return [self.collect_orphans, self.claim_workflow_states, self.remove_orphans]
+        return [self.collect_orphans, self.remove_orphans]
 
     # ---- collect -------------------------------------------------------------------------
 
@@ -248,28 +241,6 @@ class GcActivities:
                     )
                 )
         return out
-
-    # ---- claim states --------------------------------------------------------------------
-
-    @activity.defn(name="claim_workflow_states")
-    async def claim_workflow_states(self, input: ClaimStatesInput) -> ClaimStates:
-        client = activity.client()
-        limit = asyncio.Semaphore(_DESCRIBE_CONCURRENCY)
-
-        async def state(claim: str) -> tuple[str, ClaimState]:
-            async with limit:
-                handle = client.get_workflow_handle(claim_workflow_id(claim))
-                try:
-                    desc = await handle.describe()
-                except RPCError as err:
-                    if err.status == RPCStatusCode.NOT_FOUND:
-                        return claim, ClaimState.UNKNOWN
-                    raise
-            running = desc.status == WorkflowExecutionStatus.RUNNING
-            return claim, ClaimState.RUNNING if running else ClaimState.CLOSED
-
-        results = await asyncio.gather(*(state(c) for c in sorted(set(input.claim_names))))
-        return ClaimStates(states=dict(results))
 
     # ---- remove --------------------------------------------------------------------------
 

@@ -90,6 +90,25 @@ class NodeClaimInput(BaseModel):
     resume_instance_id: str | None = None
 
 
+class ClaimStart(BaseModel):
+    """One claim's workflow, as its pool starts it (`start_claim_workflows`)."""
+
+    input: NodeClaimInput
+    task_queue: str
+    task_timeout_s: float | None = None  # None: Temporal's default
+    pool_name: str  # its `NodePool` search attribute
+
+
+class ClaimStarts(BaseModel):
+    starts: list[ClaimStart]
+
+
+class ClaimStartsResult(BaseModel):
+    # claim name -> why Temporal refused its start for good (it never runs); every other
+    # claim of the batch runs, started by this call or by an earlier attempt.
+    refused: dict[str, str] = Field(default_factory=dict)
+
+
 class ScaleDownRequest(BaseModel):
     reason: str = Field(default="Manual", min_length=1)
     requested_by: str = "cli"

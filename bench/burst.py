@@ -303,6 +303,10 @@ async def pool_stages(client: Client) -> PoolStages:
                 if attributes.activity_type.name == "plan_capacity":
                     request = _payload(attributes.input) or {}
                     plan_pods[event.event_id] = [pod["name"] for pod in request.get("pods", [])]
+                elif attributes.activity_type.name == "start_claim_workflows":
+                    batch = _payload(attributes.input) or {}
+                    for start in batch.get("starts", []):
+                        stages.cost_eur_per_hour += _first_offering_price(start["input"])
             elif kind == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
                 scheduled = event.activity_task_completed_event_attributes.scheduled_event_id
                 if scheduled in plan_pods:
@@ -311,10 +315,14 @@ async def pool_stages(client: Client) -> PoolStages:
                         planned.setdefault(name, _at(event))
             elif kind == EventType.EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_INITIATED:
                 child = event.start_child_workflow_execution_initiated_event_attributes
-                claim = (_payload(child.input) or {}).get("claim", {})
-                offering = claim.get("spec", {}).get("offerings", [{}])[0]
-                stages.cost_eur_per_hour += offering.get("priceEurPerHour") or 0.0
+                stages.cost_eur_per_hour += _first_offering_price(_payload(child.input) or {})
     return stages
+
+
+def _first_offering_price(claim_input: dict[str, Any]) -> float:
+    """What a started claim costs per hour (a `NodeClaimInput` as JSON)."""
+    offering = claim_input.get("claim", {}).get("spec", {}).get("offerings", [{}])[0]
+    return float(offering.get("priceEurPerHour") or 0.0)
 
 
 async def claim_starts(client: Client, nodes: set[str]) -> dict[str, float]:

@@ -14,6 +14,7 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from activities.bootstrap import BootstrapActivities
+from activities.claim_workflows import ClaimWorkflowActivities
 from activities.compute import ComputeActivities
 from activities.events import EventActivities
 from activities.gc import GcActivities
@@ -43,6 +44,7 @@ def build_activities(api_client: k8s.ApiClient, tenancy: Tenancy) -> list[Callab
     prices = PriceActivities(api_client, tenancy.worker_namespace)
     return [
         *BootstrapActivities(api_client, tenancy).activities(),
+        *ClaimWorkflowActivities().activities(),
         *KubeActivities(api_client).activities(),
         *ComputeActivities(api_client, tenancy).activities(),
         *EventActivities(api_client).activities(),

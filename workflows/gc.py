@@ -22,6 +22,7 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 
 with workflow.unsafe.imports_passed_through():
+    from activities.claim_workflows import ClaimWorkflowActivities
     from activities.gc import GcActivities
     from api.gc import (
         ClaimState,
@@ -86,7 +87,7 @@ class OrphanGcWorkflow:
         states = ClaimStates()
         if claims:
             states = await workflow.execute_activity_method(
-                GcActivities.claim_workflow_states,
+                ClaimWorkflowActivities.claim_workflow_states,
                 ClaimStatesInput(claim_names=claims),
                 start_to_close_timeout=PLANNING,
                 heartbeat_timeout=QUICK_HEARTBEAT,

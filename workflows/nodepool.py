@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -20,6 +21,7 @@ from temporalio.exceptions import ActivityError, ApplicationError
 from temporalio.workflow import ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
+    from activities.claim_workflows import ClaimWorkflowActivities
     from activities.events import EventActivities
     from activities.mirror import MirrorActivities
     from activities.planning.activity import PlanningActivities
@@ -35,7 +37,15 @@ with workflow.unsafe.imports_passed_through():
         new_claim,
     )
     from api.events import EventBatch, KubeEvent, ObjectRef
-    from api.messages import FailureReason, NodeClaimInput, claim_task_queue, claim_workflow_id
+    from api.gc import ClaimState, ClaimStatesInput
+    from api.messages import (
+        ClaimStart,
+        ClaimStarts,
+        FailureReason,
+        NodeClaimInput,
+        claim_task_queue,
+        claim_workflow_id,
+    )
     from api.nodeclaim import NodeClaim, NodeClaimPhase
     from api.nodepool import (
         API_VERSION,
@@ -82,18 +92,26 @@ _CONFIG_BACKOFF_S = 30.0
 _CONFIG_BACKOFF_MAX_S = 600.0
 _CONFIG_BLOCKED = "claims fail on the configuration"
 _HOLD_PATCH = "hold-partly-filled-nodes"
-# Claim starts one workflow task may send. Each costs the task ~1 ms of Python (its input,
-# search attributes, summary), more on a busy worker: a floor of 3,000 nodes started in one
-# task ran past the SDK's 2 s deadlock detector, which fails the task on every retry, and
-# the pool stood still. The rest start as Temporal confirms the first (~0.1-0.5 s a wave).
+# Child claim starts one workflow task may send (runs that start claims as children). Each
+# costs the task ~1 ms of Python (its input, search attributes, summary), more on a busy
+# worker: a floor of 3,000 nodes started in one task ran past the SDK's 2 s deadlock
+# detector, which fails the task on every retry, and the pool stood still. The rest start
+# as Temporal confirms the first (~0.1-0.5 s a wave).
 _CLAIM_STARTS_AT_ONCE = 200
 # Claims one run of the pool starts before it continues as new. Temporal refuses a child
 # start past 2,000 running children of one run (`PendingChildWorkflowsLimitExceeded`, which
 # fails the task on every retry); after a continue-as-new the claims are no run's children
-# (they are abandoned, not ended). Well under that limit because a run that starts claims
-# cannot continue as new until they have started, and its history (two events a start, and
-# the claims' reports) is what a worker replays on a takeover.
+# (they are abandoned, not ended). Kept for claims started by activity too: a run that
+# starts claims cannot continue as new until they have started, and its history (the
+# claims' reports) is what a worker replays on a takeover.
 _CLAIM_STARTS_PER_RUN = 500
+# Claims one `start_claim_workflows` activity starts: its input (~4.5 KB a claim) stays far
+# below Temporal's 2 MB payload limit.
+_CLAIM_STARTS_PER_ACTIVITY = 100
+# A batch is tried until Temporal takes it (only a start it refuses outright is given up).
+_CLAIM_STARTS_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=0.5), maximum_interval=timedelta(seconds=10)
+)
 _HOLD_ALARM = "launch partly filled nodes"
 _LIVE_PHASES = frozenset(
     {
@@ -103,6 +121,13 @@ _LIVE_PHASES = frozenset(
         NodeClaimPhase.READY,
     }
 )
+
+
+@dataclass(frozen=True)
+class _ClaimToStart:
+    name: str
+    claim: NodeClaim
+    node: PlannedNode
 
 
 @dataclass
@@ -116,6 +141,7 @@ class _TimeFacts:
     consolidation_due: bool = False
     config_retry_due: bool = False
     hold_over: bool = False
+    periodic_look: bool = False
 
 
 @workflow.defn
@@ -154,7 +180,19 @@ class NodePoolWorkflow:
         # during a burst) before it may plan the pods that arrived meanwhile. Continuing as
         # new waits for the starts in flight.
         self._claims_aside = self._aside and workflow.patched("claim-starts-aside")
-        self._starting: set[asyncio.Task[None]] = set()
+        self._starting: set[asyncio.Task[Any]] = set()
+        # Runs since then start claims from an activity, a round's in one batch, not as
+        # children: Temporal records child starts under the pool's lock, one by one, and the
+        # pool's next workflow task waited behind them (activities/claim_workflows.py).
+        self._starts_by_activity = self._claims_aside and workflow.patched(
+            "claim-starts-by-activity"
+        )
+        self._unsent_starts: list[_ClaimToStart] = []
+        self._unconfirmed: set[str] = set()  # claims whose start is still on its way
+        # Runs since then ask Temporal, on each periodic look, which of their claims still
+        # run: a claim that closed without a final report is forgotten. Children started by
+        # a run were also heard closing (`_claim_closed`); claims of an earlier run never were.
+        self._checks_claims = self._alarmed and workflow.patched("claims-checked-on-look")
         # Runs since then send at most `_CLAIM_STARTS_AT_ONCE` claim starts a workflow task.
         waves = workflow.patched("claim-starts-in-waves")
         self._start_slots = asyncio.Semaphore(_CLAIM_STARTS_AT_ONCE) if waves else None
@@ -409,6 +447,7 @@ class NodePoolWorkflow:
             facts.hold_over = alarms.reached(_HOLD_ALARM, state.hold_until)
         if state.safety_net_at is None or alarms.reached("periodic look", state.safety_net_at):
             # This round is the look; the next one is armed from now.
+            facts.periodic_look = True
             interval = timedelta(seconds=self._input.reconcile_interval_s)
             state.safety_net_at = workflow.now() + interval
             alarms.reached("periodic look", state.safety_net_at)
@@ -488,6 +527,8 @@ class NodePoolWorkflow:
         if facts.config_retry_due:
             state.config_error = ""
             state.config_retry_at = None
+        if facts.periodic_look and self._checks_claims:
+            await self._forget_claims_gone()
         await self._grant_permits()
         await self._replace_drifted()
         await self._consolidate(facts.consolidation_due)
@@ -545,8 +586,10 @@ class NodePoolWorkflow:
         if self._starts_left is not None:
             # The nodes past this run's starts stay unplanned: the next run plans their pods.
             launching = launching[: self._starts_left]
+        names: list[str | None]
         if self._claims_aside:
             names = [self._start_claim_aside(n, for_min_nodes=not n.pod_uids) for n in launching]
+            self._send_claim_starts()
         elif self._alarmed or workflow.patched("parallel-claim-starts"):
             # All in one workflow task: a burst of nodes starts at once, not one per round trip.
             names = await asyncio.gather(
@@ -554,9 +597,11 @@ class NodePoolWorkflow:
             )
         else:
             names = [await self._start_claim(n, for_min_nodes=not n.pod_uids) for n in launching]
-        for node, claim_name in zip(launching, names, strict=True):
+        for node, started in zip(launching, names, strict=True):
+            if started is None:  # refused: its pods are planned again
+                continue
             nominations += [
-                self._nominated(uid, claim_name) for uid in node.pod_uids if uid in state.pending
+                self._nominated(uid, started) for uid in node.pod_uids if uid in state.pending
             ]
         await self._record_events(self._nominations_to_write(nominations) + self._blocked(plan))
 
@@ -654,22 +699,36 @@ class NodePoolWorkflow:
         for_min_nodes: bool = False,
         replaces: str | None = None,
         replace_reason: str = "Drifted",
-    ) -> str:
+    ) -> str | None:
+        """The new claim's name, or None if Temporal refused to start it."""
         name, claim = self._record_claim(
             node, for_min_nodes=for_min_nodes, replaces=replaces, replace_reason=replace_reason
         )
-        await self._start_claim_workflow(name, claim, node)
-        return name
+        started = await self._start_claim_workflow(name, claim, node)
+        return name if started else None
 
     def _start_claim_aside(self, node: PlannedNode, *, for_min_nodes: bool) -> str:
-        """Record the claim and start its workflow without waiting for the start."""
+        """Record the claim and start its workflow without waiting for the start (by
+        activity: once the round has recorded all of its claims, `_send_claim_starts`)."""
         name, claim = self._record_claim(node, for_min_nodes=for_min_nodes)
-        starting = asyncio.create_task(self._start_claim_workflow(name, claim, node))
-        self._starting.add(starting)
-        starting.add_done_callback(self._claim_start_ended)
+        if self._starts_by_activity:
+            self._unsent_starts.append(_ClaimToStart(name, claim, node))
+            return name
+        self._start_aside(self._start_claim_workflow(name, claim, node))
         return name
 
-    def _claim_start_ended(self, starting: asyncio.Task[None]) -> None:
+    def _send_claim_starts(self) -> None:
+        """The round's claims, started aside in batches of `_CLAIM_STARTS_PER_ACTIVITY`."""
+        unsent, self._unsent_starts = self._unsent_starts, []
+        for at in range(0, len(unsent), _CLAIM_STARTS_PER_ACTIVITY):
+            self._start_aside(self._start_claims(unsent[at : at + _CLAIM_STARTS_PER_ACTIVITY]))
+
+    def _start_aside(self, start: Coroutine[Any, Any, Any]) -> None:
+        starting = asyncio.create_task(start)
+        self._starting.add(starting)
+        starting.add_done_callback(self._claim_start_ended)
+
+    def _claim_start_ended(self, starting: asyncio.Task[Any]) -> None:
         self._starting.discard(starting)
         failure = None if starting.cancelled() else starting.exception()
         if failure is not None:
@@ -723,24 +782,77 @@ class NodePoolWorkflow:
         )
         return name, claim
 
-    async def _start_claim_workflow(self, name: str, claim: NodeClaim, node: PlannedNode) -> None:
+    async def _start_claim_workflow(self, name: str, claim: NodeClaim, node: PlannedNode) -> bool:
+        """False if Temporal refused to start it (the claim is forgotten)."""
+        if self._starts_by_activity:
+            return name not in await self._start_claims([_ClaimToStart(name, claim, node)])
         async with self._start_slots or contextlib.nullcontext():
             await self._start_claim_child(name, claim, node)
+        return True
+
+    def _claim_input(self, claim: NodeClaim) -> NodeClaimInput:
+        specs = self._state.specs
+        return NodeClaimInput(
+            claim=claim,
+            node_class_name=specs.node_class_name,
+            node_class=specs.node_class,
+            cluster_id=self._input.cluster_id,
+            timings=self._input.claim_timings,
+            pool_workflow_id=workflow.info().workflow_id,
+        )
+
+    async def _start_claims(self, batch: list[_ClaimToStart]) -> set[str]:
+        """Start the claims' workflows (`start_claim_workflows`); the names of those
+        Temporal refused, which are forgotten (their pods are planned again)."""
+        state = self._state
+        starts = ClaimStarts(
+            starts=[
+                ClaimStart(
+                    input=self._claim_input(start.claim),
+                    task_queue=self._claims_queue or workflow.info().task_queue,
+                    task_timeout_s=self._input.claim_task_timeout_s,
+                    pool_name=self._input.name,
+                )
+                for start in batch
+            ]
+        )
+        self._unconfirmed.update(start.name for start in batch)
+        try:
+            result = await workflow.execute_activity_method(
+                ClaimWorkflowActivities.start_claim_workflows,
+                starts,
+                start_to_close_timeout=KUBE_CALL,
+                heartbeat_timeout=QUICK_HEARTBEAT,
+                # Until Temporal takes them: a claim given up on here could still have been
+                # started by the attempt that failed, and would run uncounted.
+                retry_policy=_CLAIM_STARTS_RETRY,
+                summary=f"start {len(batch)} claims",
+            )
+        except BaseException:
+            for start in batch:
+                state.claims.pop(start.name, None)
+            raise
+        finally:
+            self._unconfirmed.difference_update(start.name for start in batch)
+        for start in batch:
+            if start.name in result.refused:
+                workflow.logger.warning(
+                    "claim %s was not started: %s", start.name, result.refused[start.name]
+                )
+                state.claims.pop(start.name, None)
+                self._dirty = True
+                continue
+            state.claims_started += 1
+            for uid in start.node.pod_uids:
+                state.blocked.pop(uid, None)
+        return set(result.refused)
 
     async def _start_claim_child(self, name: str, claim: NodeClaim, node: PlannedNode) -> None:
         state = self._state
-        specs = state.specs
         try:
             handle = await workflow.start_child_workflow(
                 NodeClaimWorkflow.run,
-                NodeClaimInput(
-                    claim=claim,
-                    node_class_name=specs.node_class_name,
-                    node_class=specs.node_class,
-                    cluster_id=self._input.cluster_id,
-                    timings=self._input.claim_timings,
-                    pool_workflow_id=workflow.info().workflow_id,
-                ),
+                self._claim_input(claim),
                 id=claim_workflow_id(name),
                 task_queue=self._claims_queue,
                 task_timeout=(
@@ -865,8 +977,10 @@ class NodePoolWorkflow:
                 workflow.logger.warning("no replacement for %s: %s", claim.name, _cause(err))
                 break
             if plan.new_nodes:
-                claim.replaced_by = await self._start_claim(plan.new_nodes[0], replaces=claim.name)
-                replacing += 1
+                new = await self._start_claim(plan.new_nodes[0], replaces=claim.name)
+                if new is not None:
+                    claim.replaced_by = new
+                    replacing += 1
 
     # --- consolidation ----------------------------------------------------------------------
 
@@ -920,7 +1034,7 @@ class NodePoolWorkflow:
             new = await self._start_claim(
                 decision.replacement, replaces=name, replace_reason="Underutilized"
             )
-            if name in state.claims:  # it may have ended while the replacement started
+            if new is not None and name in state.claims:  # it may have ended meanwhile
                 state.claims[name].replaced_by = new
 
     async def _find_consolidation(
@@ -1103,6 +1217,29 @@ class NodePoolWorkflow:
         )
 
     # --- state helpers ----------------------------------------------------------------------
+
+    async def _forget_claims_gone(self) -> None:
+        """Forget the claims whose workflow is no longer running. A claim reports its end
+        itself; one that could not (terminated by hand, failed outside its own error
+        handling) would otherwise hold its nominated pods and count against the limits for
+        good. A local activity: one event on the periodic look, which an idle pool pays."""
+        names = [name for name in self._state.claims if name not in self._unconfirmed]
+        if not names:
+            return
+        try:
+            states = await workflow.execute_local_activity_method(
+                ClaimWorkflowActivities.claim_workflow_states,
+                ClaimStatesInput(claim_names=names),
+                start_to_close_timeout=KUBE_CALL,
+                retry_policy=RetryPolicy(maximum_attempts=3),
+                summary=f"which of {len(names)} claims still run",
+            )
+        except ActivityError as err:
+            workflow.logger.warning("the claims could not be checked: %s", _cause(err))
+            return  # the next look asks again
+        for name, claim_state in states.states.items():
+            if claim_state != ClaimState.RUNNING and name not in self._unconfirmed:
+                self._claim_closed(name)
 
     def _claim_closed(self, name: str) -> None:
         claim = self._state.claims.pop(name, None)

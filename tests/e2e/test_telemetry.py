@@ -131,7 +131,10 @@ async def test_one_claim_is_one_trace_and_fills_the_metrics(
         ("SignalWithStartWorkflow:NodePoolWorkflow", pool_id),
         ("RunWorkflow:NodePoolWorkflow", pool_id),
         ("StartActivity:plan_capacity", pool_id),
-        ("StartChildWorkflow:NodeClaimWorkflow", pool_id),
+        # The pool's worker starts its claims (`start_claim_workflows`), in the same trace.
+        ("StartActivity:start_claim_workflows", pool_id),
+        ("RunActivity:start_claim_workflows", pool_id),
+        ("StartWorkflow:NodeClaimWorkflow", claim_id),
         ("RunWorkflow:NodeClaimWorkflow", claim_id),
         *((f"StartActivity:{a}", claim_id) for a in sorted(activities)),
         *((f"RunActivity:{a}", claim_id) for a in sorted(activities)),

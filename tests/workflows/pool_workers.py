@@ -9,6 +9,7 @@ from typing import Any
 from temporalio.client import Client
 from temporalio.worker import Worker
 
+from activities.claim_workflows import ClaimWorkflowActivities
 from api.messages import claim_task_queue
 
 
@@ -20,7 +21,8 @@ async def pool_workers(
     activities: Sequence[Callable[..., Any]],
 ) -> AsyncIterator[None]:
     """One worker on the pool's task queue and one on its claims' (where the pool starts
-    them), both with these workflows and activities."""
+    them), both with these workflows and activities, and the one that starts the claims."""
+    activities = [*activities, *ClaimWorkflowActivities().activities()]
     async with contextlib.AsyncExitStack() as running:
         for task_queue in (queue, claim_task_queue(queue)):
             worker = Worker(

@@ -23,7 +23,8 @@ from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.worker import Worker
 
 with workflow.unsafe.imports_passed_through():
-    from api.messages import NodeClaimInput
+    from activities.claim_workflows import ClaimWorkflowActivities
+    from api.messages import ClaimStarts, NodeClaimInput, claim_task_queue
     from api.nodeclaim import NodeClaimPhase, Offering
     from api.nodepool.messages import (
         ClaimReport,
@@ -41,6 +42,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.nodepool import NodePoolWorkflow
 
 PODS_PER_NODE = 10
+START_CLAIMS = "start_claim_workflows"
 OFFERING = Offering(provider="fake", region="sim-1", instance_type="fk-ten", vcpu=8, memory_gib=8)
 ROOM = Resources(cpu_m=7000, memory_bytes=6 * 2**30, pods=PODS_PER_NODE)
 
@@ -358,23 +360,16 @@ async def test_pods_that_arrive_while_claims_start_are_planned_without_waiting_f
         planner.release.set()
         await settled(handle, lambda s: len(s.claims) == 2, "started both nodes")
 
-        events = (await handle.fetch_history()).events
-        first_start = next(
-            e
-            for e in events
-            if e.event_type == EventType.EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_INITIATED
-        )
-        second_plan = [
-            e
-            for e in events
+        scheduled = [
+            e.activity_task_scheduled_event_attributes
+            for e in (await handle.fetch_history()).events
             if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
-            and e.activity_task_scheduled_event_attributes.activity_type.name == "plan_capacity"
-        ][1]
-        started_in = first_start.start_child_workflow_execution_initiated_event_attributes
-        planned_in = second_plan.activity_task_scheduled_event_attributes
+        ]
+        first_start = next(a for a in scheduled if a.activity_type.name == START_CLAIMS)
+        second_plan = [a for a in scheduled if a.activity_type.name == "plan_capacity"][1]
         assert (
-            planned_in.workflow_task_completed_event_id
-            == started_in.workflow_task_completed_event_id
+            second_plan.workflow_task_completed_event_id
+            == first_start.workflow_task_completed_event_id
         )
 
 
@@ -383,8 +378,9 @@ async def test_a_burst_of_600_nodes_starts_its_claims_in_waves_and_runs(
 ) -> None:
     """Each claim start costs the pool's workflow task ~1 ms of Python: 3,000 at once ran
     past the SDK's 2 s deadlock detector, which failed the task on every retry, and Temporal
-    refuses a run's 2,001st running child the same way (a pool of 3,000 floor nodes stood
-    still). No task sends more than 200 starts, no run more than 500; all 600 start."""
+    refused a run's 2,001st running child the same way (a pool of 3,000 floor nodes stood
+    still). No run starts more than 500, no `start_claim_workflows` more than 100 (its input
+    stays far below Temporal's payload limit); all 600 start, each once."""
     client = temporal_client
     queue = f"bursts-{uuid.uuid4()}"
     # The pool's queue only: Temporal starts a claim without a worker for it (its first task
@@ -393,7 +389,12 @@ async def test_a_burst_of_600_nodes_starts_its_claims_in_waves_and_runs(
         client,
         task_queue=queue,
         workflows=[NodePoolWorkflow],
-        activities=[plan_capacity, record_events, sync_nodepool_status],
+        activities=[
+            plan_capacity,
+            record_events,
+            sync_nodepool_status,
+            *ClaimWorkflowActivities().activities(),
+        ],
     ):
         first = await start_bursts_pool(client, queue, 0, pods("w", 600 * PODS_PER_NODE))
         latest = client.get_workflow_handle(first.id)
@@ -403,15 +404,26 @@ async def test_a_burst_of_600_nodes_starts_its_claims_in_waves_and_runs(
                 lambda s: len(s.claims) == 600,
                 timeout_s=120,
             )
-            # Every claim started (none left waiting for a slot), in two runs ...
+            # Every claim started, in two runs ...
             runs = await eventually(
                 lambda: starts_by_run(client, first.id),
                 lambda runs: sum(started for started, _ in runs) == 600,
                 timeout_s=120,
             )
             assert [started for started, _ in runs] == [500, 100]
-            # ... and in waves: no workflow task sent more than 200.
-            assert max(max(per_task) for _, per_task in runs) <= 200, runs
+            # ... in batches of at most 100 ...
+            assert max(max(batches) for _, batches in runs) <= 100, runs
+            # ... each claim its own workflow, started once.
+            query = (
+                "WorkflowType = 'NodeClaimWorkflow' AND CloudburstNodePool = 'bursts' "
+                f"AND TaskQueue = '{claim_task_queue(queue)}'"
+            )
+
+            async def claims() -> list[str]:
+                return [execution.id async for execution in client.list_workflows(query)]
+
+            listed = await eventually(claims, lambda ids: len(ids) >= 600, timeout_s=30)
+            assert len(listed) == len(set(listed)) == 600
         finally:
             await latest.terminate("test over")
             for claim in (await latest.query(NodePoolWorkflow.status)).claims:
@@ -419,22 +431,71 @@ async def test_a_burst_of_600_nodes_starts_its_claims_in_waves_and_runs(
 
 
 async def starts_by_run(client: Client, workflow_id: str) -> list[tuple[int, list[int]]]:
-    """Per run of the pool (oldest first): the claims that started, and the claim starts
-    each of its workflow tasks sent."""
+    """Per run of the pool (oldest first): the claims its `start_claim_workflows` activities
+    started, and how many each was asked to start."""
     runs = [
         execution.run_id
         async for execution in client.list_workflows(f"WorkflowId = '{workflow_id}'")
     ]
     by_run: list[tuple[int, list[int]]] = []
     for run_id in reversed(runs):
-        started, per_task = 0, [0]
+        asked: dict[int, int] = {}
+        started = 0
         handle = client.get_workflow_handle(workflow_id, run_id=run_id)
         async for event in handle.fetch_history_events():
-            if event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
-                per_task.append(0)
-            elif event.event_type == EventType.EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_INITIATED:
-                per_task[-1] += 1
-            elif event.event_type == EventType.EVENT_TYPE_CHILD_WORKFLOW_EXECUTION_STARTED:
-                started += 1
-        by_run.append((started, per_task))
+            if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+                attributes = event.activity_task_scheduled_event_attributes
+                if attributes.activity_type.name == START_CLAIMS:
+                    [batch] = await client.data_converter.decode(
+                        attributes.input.payloads, [ClaimStarts]
+                    )
+                    asked[event.event_id] = len(batch.starts)
+            elif event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
+                attributes_done = event.activity_task_completed_event_attributes
+                started += asked.get(attributes_done.scheduled_event_id, 0)
+        by_run.append((started, list(asked.values()) or [0]))
     return by_run
+
+
+async def test_a_claim_that_ends_without_a_word_is_forgotten_at_the_next_look(
+    temporal_client: Client,
+) -> None:
+    """A claim reports its own end; one terminated by hand cannot. The pool's periodic look
+    asks Temporal which of its claims still run, forgets the one that does not (it would
+    hold its pods and count against the limits for good) and plans its pods again."""
+    queue = f"bursts-{uuid.uuid4()}"
+    async with pool_workers(
+        temporal_client,
+        queue,
+        [NodePoolWorkflow, StandInClaim],
+        [plan_capacity, record_events, sync_nodepool_status],
+    ):
+        handle = await temporal_client.start_workflow(
+            NodePoolWorkflow.run,
+            NodePoolInput(
+                namespace="default",
+                name="bursts",
+                state=PoolState(specs=specs()),
+                reconcile_interval_s=1,  # a look every second
+            ),
+            id=f"nodepool-bursts-{uuid.uuid4().hex[:8]}",
+            task_queue=queue,
+            start_signal="demand",
+            start_signal_args=[DemandUpdate(pods=pods("a", PODS_PER_NODE))],
+        )
+        try:
+            [first] = (await settled(handle, lambda s: len(s.claims) == 1, "one claim")).claims
+            await temporal_client.get_workflow_handle(f"nodeclaim-{first.name}").terminate(
+                "gone without a word"
+            )
+            status = await settled(
+                handle,
+                lambda s: len(s.claims) == 1 and s.claims[0].name != first.name,
+                "forgot the ended claim and planned its pods again",
+            )
+            assert sorted(status.claims[0].nominated) == sorted(f"a{i}" for i in range(10))
+        finally:
+            status = await handle.query(NodePoolWorkflow.status)
+            await handle.terminate("test over")
+            for claim in status.claims:
+                await temporal_client.get_workflow_handle(f"nodeclaim-{claim.name}").terminate()

@@ -1,0 +1,112 @@
+"""A pool's claims as Temporal knows them: `start_claim_workflows` starts a round's new
+claims; `claim_workflow_states` says which still run (the pool's periodic look, and the
+orphan GC before it removes a VM). Async: only they get the worker's client.
+
+`start_claim_workflows`: a pool's new claims, started by its worker.
+
+A pool used to start its claims as child workflows. Temporal records each child's start in
+the parent's history under the parent's lock, one after another, and the pool's next
+workflow task waits behind them: in a 1,000-pod burst the pool sat 0.3-0.8 s on every round
+whose claims were still starting while new demand waited (docs/benchmarks.md, "Tenth pass").
+Started from here, a claim is its own workflow from the first (it was abandoned by its pool
+at the pool's next continue-as-new anyway, and reports by signal), the pool records one
+activity for a whole round, and its next round goes on while Temporal creates the claims.
+
+Idempotent: a claim's workflow id is its name, and an id once used is never started again
+(`REJECT_DUPLICATE`), so a retried attempt starts only the claims the last one did not reach
+and never revives one that has ended.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+from temporalio import activity
+from temporalio.client import WorkflowExecutionStatus
+from temporalio.common import SearchAttributePair, TypedSearchAttributes, WorkflowIDReusePolicy
+from temporalio.exceptions import WorkflowAlreadyStartedError
+from temporalio.service import RPCError, RPCStatusCode
+
+from api import search_attributes as sa
+from api.claims import claim_details, claim_summary
+from api.gc import ClaimState, ClaimStates, ClaimStatesInput
+from api.messages import ClaimStart, ClaimStarts, ClaimStartsResult, claim_workflow_id
+from api.nodeclaim import NodeClaimPhase
+
+# Start calls in flight at once: a round of a burst starts tens of claims, a floor hundreds.
+# (The worker's `HeartbeatInterceptor` beats meanwhile: the pool's 2 s heartbeat timeout
+# notices a worker that died mid-batch, not the start-to-close timeout.)
+_STARTS_AT_ONCE = 32
+_DESCRIBE_CONCURRENCY = 16
+# What Temporal answers for a start that no retry can make succeed (an id or input it will
+# not take): the claim is refused, the rest of the batch goes on.
+_REFUSED = frozenset([RPCStatusCode.INVALID_ARGUMENT])
+
+
+class ClaimWorkflowActivities:
+    def activities(self) -> list[Callable[..., Any]]:
+        return [self.start_claim_workflows, self.claim_workflow_states]
+
+    @activity.defn(name="start_claim_workflows")
+    async def start_claim_workflows(self, batch: ClaimStarts) -> ClaimStartsResult:
+        client = activity.client()
+        limit = asyncio.Semaphore(_STARTS_AT_ONCE)
+        refused: dict[str, str] = {}
+
+        async def start(item: ClaimStart) -> None:
+            claim = item.input.claim
+            async with limit:
+                try:
+                    await client.start_workflow(
+                        "NodeClaimWorkflow",
+                        item.input,
+                        id=claim_workflow_id(claim.metadata.name),
+                        task_queue=item.task_queue,
+                        task_timeout=(
+                            None
+                            if item.task_timeout_s is None
+                            else timedelta(seconds=item.task_timeout_s)
+                        ),
+                        id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+                        search_attributes=TypedSearchAttributes(
+                            [
+                                SearchAttributePair(sa.NODE_POOL, item.pool_name),
+                                SearchAttributePair(sa.PHASE, NodeClaimPhase.PENDING.value),
+                            ]
+                        ),
+                        static_summary=claim_summary(claim),
+                        static_details=claim_details(claim),
+                    )
+                except WorkflowAlreadyStartedError:
+                    pass  # started by an earlier attempt (and perhaps ended since)
+                except RPCError as err:
+                    if err.status not in _REFUSED:
+                        raise  # the server busy or away: the whole batch is tried again
+                    refused[claim.metadata.name] = err.message
+
+        await asyncio.gather(*(start(item) for item in batch.starts))
+        return ClaimStartsResult(refused=refused)
+
+    @activity.defn(name="claim_workflow_states")
+    async def claim_workflow_states(self, input: ClaimStatesInput) -> ClaimStates:
+        """`nodeclaim-<claim>` running, closed or unknown, for each claim named."""
+        client = activity.client()
+        limit = asyncio.Semaphore(_DESCRIBE_CONCURRENCY)
+
+        async def state(claim: str) -> tuple[str, ClaimState]:
+            async with limit:
+                handle = client.get_workflow_handle(claim_workflow_id(claim))
+                try:
+                    desc = await handle.describe()
+                except RPCError as err:
+                    if err.status == RPCStatusCode.NOT_FOUND:
+                        return claim, ClaimState.UNKNOWN
+                    raise
+            running = desc.status == WorkflowExecutionStatus.RUNNING
+            return claim, ClaimState.RUNNING if running else ClaimState.CLOSED
+
+        results = await asyncio.gather(*(state(c) for c in sorted(set(input.claim_names))))
+        return ClaimStates(states=dict(results))
