@@ -6,7 +6,7 @@ orphan GC before it removes a VM). Async: only they get the worker's client.
 
 A pool used to start its claims as child workflows. Temporal records each child's start in
 the parent's history under the parent's lock, one after another, and the pool's next
-workflow task waits behind them: in a 1,000-pod burst the pool sat 0.3-0.8 s on every round
+workflow task waits behind them: in a 1,000-pod burst the pool sat 0.3-0.8 s on each round
 whose claims were still starting while new demand waited (docs/benchmarks.md, "Tenth pass").
 Started from here, a claim is its own workflow from the first (it was abandoned by its pool
 at the pool's next continue-as-new anyway, and reports by signal), the pool records one

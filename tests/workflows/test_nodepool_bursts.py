@@ -373,7 +373,7 @@ async def test_pods_that_arrive_while_claims_start_are_planned_without_waiting_f
         )
 
 
-async def test_a_burst_of_600_nodes_starts_its_claims_in_waves_and_runs(
+async def test_a_burst_of_600_nodes_starts_its_claims_in_batches_and_runs(
     temporal_client: Client,
 ) -> None:
     """Each claim start costs the pool's workflow task ~1 ms of Python: 3,000 at once ran
