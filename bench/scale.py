@@ -9,7 +9,7 @@ cluster (`python -m sim`, fake cloud, boot delay 0), ONE `cloudburst worker` and
 poll the pools' task queue only and the one worker the claims' (`cloudburst worker --queues`). The N claims are made the way a pool
 makes them: one NodePool with `minNodes: N` on the fake provider, so the trigger starts the
 pool workflow, which plans the floor once and starts N NodeClaimWorkflows (by activity,
-`start_claim_workflows`, 100 a batch).
+`start_claim_workflows`, at most 100 a batch).
 
 Once all N claims are Ready it measures an idle window: the worker's RSS and CPU seconds
 (/proc/<pid>/status and /proc/<pid>/stat), the history events each claim and the pool wrote

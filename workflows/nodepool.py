@@ -105,9 +105,13 @@ _CLAIM_STARTS_AT_ONCE = 200
 # starts claims cannot continue as new until they have started, and its history (the
 # claims' reports) is what a worker replays on a takeover.
 _CLAIM_STARTS_PER_RUN = 500
-# Claims one `start_claim_workflows` activity starts: its input (~4.5 KB a claim) stays far
-# below Temporal's 2 MB payload limit.
+# Claims one `start_claim_workflows` activity starts, and their inputs' JSON together (each
+# carries its NodeClass: ~4.5 KB usually, far more for a class filled to its bounds). Over
+# 512 KB a payload goes compressed, but JSON with copies further apart than zlib's 32 KB
+# window barely shrinks: the bound keeps a batch far below Temporal's 2 MB payload limit,
+# past which the pool's task would fail on every retry.
 _CLAIM_STARTS_PER_ACTIVITY = 100
+_CLAIM_STARTS_BYTES_PER_ACTIVITY = 1_000_000
 # A batch is tried until Temporal takes it (only a start it refuses outright is given up).
 _CLAIM_STARTS_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=0.5), maximum_interval=timedelta(seconds=10)
@@ -718,10 +722,13 @@ class NodePoolWorkflow:
         return name
 
     def _send_claim_starts(self) -> None:
-        """The round's claims, started aside in batches of `_CLAIM_STARTS_PER_ACTIVITY`."""
+        """The round's claims, started aside in batches (`pool_rules.start_batches`)."""
         unsent, self._unsent_starts = self._unsent_starts, []
-        for at in range(0, len(unsent), _CLAIM_STARTS_PER_ACTIVITY):
-            self._start_aside(self._start_claims(unsent[at : at + _CLAIM_STARTS_PER_ACTIVITY]))
+        sizes = [len(self._claim_start(start).model_dump_json()) for start in unsent]
+        for batch in pool_rules.start_batches(
+            sizes, _CLAIM_STARTS_PER_ACTIVITY, _CLAIM_STARTS_BYTES_PER_ACTIVITY
+        ):
+            self._start_aside(self._start_claims(unsent[batch.start : batch.stop]))
 
     def _start_aside(self, start: Coroutine[Any, Any, Any]) -> None:
         starting = asyncio.create_task(start)
@@ -801,21 +808,19 @@ class NodePoolWorkflow:
             pool_workflow_id=workflow.info().workflow_id,
         )
 
+    def _claim_start(self, start: _ClaimToStart) -> ClaimStart:
+        return ClaimStart(
+            input=self._claim_input(start.claim),
+            task_queue=self._claims_queue or workflow.info().task_queue,
+            task_timeout_s=self._input.claim_task_timeout_s,
+            pool_name=self._input.name,
+        )
+
     async def _start_claims(self, batch: list[_ClaimToStart]) -> set[str]:
         """Start the claims' workflows (`start_claim_workflows`); the names of those
         Temporal refused, which are forgotten (their pods are planned again)."""
         state = self._state
-        starts = ClaimStarts(
-            starts=[
-                ClaimStart(
-                    input=self._claim_input(start.claim),
-                    task_queue=self._claims_queue or workflow.info().task_queue,
-                    task_timeout_s=self._input.claim_task_timeout_s,
-                    pool_name=self._input.name,
-                )
-                for start in batch
-            ]
-        )
+        starts = ClaimStarts(starts=[self._claim_start(start) for start in batch])
         self._unconfirmed.update(start.name for start in batch)
         try:
             result = await workflow.execute_activity_method(

@@ -3,7 +3,7 @@ now, what holds against the limits, and what the NodePool resource's status says
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
@@ -20,6 +20,22 @@ from api.nodepool import (
 from api.nodepool.messages import PoolClaim, PoolState
 from api.planning import InFlightNode, PlannedNode, PlanRequest, PodDemand
 from api.quantity import cpu_millis, format_cpu, format_memory, memory_bytes
+
+
+def start_batches(sizes: Sequence[int], max_claims: int, max_bytes: int) -> list[range]:
+    """The claim starts of a round in consecutive batches (indexes into `sizes`, each claim's
+    input in bytes): at most `max_claims` a batch and `max_bytes` together, but never an
+    empty batch (a claim whose input alone is larger goes on its own, as a child start did)."""
+    batches: list[range] = []
+    first = total = 0
+    for at, size in enumerate(sizes):
+        if at > first and (at - first >= max_claims or total + size > max_bytes):
+            batches.append(range(first, at))
+            first, total = at, 0
+        total += size
+    if first < len(sizes):
+        batches.append(range(first, len(sizes)))
+    return batches
 
 
 def held(claims: Iterable[PoolClaim]) -> tuple[int, int]:

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from api.nodeclaim import NodeClaimPhase, Offering
 from api.nodeclass import FakeClass, JoinSettings, NodeClassSpec
 from api.nodepool import NodePoolSpec
@@ -17,6 +20,7 @@ from workflows.decisions.pool import (
     partly_filled,
     plan_request,
     pool_status,
+    start_batches,
 )
 
 NOW = datetime(2026, 11, 24, 9, 0, tzinfo=UTC)
@@ -192,3 +196,38 @@ def test_nominated_events_come_ten_at_once_then_five_a_second() -> None:
     assert granted == 10  # an idle hour refills the bucket, never beyond its burst
     granted, _ = events_allowed(allowance, NOW + timedelta(hours=1), 1)
     assert granted == 0
+
+
+def test_a_round_of_usual_claims_starts_in_batches_of_a_hundred() -> None:
+    assert start_batches([4_500] * 250, 100, 1_000_000) == [
+        range(0, 100),
+        range(100, 200),
+        range(200, 250),
+    ]
+
+
+def test_claims_with_a_large_node_class_start_in_smaller_batches_and_a_huge_one_alone() -> None:
+    """A NodeClass filled to its bounds makes each claim's input large: a batch of 100 such
+    inputs would not fit Temporal's payload limit, and the pool's task would fail on every
+    retry. One input over the bound still goes (alone): a batch is never empty."""
+    assert start_batches([300_000] * 7, 100, 1_000_000) == [range(0, 3), range(3, 6), range(6, 7)]
+    assert start_batches([10, 2_000_000, 10], 100, 1_000_000) == [
+        range(0, 1),
+        range(1, 2),
+        range(2, 3),
+    ]
+    assert start_batches([], 100, 1_000_000) == []
+
+
+@given(
+    sizes=st.lists(st.integers(min_value=1, max_value=3_000_000), max_size=300),
+    max_claims=st.integers(min_value=1, max_value=120),
+)
+def test_batches_keep_every_claim_once_in_order_within_both_bounds(
+    sizes: list[int], max_claims: int
+) -> None:
+    batches = start_batches(sizes, max_claims, 1_000_000)
+    assert [i for batch in batches for i in batch] == list(range(len(sizes)))
+    for batch in batches:
+        assert 1 <= len(batch) <= max_claims
+        assert len(batch) == 1 or sum(sizes[i] for i in batch) <= 1_000_000
