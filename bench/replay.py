@@ -19,6 +19,7 @@ import argparse
 import asyncio
 import gzip
 import json
+import os
 import statistics
 import sys
 import time
@@ -115,7 +116,12 @@ def main() -> None:
                 f"{r.cpu_s:6.3f} {r.ms_per_task:8.2f}"
                 + (f"  FAILED: {r.failure}" if r.failure else "")
             )
-    sys.exit(1 if any(r.failure for r in results) else 0)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # Not sys.exit: the SDK core's threads may still call into Python while the interpreter
+    # finalizes after a replay failure ("Fatal Python error: PyGILState_Release ... runtime
+    # state: finalizing", SIGABRT under load), which would turn the bench's verdict into a crash.
+    os._exit(1 if any(r.failure for r in results) else 0)
 
 
 if __name__ == "__main__":
