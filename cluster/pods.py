@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from kubernetes import client as k8s
+from pydantic import ValidationError
 
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 # Pods annotated with either (value "true") hold voluntary disruption of their node back.
@@ -89,17 +90,24 @@ def slim_pod(raw: dict[str, Any]) -> k8s.V1Pod:
         listed = spec.get(key) or []
         return [{k: c[k] for k in _CONTAINER if k in c} for c in listed if isinstance(c, dict)]
 
-    pod = k8s.V1Pod.from_dict(
-        {
-            "metadata": {k: metadata[k] for k in _METADATA if k in metadata},
-            "spec": {
-                **{k: spec[k] for k in _SPEC if k in spec},
-                "containers": containers("containers"),
-                "initContainers": containers("initContainers"),
-            },
-            "status": {k: status[k] for k in ("phase", "conditions") if k in status},
-        }
-    )
+    slim = {
+        "metadata": {k: metadata[k] for k in _METADATA if k in metadata},
+        "spec": {
+            **{k: spec[k] for k in _SPEC if k in spec},
+            "containers": containers("containers"),
+            "initContainers": containers("initContainers"),
+        },
+        "status": {k: status[k] for k in ("phase", "conditions") if k in status},
+    }
+    try:
+        # One pass of pydantic-core over the whole pod: about a sixth of the cost of the
+        # client's `from_dict`, which builds every nested model in Python.
+        return k8s.V1Pod.model_validate(slim)
+    except ValidationError:
+        pass
+    # A field this client does not know (a newer API server: its models forbid extras),
+    # or a value it refuses: `from_dict` leaves unknown fields out, as the client does.
+    pod = k8s.V1Pod.from_dict(slim)
     if pod is None:  # from_dict gives None only for None
         raise ValueError("no pod")
     return pod

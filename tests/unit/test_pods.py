@@ -3,6 +3,7 @@ it: these decide whether a node counts as empty and whether a pod asks for a nod
 
 from __future__ import annotations
 
+import copy
 import json
 from datetime import UTC, datetime
 
@@ -184,6 +185,19 @@ def test_a_slim_pod_reads_as_the_whole_one_to_every_watcher_rule() -> None:
     # What no watcher reads is left out.
     assert slim.metadata.managed_fields is None and slim.spec.volumes is None
     assert slim.spec.containers[0].env is None and slim.status.container_statuses is None
+
+
+def test_a_pod_from_a_newer_api_server_reads_as_it_would_without_the_fields_it_adds() -> None:
+    # The client's models forbid fields they do not know; a newer cluster's pod must still
+    # ask for a node (the watch skips a pod it cannot read: nothing would scale for it).
+    newer = copy.deepcopy(FULL_POD)
+    newer["spec"]["tolerations"][0]["futureField"] = "x"
+    newer["spec"]["affinity"]["nodeAffinity"]["futureField"] = {"a": 1}
+    newer["status"]["conditions"][0]["observedRevision"] = 7
+    newer["spec"]["containers"][0]["resources"]["futureField"] = []
+    slim = slim_pod(newer)
+    assert slim == slim_pod(FULL_POD)
+    assert is_unschedulable(slim) and pod_demand(slim) == pod_demand(slim_pod(FULL_POD))
 
 
 def test_a_slim_pod_keeps_a_daemonset_pod_and_a_bound_one_what_they_are() -> None:
