@@ -193,6 +193,9 @@ class NodePoolWorkflow:
         )
         self._unsent_starts: list[_ClaimToStart] = []
         self._unconfirmed: set[str] = set()  # claims whose start is still on its way
+        # Claims the latest periodic look forgot: a final report may still be on its way
+        # (signalled while the look asked Temporal, it lands in the next task).
+        self._forgotten_by_look: set[str] = set()
         # Runs since then ask Temporal, on each periodic look, which of their claims still
         # run: a claim that closed without a final report is forgotten. Children started by
         # a run were also heard closing (`_claim_closed`); claims of an earlier run never were.
@@ -320,6 +323,16 @@ class NodePoolWorkflow:
             state.failed_offerings[report.failed_offering] = until
         claim = state.claims.get(name)
         if claim is None:
+            if (
+                report.phase == NodeClaimPhase.FAILED
+                and name in self._forgotten_by_look
+                and workflow.patched("late-report-of-a-forgotten-claim")
+            ):
+                # The look found it ended a moment before its report landed: the failure
+                # still counts (a configuration error holds the next claims back).
+                self._forgotten_by_look.discard(name)
+                self._claim_failed(report, at)
+                self._dirty = True
             return
         if report.phase == NodeClaimPhase.READY and claim.ready_at is None:
             claim.ready_at = at
@@ -724,11 +737,16 @@ class NodePoolWorkflow:
     def _send_claim_starts(self) -> None:
         """The round's claims, started aside in batches (`pool_rules.start_batches`)."""
         unsent, self._unsent_starts = self._unsent_starts, []
-        sizes = [len(self._claim_start(start).model_dump_json()) for start in unsent]
+        starts = [self._claim_start(start) for start in unsent]
+        sizes = [len(start.model_dump_json()) for start in starts]
         for batch in pool_rules.start_batches(
             sizes, _CLAIM_STARTS_PER_ACTIVITY, _CLAIM_STARTS_BYTES_PER_ACTIVITY
         ):
-            self._start_aside(self._start_claims(unsent[batch.start : batch.stop]))
+            self._start_aside(
+                self._start_claims(
+                    unsent[batch.start : batch.stop], starts[batch.start : batch.stop]
+                )
+            )
 
     def _start_aside(self, start: Coroutine[Any, Any, Any]) -> None:
         starting = asyncio.create_task(start)
@@ -816,11 +834,14 @@ class NodePoolWorkflow:
             pool_name=self._input.name,
         )
 
-    async def _start_claims(self, batch: list[_ClaimToStart]) -> set[str]:
-        """Start the claims' workflows (`start_claim_workflows`); the names of those
-        Temporal refused, which are forgotten (their pods are planned again)."""
+    async def _start_claims(
+        self, batch: list[_ClaimToStart], built: list[ClaimStart] | None = None
+    ) -> set[str]:
+        """Start the claims' workflows (`start_claim_workflows`; `built`: their starts, if
+        made already); the names of those Temporal refused, which are forgotten (their pods
+        are planned again)."""
         state = self._state
-        starts = ClaimStarts(starts=[self._claim_start(start) for start in batch])
+        starts = ClaimStarts(starts=built or [self._claim_start(start) for start in batch])
         self._unconfirmed.update(start.name for start in batch)
         try:
             result = await workflow.execute_activity_method(
@@ -1242,16 +1263,22 @@ class NodePoolWorkflow:
         except ActivityError as err:
             workflow.logger.warning("the claims could not be checked: %s", _cause(err))
             return  # the next look asks again
+        self._forgotten_by_look = set()
         for name, claim_state in states.states.items():
-            if claim_state != ClaimState.RUNNING and name not in self._unconfirmed:
-                self._claim_closed(name)
+            if claim_state == ClaimState.RUNNING or name in self._unconfirmed:
+                continue
+            if self._claim_closed(name):
+                self._forgotten_by_look.add(name)
 
-    def _claim_closed(self, name: str) -> None:
+    def _claim_closed(self, name: str) -> bool:
+        """Forget a claim whose workflow ended; False if it was no longer known."""
         claim = self._state.claims.pop(name, None)
-        if claim is not None:
-            workflow.logger.warning("claim %s ended without a final report", name)
-            self._forget_disruption(claim)
-            self._dirty = True
+        if claim is None:
+            return False
+        workflow.logger.warning("claim %s ended without a final report", name)
+        self._forget_disruption(claim)
+        self._dirty = True
+        return True
 
     def _forget_disruption(self, claim: PoolClaim) -> None:
         """A claim past Ready: it is no longer a disruption candidate, and its pods need

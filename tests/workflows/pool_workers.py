@@ -6,6 +6,7 @@ import contextlib
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
+from temporalio import activity
 from temporalio.client import Client
 from temporalio.worker import Worker
 
@@ -21,8 +22,13 @@ async def pool_workers(
     activities: Sequence[Callable[..., Any]],
 ) -> AsyncIterator[None]:
     """One worker on the pool's task queue and one on its claims' (where the pool starts
-    them), both with these workflows and activities, and the one that starts the claims."""
-    activities = [*activities, *ClaimWorkflowActivities().activities()]
+    them), both with these workflows and activities, and the claims' activities (those
+    not given here under the same name)."""
+    given = {_name(fn) for fn in activities}
+    activities = [
+        *activities,
+        *(fn for fn in ClaimWorkflowActivities().activities() if _name(fn) not in given),
+    ]
     async with contextlib.AsyncExitStack() as running:
         for task_queue in (queue, claim_task_queue(queue)):
             worker = Worker(
@@ -30,3 +36,7 @@ async def pool_workers(
             )
             await running.enter_async_context(worker)
         yield
+
+
+def _name(fn: Callable[..., Any]) -> str:
+    return activity._Definition.must_from_callable(fn).name

@@ -24,7 +24,8 @@ from temporalio.worker import Worker
 
 with workflow.unsafe.imports_passed_through():
     from activities.claim_workflows import ClaimWorkflowActivities
-    from api.messages import ClaimStarts, NodeClaimInput, claim_task_queue
+    from api.gc import ClaimStates, ClaimStatesInput
+    from api.messages import ClaimStarts, FailureReason, NodeClaimInput, claim_task_queue
     from api.nodeclaim import NodeClaimPhase, Offering
     from api.nodepool.messages import (
         ClaimReport,
@@ -494,6 +495,82 @@ async def test_a_claim_that_ends_without_a_word_is_forgotten_at_the_next_look(
                 "forgot the ended claim and planned its pods again",
             )
             assert sorted(status.claims[0].nominated) == sorted(f"a{i}" for i in range(10))
+        finally:
+            status = await handle.query(NodePoolWorkflow.status)
+            await handle.terminate("test over")
+            for claim in status.claims:
+                await temporal_client.get_workflow_handle(f"nodeclaim-{claim.name}").terminate()
+
+
+class GatedClaimStates:
+    """The real `claim_workflow_states`, held at a gate the test opens: a look in flight."""
+
+    def __init__(self) -> None:
+        self.closed = False  # hold the next look's check at the gate
+        self.at_gate = asyncio.Event()
+        self.opened = asyncio.Event()
+
+    @activity.defn(name="claim_workflow_states")
+    async def claim_workflow_states(self, input: ClaimStatesInput) -> ClaimStates:
+        if self.closed:
+            self.at_gate.set()
+            await self.opened.wait()
+        return await ClaimWorkflowActivities().claim_workflow_states(input)
+
+
+async def test_a_failure_reported_while_the_look_forgets_its_claim_still_counts(
+    temporal_client: Client,
+) -> None:
+    """A claim that fails on its configuration reports so, then ends. If the pool's periodic
+    look asks Temporal just then, it finds the claim ended and forgets it before the report
+    lands: the report must still count (the error shown, the back-off armed), or the pool
+    learns of the error only when its next claim fails the same way, and backs off a step
+    short. (The look has planned the pods again already: that one claim still starts.)"""
+    queue = f"bursts-{uuid.uuid4()}"
+    gate = GatedClaimStates()
+    async with pool_workers(
+        temporal_client,
+        queue,
+        [NodePoolWorkflow, StandInClaim],
+        [plan_capacity, record_events, sync_nodepool_status, gate.claim_workflow_states],
+    ):
+        handle = await temporal_client.start_workflow(
+            NodePoolWorkflow.run,
+            NodePoolInput(
+                namespace="default",
+                name="bursts",
+                state=PoolState(specs=specs()),
+                reconcile_interval_s=1,  # a look every second
+            ),
+            id=f"nodepool-bursts-{uuid.uuid4().hex[:8]}",
+            task_queue=queue,
+            start_signal="demand",
+            start_signal_args=[DemandUpdate(pods=pods("a", PODS_PER_NODE))],
+        )
+        try:
+            [first] = (await settled(handle, lambda s: len(s.claims) == 1, "one claim")).claims
+            gate.closed = True
+            await asyncio.wait_for(gate.at_gate.wait(), timeout=15)
+            # The claim's last steps, as it takes them: the report, then its end.
+            await handle.signal(
+                NodePoolWorkflow.claim_report,
+                ClaimReport(
+                    claim_name=first.name,
+                    phase=NodeClaimPhase.FAILED,
+                    reason="Secret default/tailscale-auth not found",
+                    failure_reason=FailureReason.INVALID_CONFIG.value,
+                ),
+            )
+            await temporal_client.get_workflow_handle(f"nodeclaim-{first.name}").terminate("failed")
+            gate.closed = False
+            gate.opened.set()
+            status = await settled(
+                handle,
+                lambda s: "tailscale-auth" in s.config_error
+                and "retry after config error" in s.alarms,
+                "took the report of the claim it had forgotten, and backed off",
+            )
+            assert first.name not in {claim.name for claim in status.claims}
         finally:
             status = await handle.query(NodePoolWorkflow.status)
             await handle.terminate("test over")
