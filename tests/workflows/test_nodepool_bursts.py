@@ -566,8 +566,9 @@ async def test_a_failure_reported_while_the_look_forgets_its_claim_still_counts(
             gate.opened.set()
             status = await settled(
                 handle,
-                lambda s: "tailscale-auth" in s.config_error
-                and "retry after config error" in s.alarms,
+                lambda s: (
+                    "tailscale-auth" in s.config_error and "retry after config error" in s.alarms
+                ),
                 "took the report of the claim it had forgotten, and backed off",
             )
             assert first.name not in {claim.name for claim in status.claims}
