@@ -41,6 +41,10 @@ def a_class_without_its_secrets(kube: k8s.ApiClient, name: str) -> None:
     """The sample NodeClass plus, as in the seed's DR manifests on a fresh cluster, a Hetzner
     block and a Tailscale key whose Secrets do not exist."""
     custom = k8s.CustomObjectsApi(kube)
+    core = k8s.CoreV1Api(kube)
+    for missing in ("tailscale-auth", "hetzner-api-token"):  # the cluster is the session's
+        found = core.list_namespaced_secret("default", field_selector=f"metadata.name={missing}")
+        assert not found.items, f"Secret default/{missing} was left by an earlier test"
     sample = custom.get_namespaced_custom_object(
         "cloudburst.io", "v1alpha1", "default", "nodeclasses", "sample"
     )

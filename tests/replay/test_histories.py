@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import gzip
 import json
 import os
@@ -17,6 +18,7 @@ from pathlib import Path
 
 import pytest
 from kubernetes import client as k8s
+from kubernetes.client.exceptions import ApiException
 from temporalio.client import Client, WorkflowHistory
 from temporalio.worker import Replayer
 
@@ -55,6 +57,31 @@ async def test_no_secret_in_any_history(
     assert sim_cluster.tailnet is not None
     auth_key = sim_cluster.tailnet.admin_key(reusable=True, tags=["tag:cloudburst"])
     await in_thread(_tailnet_pool, kube, auth_key)
+    try:
+        await _a_tailnet_claims_life(temporal_client, kube, sim_cluster, kubeconfig)
+    finally:
+        # The cluster is the session's: a `tailscale-auth` Secret left behind would make
+        # the e2e tests' NodeClass whose Secret is missing find it.
+        await in_thread(_remove_tailnet_pool, kube)
+
+    await asyncio.sleep(0.5)  # let the recorder see the last Secret events
+    forbidden = {value for value in secret_recorder.values if len(value) >= 16}
+    assert auth_key in secret_recorder.values, "the Tailscale key Secret was never observed"
+    assert any("kubeadm join" in value for value in forbidden), "no script was ever recorded"
+
+    histories = await _all_histories(temporal_client)
+    assert histories, "no workflow history to scan"
+    texts = {history.workflow_id: history_text(history) for history in histories}
+    # The decoding works: the script Secret's *name* is in history, as it should be.
+    assert any("-bootstrap" in text for text in texts.values())
+    for workflow_id, text in texts.items():
+        for value in forbidden:
+            assert value not in text, f"a secret value reached the history of {workflow_id}"
+
+
+async def _a_tailnet_claims_life(
+    temporal_client: Client, kube: k8s.ApiClient, sim_cluster: SimulatedCluster, kubeconfig: Path
+) -> None:
     queue = new_task_queue()
     stack = Stack(
         temporal_client,
@@ -73,20 +100,6 @@ async def test_no_secret_in_any_history(
         await wait_for_phase(handle, NodeClaimPhase.READY)
         await handle.signal(NodeClaimWorkflow.scale_down, ScaleDownRequest(reason="done"))
         await asyncio.wait_for(handle.result(), timeout=60)
-
-    await asyncio.sleep(0.5)  # let the recorder see the last Secret events
-    forbidden = {value for value in secret_recorder.values if len(value) >= 16}
-    assert auth_key in secret_recorder.values, "the Tailscale key Secret was never observed"
-    assert any("kubeadm join" in value for value in forbidden), "no script was ever recorded"
-
-    histories = await _all_histories(temporal_client)
-    assert histories, "no workflow history to scan"
-    texts = {history.workflow_id: history_text(history) for history in histories}
-    # The decoding works: the script Secret's *name* is in history, as it should be.
-    assert any("-bootstrap" in text for text in texts.values())
-    for workflow_id, text in texts.items():
-        for value in forbidden:
-            assert value not in text, f"a secret value reached the history of {workflow_id}"
 
 
 async def test_histories_replay_with_current_code(temporal_client: Client) -> None:
@@ -169,6 +182,17 @@ async def _all_histories(client: Client) -> list[WorkflowHistory]:
         handle = client.get_workflow_handle(execution.id, run_id=execution.run_id)
         histories.append(await handle.fetch_history())
     return histories
+
+
+def _remove_tailnet_pool(kube: k8s.ApiClient) -> None:
+    custom = k8s.CustomObjectsApi(kube)
+    for plural in ("nodepools", "nodeclasses"):
+        with contextlib.suppress(ApiException):
+            custom.delete_namespaced_custom_object(
+                "cloudburst.io", "v1alpha1", "default", plural, "tailnet"
+            )
+    with contextlib.suppress(ApiException):
+        k8s.CoreV1Api(kube).delete_namespaced_secret("tailscale-auth", "default")
 
 
 def _tailnet_pool(kube: k8s.ApiClient, auth_key: str) -> None:
