@@ -193,9 +193,10 @@ class NodePoolWorkflow:
         )
         self._unsent_starts: list[_ClaimToStart] = []
         self._unconfirmed: set[str] = set()  # claims whose start is still on its way
-        # Claims the latest periodic look forgot: a final report may still be on its way
-        # (signalled while the look asked Temporal, it lands in the next task).
-        self._forgotten_by_look: set[str] = set()
+        # Claims the latest periodic look forgot (and what they were made from): a final
+        # report may still be on its way (signalled while the look asked Temporal, it lands
+        # in the next task).
+        self._forgotten_by_look: dict[str, str] = {}
         # Runs since then ask Temporal, on each periodic look, which of their claims still
         # run: a claim that closed without a final report is forgotten. Children started by
         # a run were also heard closing (`_claim_closed`); claims of an earlier run never were.
@@ -330,8 +331,7 @@ class NodePoolWorkflow:
             ):
                 # The look found it ended a moment before its report landed: the failure
                 # still counts (a configuration error holds the next claims back).
-                self._forgotten_by_look.discard(name)
-                self._claim_failed(report, at)
+                self._claim_failed(report, at, self._forgotten_by_look.pop(name))
                 self._dirty = True
             return
         if report.phase == NodeClaimPhase.READY and claim.ready_at is None:
@@ -354,7 +354,7 @@ class NodePoolWorkflow:
         elif report.phase == NodeClaimPhase.READY:
             state.disruption_blocked.pop(name, None)
         if self._alarmed and report.phase == NodeClaimPhase.FAILED:
-            self._claim_failed(report, at)
+            self._claim_failed(report, at, claim.drift_hash)
         if report.phase not in _LIVE_PHASES:
             self._forget_disruption(claim)
         if report.phase.is_final:
@@ -1263,22 +1263,22 @@ class NodePoolWorkflow:
         except ActivityError as err:
             workflow.logger.warning("the claims could not be checked: %s", _cause(err))
             return  # the next look asks again
-        self._forgotten_by_look = set()
+        self._forgotten_by_look = {}
         for name, claim_state in states.states.items():
             if claim_state == ClaimState.RUNNING or name in self._unconfirmed:
                 continue
-            if self._claim_closed(name):
-                self._forgotten_by_look.add(name)
+            if forgotten := self._claim_closed(name):
+                self._forgotten_by_look[name] = forgotten.drift_hash
 
-    def _claim_closed(self, name: str) -> bool:
-        """Forget a claim whose workflow ended; False if it was no longer known."""
+    def _claim_closed(self, name: str) -> PoolClaim | None:
+        """Forget a claim whose workflow ended: the claim, or None if it was not known."""
         claim = self._state.claims.pop(name, None)
         if claim is None:
-            return False
+            return None
         workflow.logger.warning("claim %s ended without a final report", name)
         self._forget_disruption(claim)
         self._dirty = True
-        return True
+        return claim
 
     def _forget_disruption(self, claim: PoolClaim) -> None:
         """A claim past Ready: it is no longer a disruption candidate, and its pods need
@@ -1289,13 +1289,24 @@ class NodePoolWorkflow:
         state.disruption_blocked.pop(claim.name, None)
         claim.nominated.clear()
 
-    def _claim_failed(self, report: ClaimReport, at: datetime) -> None:
+    def _claim_failed(self, report: ClaimReport, at: datetime, made_from: str) -> None:
         """A claim failed. On its configuration (a missing Secret, a NodeClass the cloud
         refuses), the next claim would fail the same way: hold new claims back, doubling the
-        wait, until the specs change. Other failures (capacity everywhere) just re-plan."""
+        wait, until the specs change. Other failures (capacity everywhere) just re-plan, and
+        so does a configuration failure of a claim made from specs changed since
+        (`made_from`, its drift hash): the change may be the fix."""
         if report.failure_reason != FailureReason.INVALID_CONFIG.value:
             return
         state = self._state
+        if (
+            made_from
+            and made_from != drift_hash(state.specs.pool, state.specs.node_class)
+            and workflow.patched("config-failures-of-changed-specs-ignored")
+        ):
+            workflow.logger.info(
+                "claim %s failed on specs changed since: %s", report.claim_name, report.reason
+            )
+            return
         state.config_failures += 1
         backoff = min(_CONFIG_BACKOFF_S * 2 ** (state.config_failures - 1), _CONFIG_BACKOFF_MAX_S)
         state.config_error = report.reason

@@ -39,4 +39,4 @@ async def pool_workers(
 
 
 def _name(fn: Callable[..., Any]) -> str:
-    return activity._Definition.must_from_callable(fn).name
+    return activity._Definition.must_from_callable(fn).name or ""

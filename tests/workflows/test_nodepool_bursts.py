@@ -502,6 +502,77 @@ async def test_a_claim_that_ends_without_a_word_is_forgotten_at_the_next_look(
                 await temporal_client.get_workflow_handle(f"nodeclaim-{claim.name}").terminate()
 
 
+async def test_a_configuration_failure_of_a_claim_made_before_the_fix_holds_nothing_back(
+    temporal_client: Client,
+) -> None:
+    """The operator fixes the NodeClass while a claim made from the old one is failing on it.
+    Its failure is about specs that are gone: the pool plans the pods again at once, on the
+    fixed class, instead of holding every new claim back for the configuration error."""
+    queue = f"bursts-{uuid.uuid4()}"
+    async with pool_workers(
+        temporal_client,
+        queue,
+        [NodePoolWorkflow, StandInClaim],
+        [plan_capacity, record_events, sync_nodepool_status],
+    ):
+        handle = await temporal_client.start_workflow(
+            NodePoolWorkflow.run,
+            NodePoolInput(namespace="default", name="bursts", state=PoolState(specs=specs())),
+            id=f"nodepool-bursts-{uuid.uuid4().hex[:8]}",
+            task_queue=queue,
+            start_signal="demand",
+            start_signal_args=[DemandUpdate(pods=pods("a", PODS_PER_NODE))],
+        )
+        try:
+            [first] = (await settled(handle, lambda s: len(s.claims) == 1, "one claim")).claims
+            fixed = specs()
+            fixed.node_class.join.host_api_server = "https://10.0.0.1:6443"  # the edit
+            fixed.class_generation = 2
+            await handle.signal(NodePoolWorkflow.update_specs, fixed)
+            await handle.signal(
+                NodePoolWorkflow.claim_report,
+                ClaimReport(
+                    claim_name=first.name,
+                    phase=NodeClaimPhase.FAILED,
+                    reason="Secret default/tailscale-auth not found",
+                    failure_reason=FailureReason.INVALID_CONFIG.value,
+                ),
+            )
+            await temporal_client.get_workflow_handle(f"nodeclaim-{first.name}").terminate("failed")
+            status = await settled(
+                handle,
+                lambda s: len(s.claims) == 1 and s.claims[0].name != first.name,
+                "planned the pods again on the fixed class",
+            )
+            assert not status.config_error, status.config_error
+            assert sorted(status.claims[0].nominated) == sorted(f"a{i}" for i in range(10))
+            # The same failure of a claim made from the current specs still holds back.
+            [second] = status.claims
+            await handle.signal(
+                NodePoolWorkflow.claim_report,
+                ClaimReport(
+                    claim_name=second.name,
+                    phase=NodeClaimPhase.FAILED,
+                    reason="Secret default/hetzner-api-token not found",
+                    failure_reason=FailureReason.INVALID_CONFIG.value,
+                ),
+            )
+            await temporal_client.get_workflow_handle(f"nodeclaim-{second.name}").terminate(
+                "failed"
+            )
+            status = await settled(
+                handle,
+                lambda s: "hetzner-api-token" in s.config_error,
+                "held new claims back on the configuration error",
+            )
+            assert not status.claims, status.claims
+        finally:
+            status = await handle.query(NodePoolWorkflow.status)
+            await handle.terminate("test over")
+            for claim in status.claims:
+                await temporal_client.get_workflow_handle(f"nodeclaim-{claim.name}").terminate()
+
+
 class GatedClaimStates:
     """The real `claim_workflow_states`, held at a gate the test opens: a look in flight."""
 
