@@ -133,6 +133,10 @@ class Report:
     # CPU seconds each process spent from the first pod until all were bound: on a 2-core
     # machine, whose time the latency is made of.
     cpu_s_during_burst: dict[str, float] = field(default_factory=dict)
+    # Those seconds over the burst's wall time: how many of the machine's cores were busy
+    # (near `cores`, the latency is mostly waiting for a CPU).
+    cores_busy: float | None = None
+    cores: int = field(default_factory=lambda: os.cpu_count() or 1)
     load_average: str = ""
     problems: list[str] = field(default_factory=list)
 
@@ -421,6 +425,9 @@ async def run_split(args: argparse.Namespace) -> Report:
             name: round(cpu1[name] - cpu0.get(name, 0.0), 1) for name in cpu1
         }
         report.cpu_s_during_burst["bench"] = round(cpu1["bench"] - cpu0["bench"], 1)
+        burst_wall_s = time.time() - started
+        if burst_wall_s > 0:
+            report.cores_busy = round(sum(report.cpu_s_during_burst.values()) / burst_wall_s, 2)
         report.pods_bound = len(watch.bound)
         if report.pods_bound < args.pods:
             report.problems.append(f"{args.pods - report.pods_bound} pods never bound")
@@ -622,6 +629,11 @@ def table(report: Report) -> str:
     lines.append(
         "  CPU s during the burst: "
         + ", ".join(f"{name} {cpu}" for name, cpu in report.cpu_s_during_burst.items())
+        + (
+            f" ({report.cores_busy} of {report.cores} cores busy)"
+            if report.cores_busy is not None
+            else ""
+        )
     )
     if report.worker_killed_at_s is not None:
         holder = "it held the pool" if report.killed_worker_held_pool else "the pool ran elsewhere"
