@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from typing import Any
 
 from temporalio import activity
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowHandle
+from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Worker
 
 from activities.claim_workflows import ClaimWorkflowActivities
-from api.messages import claim_task_queue
+from api.messages import claim_task_queue, claim_workflow_id
 
 
 @contextlib.asynccontextmanager
@@ -40,3 +42,29 @@ async def pool_workers(
 
 def _name(fn: Callable[..., Any]) -> str:
     return activity._Definition.must_from_callable(fn).name or ""
+
+
+async def started_claim(client: Client, name: str, timeout_s: float = 15) -> WorkflowHandle:
+    """The claim's workflow once it runs: a pool counts a claim before its start activity
+    has started it."""
+    handle = client.get_workflow_handle(claim_workflow_id(name))
+    async with asyncio.timeout(timeout_s):
+        while True:
+            try:
+                await handle.describe()
+                return handle
+            except RPCError as err:
+                if err.status != RPCStatusCode.NOT_FOUND:
+                    raise
+            await asyncio.sleep(0.05)
+
+
+async def end_claims(client: Client, names: Iterable[str]) -> None:
+    """Terminate the claims a test's pool started; one its start activity had not reached
+    when the pool was terminated never ran."""
+    for name in names:
+        try:
+            await client.get_workflow_handle(claim_workflow_id(name)).terminate("test over")
+        except RPCError as err:
+            if err.status != RPCStatusCode.NOT_FOUND:
+                raise

@@ -38,7 +38,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from api.planning import Plan, PlannedNode, PlanRequest, PodDemand, Resources
     from tests.e2e.harness import eventually
-    from tests.workflows.pool_workers import pool_workers
+    from tests.workflows.pool_workers import end_claims, pool_workers, started_claim
     from tests.workflows.test_nodepool_races import record_events, specs, sync_nodepool_status
     from workflows.nodepool import NodePoolWorkflow
 
@@ -127,8 +127,9 @@ async def pool_with(
             yield handle
         finally:
             await handle.terminate("test over")
-            for claim in (await handle.query(NodePoolWorkflow.status)).claims:
-                await client.get_workflow_handle(f"nodeclaim-{claim.name}").terminate()
+            await end_claims(
+                client, (c.name for c in (await handle.query(NodePoolWorkflow.status)).claims)
+            )
 
 
 @pytest.fixture
@@ -160,8 +161,7 @@ async def start_pool(
             ]
             assert not failed, failed[0].workflow_task_failed_event_attributes.failure.message
             await handle.terminate("test over")
-            for claim in status.claims:
-                await temporal_client.get_workflow_handle(f"nodeclaim-{claim.name}").terminate()
+            await end_claims(temporal_client, (claim.name for claim in status.claims))
 
 
 async def settled(
@@ -427,8 +427,9 @@ async def test_a_burst_of_600_nodes_starts_its_claims_in_batches_and_runs(
             assert len(listed) == len(set(listed)) == 600
         finally:
             await latest.terminate("test over")
-            for claim in (await latest.query(NodePoolWorkflow.status)).claims:
-                await client.get_workflow_handle(f"nodeclaim-{claim.name}").terminate()
+            await end_claims(
+                client, (c.name for c in (await latest.query(NodePoolWorkflow.status)).claims)
+            )
 
 
 async def starts_by_run(client: Client, workflow_id: str) -> list[tuple[int, list[int]]]:
@@ -486,7 +487,7 @@ async def test_a_claim_that_ends_without_a_word_is_forgotten_at_the_next_look(
         )
         try:
             [first] = (await settled(handle, lambda s: len(s.claims) == 1, "one claim")).claims
-            await temporal_client.get_workflow_handle(f"nodeclaim-{first.name}").terminate(
+            await (await started_claim(temporal_client, first.name)).terminate(
                 "gone without a word"
             )
             status = await settled(
@@ -498,8 +499,7 @@ async def test_a_claim_that_ends_without_a_word_is_forgotten_at_the_next_look(
         finally:
             status = await handle.query(NodePoolWorkflow.status)
             await handle.terminate("test over")
-            for claim in status.claims:
-                await temporal_client.get_workflow_handle(f"nodeclaim-{claim.name}").terminate()
+            await end_claims(temporal_client, (claim.name for claim in status.claims))
 
 
 async def test_a_configuration_failure_of_a_claim_made_before_the_fix_holds_nothing_back(
@@ -538,7 +538,7 @@ async def test_a_configuration_failure_of_a_claim_made_before_the_fix_holds_noth
                     failure_reason=FailureReason.INVALID_CONFIG.value,
                 ),
             )
-            await temporal_client.get_workflow_handle(f"nodeclaim-{first.name}").terminate("failed")
+            await (await started_claim(temporal_client, first.name)).terminate("failed")
             status = await settled(
                 handle,
                 lambda s: len(s.claims) == 1 and s.claims[0].name != first.name,
@@ -557,9 +557,7 @@ async def test_a_configuration_failure_of_a_claim_made_before_the_fix_holds_noth
                     failure_reason=FailureReason.INVALID_CONFIG.value,
                 ),
             )
-            await temporal_client.get_workflow_handle(f"nodeclaim-{second.name}").terminate(
-                "failed"
-            )
+            await (await started_claim(temporal_client, second.name)).terminate("failed")
             status = await settled(
                 handle,
                 lambda s: "hetzner-api-token" in s.config_error,
@@ -569,8 +567,7 @@ async def test_a_configuration_failure_of_a_claim_made_before_the_fix_holds_noth
         finally:
             status = await handle.query(NodePoolWorkflow.status)
             await handle.terminate("test over")
-            for claim in status.claims:
-                await temporal_client.get_workflow_handle(f"nodeclaim-{claim.name}").terminate()
+            await end_claims(temporal_client, (claim.name for claim in status.claims))
 
 
 class GatedClaimStates:
@@ -632,7 +629,7 @@ async def test_a_failure_reported_while_the_look_forgets_its_claim_still_counts(
                     failure_reason=FailureReason.INVALID_CONFIG.value,
                 ),
             )
-            await temporal_client.get_workflow_handle(f"nodeclaim-{first.name}").terminate("failed")
+            await (await started_claim(temporal_client, first.name)).terminate("failed")
             gate.closed = False
             gate.opened.set()
             status = await settled(
@@ -646,5 +643,4 @@ async def test_a_failure_reported_while_the_look_forgets_its_claim_still_counts(
         finally:
             status = await handle.query(NodePoolWorkflow.status)
             await handle.terminate("test over")
-            for claim in status.claims:
-                await temporal_client.get_workflow_handle(f"nodeclaim-{claim.name}").terminate()
+            await end_claims(temporal_client, (claim.name for claim in status.claims))

@@ -35,7 +35,7 @@ with workflow.unsafe.imports_passed_through():
         PoolStatus,
     )
     from api.planning import Plan, PlannedNode, PlanRequest, Resources
-    from tests.workflows.pool_workers import pool_workers
+    from tests.workflows.pool_workers import end_claims, pool_workers
     from workflows.nodepool import NodePoolWorkflow
 
 
@@ -150,8 +150,7 @@ async def test_an_empty_floor_node_is_kept_until_the_floor_is_lowered(
         ]
         assert not failed
         await handle.terminate("test over")
-        for name in names:
-            await temporal_client.get_workflow_handle(f"nodeclaim-{name}").terminate()
+        await end_claims(temporal_client, names)
 
 
 async def test_floor_nodes_coming_up_with_nothing_pending_arm_no_alarm(
@@ -179,5 +178,4 @@ async def test_floor_nodes_coming_up_with_nothing_pending_arm_no_alarm(
         assert not any(claim.filling for claim in status.claims)
         assert status.alarms == ["periodic look"]
         await handle.terminate("test over")
-        for name in names:
-            await temporal_client.get_workflow_handle(f"nodeclaim-{name}").terminate()
+        await end_claims(temporal_client, names)

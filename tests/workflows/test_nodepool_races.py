@@ -33,7 +33,7 @@ with workflow.unsafe.imports_passed_through():
         PoolStatus,
     )
     from api.planning import Plan, PlannedNode, PlanRequest, PodDemand, Resources
-    from tests.workflows.pool_workers import pool_workers
+    from tests.workflows.pool_workers import end_claims, pool_workers
     from workflows.nodepool import NodePoolWorkflow
 
 
@@ -140,5 +140,4 @@ async def test_a_pod_resolved_while_its_plan_is_made_breaks_nothing(
         ]
         assert not failed, failed[0].workflow_task_failed_event_attributes.failure.message
         await handle.terminate("test over")
-        for claim in status.claims:
-            await temporal_client.get_workflow_handle(f"nodeclaim-{claim.name}").terminate()
+        await end_claims(temporal_client, (claim.name for claim in status.claims))
