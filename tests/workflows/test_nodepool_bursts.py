@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 import pytest
@@ -33,6 +33,7 @@ with workflow.unsafe.imports_passed_through():
         NodePoolInput,
         NodePoolStatusUpdate,
         NodeUsage,
+        PoolClaim,
         PoolState,
         PoolStatus,
     )
@@ -459,20 +460,20 @@ async def starts_by_run(client: Client, workflow_id: str) -> list[tuple[int, lis
     return by_run
 
 
-async def test_a_claim_that_ends_without_a_word_is_forgotten_at_the_next_look(
-    temporal_client: Client,
-) -> None:
-    """A claim reports its own end; one terminated by hand cannot. The pool's periodic look
-    asks Temporal which of its claims still run, forgets the one that does not (it would
-    hold its pods and count against the limits for good) and plans its pods again."""
+@contextlib.asynccontextmanager
+async def ten_pods_pool(
+    client: Client, extra_activities: Sequence[Callable[..., Any]] = ()
+) -> AsyncIterator[WorkflowHandle]:
+    """A pool asked for ten pods (one claim's worth) that looks at its claims every second,
+    with its workers; terminated, its claims too, at the end."""
     queue = f"bursts-{uuid.uuid4()}"
     async with pool_workers(
-        temporal_client,
+        client,
         queue,
         [NodePoolWorkflow, StandInClaim],
-        [plan_capacity, record_events, sync_nodepool_status],
+        [plan_capacity, record_events, sync_nodepool_status, *extra_activities],
     ):
-        handle = await temporal_client.start_workflow(
+        handle = await client.start_workflow(
             NodePoolWorkflow.run,
             NodePoolInput(
                 namespace="default",
@@ -486,20 +487,43 @@ async def test_a_claim_that_ends_without_a_word_is_forgotten_at_the_next_look(
             start_signal_args=[DemandUpdate(pods=pods("a", PODS_PER_NODE))],
         )
         try:
-            [first] = (await settled(handle, lambda s: len(s.claims) == 1, "one claim")).claims
-            await (await started_claim(temporal_client, first.name)).terminate(
-                "gone without a word"
-            )
-            status = await settled(
-                handle,
-                lambda s: len(s.claims) == 1 and s.claims[0].name != first.name,
-                "forgot the ended claim and planned its pods again",
-            )
-            assert sorted(status.claims[0].nominated) == sorted(f"a{i}" for i in range(10))
+            yield handle
         finally:
             status = await handle.query(NodePoolWorkflow.status)
             await handle.terminate("test over")
-            await end_claims(temporal_client, (claim.name for claim in status.claims))
+            await end_claims(client, (claim.name for claim in status.claims))
+
+
+def config_failure(claim: str, reason: str) -> ClaimReport:
+    """A claim's final report: it failed on its configuration."""
+    return ClaimReport(
+        claim_name=claim,
+        phase=NodeClaimPhase.FAILED,
+        reason=reason,
+        failure_reason=FailureReason.INVALID_CONFIG.value,
+    )
+
+
+async def only_claim(handle: WorkflowHandle) -> PoolClaim:
+    [claim] = (await settled(handle, lambda s: len(s.claims) == 1, "one claim")).claims
+    return claim
+
+
+async def test_a_claim_that_ends_without_a_word_is_forgotten_at_the_next_look(
+    temporal_client: Client,
+) -> None:
+    """A claim reports its own end; one terminated by hand cannot. The pool's periodic look
+    asks Temporal which of its claims still run, forgets the one that does not (it would
+    hold its pods and count against the limits for good) and plans its pods again."""
+    async with ten_pods_pool(temporal_client) as handle:
+        first = await only_claim(handle)
+        await (await started_claim(temporal_client, first.name)).terminate("gone without a word")
+        status = await settled(
+            handle,
+            lambda s: len(s.claims) == 1 and s.claims[0].name != first.name,
+            "forgot the ended claim and planned its pods again",
+        )
+        assert sorted(status.claims[0].nominated) == sorted(f"a{i}" for i in range(10))
 
 
 async def test_a_configuration_failure_of_a_claim_made_before_the_fix_holds_nothing_back(
@@ -508,66 +532,37 @@ async def test_a_configuration_failure_of_a_claim_made_before_the_fix_holds_noth
     """The operator fixes the NodeClass while a claim made from the old one is failing on it.
     Its failure is about specs that are gone: the pool plans the pods again at once, on the
     fixed class, instead of holding every new claim back for the configuration error."""
-    queue = f"bursts-{uuid.uuid4()}"
-    async with pool_workers(
-        temporal_client,
-        queue,
-        [NodePoolWorkflow, StandInClaim],
-        [plan_capacity, record_events, sync_nodepool_status],
-    ):
-        handle = await temporal_client.start_workflow(
-            NodePoolWorkflow.run,
-            NodePoolInput(namespace="default", name="bursts", state=PoolState(specs=specs())),
-            id=f"nodepool-bursts-{uuid.uuid4().hex[:8]}",
-            task_queue=queue,
-            start_signal="demand",
-            start_signal_args=[DemandUpdate(pods=pods("a", PODS_PER_NODE))],
+    async with ten_pods_pool(temporal_client) as handle:
+        first = await only_claim(handle)
+        fixed = specs()
+        fixed.node_class.join.host_api_server = "https://10.0.0.1:6443"  # the edit
+        fixed.class_generation = 2
+        await handle.signal(NodePoolWorkflow.update_specs, fixed)
+        await handle.signal(
+            NodePoolWorkflow.claim_report,
+            config_failure(first.name, "Secret default/tailscale-auth not found"),
         )
-        try:
-            [first] = (await settled(handle, lambda s: len(s.claims) == 1, "one claim")).claims
-            fixed = specs()
-            fixed.node_class.join.host_api_server = "https://10.0.0.1:6443"  # the edit
-            fixed.class_generation = 2
-            await handle.signal(NodePoolWorkflow.update_specs, fixed)
-            await handle.signal(
-                NodePoolWorkflow.claim_report,
-                ClaimReport(
-                    claim_name=first.name,
-                    phase=NodeClaimPhase.FAILED,
-                    reason="Secret default/tailscale-auth not found",
-                    failure_reason=FailureReason.INVALID_CONFIG.value,
-                ),
-            )
-            await (await started_claim(temporal_client, first.name)).terminate("failed")
-            status = await settled(
-                handle,
-                lambda s: len(s.claims) == 1 and s.claims[0].name != first.name,
-                "planned the pods again on the fixed class",
-            )
-            assert not status.config_error, status.config_error
-            assert sorted(status.claims[0].nominated) == sorted(f"a{i}" for i in range(10))
-            # The same failure of a claim made from the current specs still holds back.
-            [second] = status.claims
-            await handle.signal(
-                NodePoolWorkflow.claim_report,
-                ClaimReport(
-                    claim_name=second.name,
-                    phase=NodeClaimPhase.FAILED,
-                    reason="Secret default/hetzner-api-token not found",
-                    failure_reason=FailureReason.INVALID_CONFIG.value,
-                ),
-            )
-            await (await started_claim(temporal_client, second.name)).terminate("failed")
-            status = await settled(
-                handle,
-                lambda s: "hetzner-api-token" in s.config_error,
-                "held new claims back on the configuration error",
-            )
-            assert not status.claims, status.claims
-        finally:
-            status = await handle.query(NodePoolWorkflow.status)
-            await handle.terminate("test over")
-            await end_claims(temporal_client, (claim.name for claim in status.claims))
+        await (await started_claim(temporal_client, first.name)).terminate("failed")
+        status = await settled(
+            handle,
+            lambda s: len(s.claims) == 1 and s.claims[0].name != first.name,
+            "planned the pods again on the fixed class",
+        )
+        assert not status.config_error, status.config_error
+        assert sorted(status.claims[0].nominated) == sorted(f"a{i}" for i in range(10))
+        # The same failure of a claim made from the current specs still holds back.
+        [second] = status.claims
+        await handle.signal(
+            NodePoolWorkflow.claim_report,
+            config_failure(second.name, "Secret default/hetzner-api-token not found"),
+        )
+        await (await started_claim(temporal_client, second.name)).terminate("failed")
+        status = await settled(
+            handle,
+            lambda s: "hetzner-api-token" in s.config_error,
+            "held new claims back on the configuration error",
+        )
+        assert not status.claims, status.claims
 
 
 class GatedClaimStates:
@@ -594,53 +589,23 @@ async def test_a_failure_reported_while_the_look_forgets_its_claim_still_counts(
     lands: the report must still count (the error shown, the back-off armed), or the pool
     learns of the error only when its next claim fails the same way, and backs off a step
     short. (The look has planned the pods again already: that one claim still starts.)"""
-    queue = f"bursts-{uuid.uuid4()}"
     gate = GatedClaimStates()
-    async with pool_workers(
-        temporal_client,
-        queue,
-        [NodePoolWorkflow, StandInClaim],
-        [plan_capacity, record_events, sync_nodepool_status, gate.claim_workflow_states],
-    ):
-        handle = await temporal_client.start_workflow(
-            NodePoolWorkflow.run,
-            NodePoolInput(
-                namespace="default",
-                name="bursts",
-                state=PoolState(specs=specs()),
-                reconcile_interval_s=1,  # a look every second
-            ),
-            id=f"nodepool-bursts-{uuid.uuid4().hex[:8]}",
-            task_queue=queue,
-            start_signal="demand",
-            start_signal_args=[DemandUpdate(pods=pods("a", PODS_PER_NODE))],
+    async with ten_pods_pool(temporal_client, [gate.claim_workflow_states]) as handle:
+        first = await only_claim(handle)
+        claim = await started_claim(temporal_client, first.name)
+        gate.closed = True
+        await asyncio.wait_for(gate.at_gate.wait(), timeout=15)
+        # The claim's last steps, as it takes them: the report, then its end.
+        await handle.signal(
+            NodePoolWorkflow.claim_report,
+            config_failure(first.name, "Secret default/tailscale-auth not found"),
         )
-        try:
-            [first] = (await settled(handle, lambda s: len(s.claims) == 1, "one claim")).claims
-            gate.closed = True
-            await asyncio.wait_for(gate.at_gate.wait(), timeout=15)
-            # The claim's last steps, as it takes them: the report, then its end.
-            await handle.signal(
-                NodePoolWorkflow.claim_report,
-                ClaimReport(
-                    claim_name=first.name,
-                    phase=NodeClaimPhase.FAILED,
-                    reason="Secret default/tailscale-auth not found",
-                    failure_reason=FailureReason.INVALID_CONFIG.value,
-                ),
-            )
-            await (await started_claim(temporal_client, first.name)).terminate("failed")
-            gate.closed = False
-            gate.opened.set()
-            status = await settled(
-                handle,
-                lambda s: (
-                    "tailscale-auth" in s.config_error and "retry after config error" in s.alarms
-                ),
-                "took the report of the claim it had forgotten, and backed off",
-            )
-            assert first.name not in {claim.name for claim in status.claims}
-        finally:
-            status = await handle.query(NodePoolWorkflow.status)
-            await handle.terminate("test over")
-            await end_claims(temporal_client, (claim.name for claim in status.claims))
+        await claim.terminate("failed")
+        gate.closed = False
+        gate.opened.set()
+        status = await settled(
+            handle,
+            lambda s: "tailscale-auth" in s.config_error and "retry after config error" in s.alarms,
+            "took the report of the claim it had forgotten, and backed off",
+        )
+        assert first.name not in {claim.name for claim in status.claims}
