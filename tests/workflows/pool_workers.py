@@ -13,6 +13,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Worker
 
 from activities.claim_workflows import ClaimWorkflowActivities
+from activities.heartbeat import HeartbeatInterceptor
 from api.messages import claim_task_queue, claim_workflow_id
 
 
@@ -34,7 +35,12 @@ async def pool_workers(
     async with contextlib.AsyncExitStack() as running:
         for task_queue in (queue, claim_task_queue(queue)):
             worker = Worker(
-                client, task_queue=task_queue, workflows=workflows, activities=activities
+                client,
+                task_queue=task_queue,
+                workflows=workflows,
+                activities=activities,
+                # As deployed: an activity held up longer than its heartbeat timeout is alive.
+                interceptors=[HeartbeatInterceptor()],
             )
             await running.enter_async_context(worker)
         yield

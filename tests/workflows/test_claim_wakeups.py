@@ -25,6 +25,7 @@ from temporalio.client import Client, WorkflowHandle
 from temporalio.worker import Worker
 
 with workflow.unsafe.imports_passed_through():
+    from activities.heartbeat import HeartbeatInterceptor
     from api import NodeClaimPhase, Offering
     from api import search_attributes as sa
     from api.claims import new_claim
@@ -274,6 +275,8 @@ async def worker(
         max_concurrent_workflow_tasks=1 if one_task_at_a_time else None,
         max_concurrent_workflow_task_polls=1 if one_task_at_a_time else None,
         max_cached_workflows=0 if one_task_at_a_time else 1000,
+        # As deployed: a poll held up past its heartbeat timeout is alive, not retried.
+        interceptors=[HeartbeatInterceptor()],
     ):
         yield
 
