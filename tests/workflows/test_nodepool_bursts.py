@@ -24,6 +24,7 @@ from temporalio.worker import Worker
 
 with workflow.unsafe.imports_passed_through():
     from activities.claim_workflows import ClaimWorkflowActivities
+    from activities.heartbeat import HeartbeatInterceptor
     from api.gc import ClaimStates, ClaimStatesInput
     from api.messages import ClaimStarts, FailureReason, NodeClaimInput, claim_task_queue
     from api.nodeclaim import NodeClaimPhase, Offering
@@ -397,6 +398,7 @@ async def test_a_burst_of_600_nodes_starts_its_claims_in_batches_and_runs(
             sync_nodepool_status,
             *ClaimWorkflowActivities().activities(),
         ],
+        interceptors=[HeartbeatInterceptor()],  # as deployed
     ):
         first = await start_bursts_pool(client, queue, 0, pods("w", 600 * PODS_PER_NODE))
         latest = client.get_workflow_handle(first.id)
