@@ -83,6 +83,12 @@ POOL = "burst"
 NAMESPACE = "default"
 LABEL = "bench.cloudburst.io/pool"
 STAGES = ("unschedulable", "signalled", "planned", "claim_started", "create_call")
+# The last step (claim started → create call) in parts, per claim, from its history: its
+# first workflow task waiting for the claims' worker; the task(s) up to the create activity's
+# scheduling (the bootstrap and the NodeClaim's first write are local activities in it); the
+# activity waiting for a slot; the activity until the fake cloud heard the call (reading the
+# first-boot script's Secret, the request).
+CLAIM_STEPS = ("task_picked_up", "create_scheduled", "create_started", "create_call")
 
 
 @dataclass
@@ -107,6 +113,8 @@ class Report:
     stages: dict[str, dict[str, float]] = field(default_factory=dict)
     # Per step, seconds from the stage before: what each part adds.
     steps: dict[str, dict[str, float]] = field(default_factory=dict)
+    # Per part of the last step (`CLAIM_STEPS`), seconds, over the claims whose nodes got pods.
+    claim_steps: dict[str, dict[str, float]] = field(default_factory=dict)
     demand_signals: int = 0
     usage_signals: int = 0
     plans: int = 0
@@ -338,6 +346,42 @@ async def claim_starts(client: Client, nodes: set[str]) -> dict[str, float]:
     return starts
 
 
+async def claim_step_times(
+    client: Client, nodes: set[str], create_calls: dict[str, float]
+) -> dict[str, list[float]]:
+    """`CLAIM_STEPS` of each claim, in seconds."""
+    steps: dict[str, list[float]] = defaultdict(list)
+    for node in sorted(nodes):
+        moments: dict[str, float] = {}
+        create_scheduled_id = None
+        handle = client.get_workflow_handle(claim_workflow_id(node))
+        async for event in handle.fetch_history_events():
+            kind = event.event_type
+            if kind == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED:
+                moments.setdefault("started", _at(event))
+            elif kind == EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED:
+                moments.setdefault("task_picked_up", _at(event))
+            elif kind == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+                attributes = event.activity_task_scheduled_event_attributes
+                if attributes.activity_type.name == "create_instance" and not create_scheduled_id:
+                    create_scheduled_id = event.event_id
+                    moments["create_scheduled"] = _at(event)
+            elif kind == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED:
+                started = event.activity_task_started_event_attributes
+                if started.scheduled_event_id == create_scheduled_id:
+                    moments["create_started"] = _at(event)
+                    break
+        if node in create_calls:
+            moments["create_call"] = create_calls[node]
+        previous = moments.get("started")
+        for step in CLAIM_STEPS:
+            if previous is None or step not in moments:
+                break
+            steps[step].append(moments[step] - previous)
+            previous = moments[step]
+    return steps
+
+
 def _percentiles(values: list[float]) -> dict[str, float]:
     ordered = sorted(values)
 
@@ -489,6 +533,8 @@ async def run_split(args: argparse.Namespace) -> Report:
                 previous = moment
         if args.per_pod:
             Path(args.per_pod).write_text(json.dumps(per_pod, indent=1))
+        by_claim = await claim_step_times(client, set(node_of.values()), creates)
+        report.claim_steps = {s: _percentiles(v) for s, v in by_claim.items() if v}
         report.stages = {s: _percentiles(v) for s, v in at_stage.items() if v}
         report.steps = {s: _percentiles(v) for s, v in per_step.items() if v}
         decision = at_stage.get("create_call", [])
@@ -626,6 +672,14 @@ def table(report: Report) -> str:
                 f"  {stage:<15} {total['p50']:>11.3f} / {total['p99']:<10.3f}"
                 f" {step['p50']:>9.3f} / {step['p99']:<10.3f}"
             )
+    parts = [
+        f"{step.replace('_', ' ')} {report.claim_steps[step]['p50']:.3f} / "
+        f"{report.claim_steps[step]['p99']:.3f}"
+        for step in CLAIM_STEPS
+        if step in report.claim_steps
+    ]
+    if parts:
+        lines.append("  claim started → create call, per claim p50/p99: " + ", ".join(parts))
     lines.append(
         "  CPU s during the burst: "
         + ", ".join(f"{name} {cpu}" for name, cpu in report.cpu_s_during_burst.items())
