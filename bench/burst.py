@@ -309,7 +309,7 @@ async def pool_stages(client: Client) -> PoolStages:
                     continue
                 stages.signals += 1
                 for pod in (_payload(signalled_with.input) or {}).get("pods", []):
-                    signalled.setdefault(pod["name"], _at(event))
+                    _earliest(signalled, pod["name"], _at(event))
             elif kind == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
                 attributes = event.activity_task_scheduled_event_attributes
                 if attributes.activity_type.name == "plan_capacity":
@@ -324,11 +324,16 @@ async def pool_stages(client: Client) -> PoolStages:
                 if scheduled in plan_pods:
                     stages.plans += 1
                     for name in plan_pods.pop(scheduled):
-                        planned.setdefault(name, _at(event))
+                        _earliest(planned, name, _at(event))
             elif kind == EventType.EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_INITIATED:
                 child = event.start_child_workflow_execution_initiated_event_attributes
                 stages.cost_eur_per_hour += _first_offering_price(_payload(child.input) or {})
     return stages
+
+
+def _earliest(moments: dict[str, float], name: str, at: float) -> None:
+    """Keep a pod's first moment: the pool's runs are listed newest first."""
+    moments[name] = min(at, moments.get(name, at))
 
 
 def _first_offering_price(claim_input: dict[str, Any]) -> float:
