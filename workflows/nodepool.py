@@ -603,6 +603,25 @@ class NodePoolWorkflow:
         if self._starts_left is not None:
             # The nodes past this run's starts stay unplanned: the next run plans their pods.
             launching = launching[: self._starts_left]
+        if (
+            launching
+            and state.config_error
+            and workflow.patched("config-failure-while-planning-holds-the-plan")
+        ):
+            # A claim failed on the configuration while this plan was made (its report came
+            # during the plan, or the look that forgot it planned its pods): the plan's new
+            # nodes would fail the same way. Their pods wait with the others, and say why.
+            waiting = [
+                state.pending[uid]
+                for node in launching
+                for uid in node.pod_uids
+                if uid in state.pending
+            ]
+            await self._record_events(
+                self._nominations_to_write(nominations)
+                + self._waiting(waiting, f"{_CONFIG_BLOCKED}: {state.config_error}")
+            )
+            return
         names: list[str | None]
         if self._claims_aside:
             names = [self._start_claim_aside(n, for_min_nodes=not n.pod_uids) for n in launching]

@@ -590,7 +590,7 @@ async def test_a_failure_reported_while_the_look_forgets_its_claim_still_counts(
     look asks Temporal just then, it finds the claim ended and forgets it before the report
     lands: the report must still count (the error shown, the back-off armed), or the pool
     learns of the error only when its next claim fails the same way, and backs off a step
-    short. (The look has planned the pods again already: that one claim still starts.)"""
+    short. The plan that look made for the claim's pods starts nothing: it would fail too."""
     gate = GatedClaimStates()
     async with ten_pods_pool(temporal_client, [gate.claim_workflow_states]) as handle:
         first = await only_claim(handle)
@@ -610,4 +610,72 @@ async def test_a_failure_reported_while_the_look_forgets_its_claim_still_counts(
             lambda s: "tailscale-auth" in s.config_error and "retry after config error" in s.alarms,
             "took the report of the claim it had forgotten, and backed off",
         )
-        assert first.name not in {claim.name for claim in status.claims}
+        assert not status.claims, status.claims  # nothing started on the failing config
+
+
+class HeldSecondPlan:
+    """The stand-in planner, holding its second plan until the test lets it through."""
+
+    def __init__(self) -> None:
+        self.started = 0
+        self.release = asyncio.Event()
+
+    @activity.defn(name="plan_capacity")
+    async def plan_capacity(self, request: PlanRequest) -> Plan:
+        self.started += 1
+        if self.started == 2:
+            await self.release.wait()
+        return await plan_capacity(request)
+
+
+async def test_a_configuration_failure_reported_while_a_plan_is_made_starts_none_of_it(
+    temporal_client: Client,
+) -> None:
+    """More pods arrive; while the pool plans their node, its first claim fails on the
+    configuration (a missing Secret). The planned node would fail the same way: it is not
+    started, and the pods wait saying why, until the back-off's retry or a change of specs."""
+    planner = HeldSecondPlan()
+    queue = f"bursts-{uuid.uuid4()}"
+    async with pool_workers(
+        temporal_client,
+        queue,
+        [NodePoolWorkflow, StandInClaim],
+        [planner.plan_capacity, record_events, sync_nodepool_status],
+    ):
+        handle = await start_bursts_pool(temporal_client, queue, 0, pods("a", PODS_PER_NODE))
+        try:
+            first = await only_claim(handle)
+            claim = await started_claim(temporal_client, first.name)
+            await handle.signal(
+                NodePoolWorkflow.demand, DemandUpdate(pods=pods("b", PODS_PER_NODE))
+            )
+            for _ in range(100):  # the second plan is on its way, and stays there
+                if planner.started == 2:
+                    break
+                await asyncio.sleep(0.05)
+            assert planner.started == 2
+            await handle.signal(
+                NodePoolWorkflow.claim_report,
+                config_failure(first.name, "Secret default/tailscale-auth not found"),
+            )
+            await claim.terminate("failed")
+            await settled(
+                handle,
+                lambda s: "tailscale-auth" in s.config_error and not s.claims,
+                "took the failure",
+            )
+            planner.release.set()
+            status = await settled(
+                handle,
+                lambda s: (
+                    sum(1 for r in s.blocked.values() if "tailscale-auth" in r) == 2 * PODS_PER_NODE
+                ),
+                "every pod waiting on the configuration error",
+            )
+            assert not status.claims, status.claims
+        finally:
+            await handle.terminate("test over")
+            await end_claims(
+                temporal_client,
+                (c.name for c in (await handle.query(NodePoolWorkflow.status)).claims),
+            )
