@@ -620,6 +620,7 @@ class NodePoolWorkflow:
             await self._record_events(
                 self._nominations_to_write(nominations)
                 + self._waiting(waiting, f"{_CONFIG_BLOCKED}: {state.config_error}")
+                + self._blocked(plan)
             )
             return
         names: list[str | None]

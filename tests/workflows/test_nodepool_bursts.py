@@ -649,7 +649,7 @@ async def test_a_configuration_failure_reported_while_a_plan_is_made_starts_none
             await handle.signal(
                 NodePoolWorkflow.demand, DemandUpdate(pods=pods("b", PODS_PER_NODE))
             )
-            for _ in range(100):  # the second plan is on its way, and stays there
+            for _ in range(300):  # the second plan is on its way, and stays there
                 if planner.started == 2:
                     break
                 await asyncio.sleep(0.05)
