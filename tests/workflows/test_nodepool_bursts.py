@@ -314,17 +314,18 @@ async def test_a_slow_status_write_holds_no_plan_back_and_the_latest_status_is_w
         assert [w.status.nodes for w in writes.written] == [1, 2]
 
 
-class HeldFirstPlan:
-    """The stand-in planner, holding its first plan until the test lets it through."""
+class HeldPlan:
+    """The stand-in planner, holding its `held`-th plan until the test lets it through."""
 
-    def __init__(self) -> None:
+    def __init__(self, held: int) -> None:
+        self.held = held
         self.started = 0
         self.release = asyncio.Event()
 
     @activity.defn(name="plan_capacity")
     async def plan_capacity(self, request: PlanRequest) -> Plan:
         self.started += 1
-        if self.started == 1:
+        if self.started == self.held:
             await self.release.wait()
         return await plan_capacity(request)
 
@@ -335,7 +336,7 @@ async def test_pods_that_arrive_while_claims_start_are_planned_without_waiting_f
     """A round used to wait until Temporal confirmed each of its claims' starts (several
     workflow tasks under a burst) before the pods that arrived meanwhile could be planned.
     Now the workflow task that starts a round's claims also plans the next pods."""
-    planner = HeldFirstPlan()
+    planner = HeldPlan(1)
     async with pool_with(
         temporal_client, [planner.plan_capacity, record_events, sync_nodepool_status]
     ) as handle:
@@ -613,28 +614,13 @@ async def test_a_failure_reported_while_the_look_forgets_its_claim_still_counts(
         assert not status.claims, status.claims  # nothing started on the failing config
 
 
-class HeldSecondPlan:
-    """The stand-in planner, holding its second plan until the test lets it through."""
-
-    def __init__(self) -> None:
-        self.started = 0
-        self.release = asyncio.Event()
-
-    @activity.defn(name="plan_capacity")
-    async def plan_capacity(self, request: PlanRequest) -> Plan:
-        self.started += 1
-        if self.started == 2:
-            await self.release.wait()
-        return await plan_capacity(request)
-
-
 async def test_a_configuration_failure_reported_while_a_plan_is_made_starts_none_of_it(
     temporal_client: Client,
 ) -> None:
     """More pods arrive; while the pool plans their node, its first claim fails on the
     configuration (a missing Secret). The planned node would fail the same way: it is not
     started, and the pods wait saying why, until the back-off's retry or a change of specs."""
-    planner = HeldSecondPlan()
+    planner = HeldPlan(2)
     queue = f"bursts-{uuid.uuid4()}"
     async with pool_workers(
         temporal_client,
