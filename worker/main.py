@@ -12,6 +12,7 @@ from typing import Any
 from kubernetes import client as k8s
 from temporalio.client import Client
 from temporalio.worker import Worker
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from activities.bootstrap import BootstrapActivities
 from activities.claim_workflows import ClaimWorkflowActivities
@@ -28,6 +29,7 @@ from activities.planning.prices import PriceActivities
 from activities.tailscale import TailscaleActivities
 from cluster.tenancy import Tenancy
 from worker.client import connect_temporal, kube_api_client, register_search_attributes
+from worker.context_free import runner_for
 from worker.gc_schedule import ensure_gc_schedule
 from worker.health import serving_health
 from worker.price_schedule import ensure_price_schedule
@@ -82,7 +84,9 @@ def build_workers(
             sticky_queue_schedule_to_start_timeout=timedelta(
                 seconds=settings.sticky_queue_timeout_s
             ),
-            workflow_runner=TakenEventsOnlyRunner(),
+            workflow_runner=TakenEventsOnlyRunner(
+                runner_for(client.data_converter, SandboxedWorkflowRunner())
+            ),
         )
         for queue in settings.polled_task_queues()
     ]
