@@ -442,8 +442,12 @@ async def run_split(args: argparse.Namespace) -> Report:
             if args.rate:  # paced: pod i goes out i/rate seconds after the first
                 time.sleep(max(0.0, started + index / args.rate - time.time()))
             created[pod_name(index)] = time.time()  # before the call: errs on the long side
-            # The answer unread: the client's models would cost the bench seconds of CPU.
-            core.create_namespaced_pod(NAMESPACE, pod, _preload_content=False)
+            # The answer not made into the client's models (seconds of the bench's CPU), but
+            # read: an unread answer keeps its connection out of the pool, and each pod then
+            # cost the simulator a new connection and a thread to serve it.
+            answer: Any = core.create_namespaced_pod(NAMESPACE, pod, _preload_content=False)
+            answer.read()
+            answer.release_conn()
 
         killer = asyncio.create_task(
             kill_worker(
