@@ -82,6 +82,7 @@ def _controller_uid(obj: Obj, kinds: tuple[str, ...]) -> str | None:
 
 
 def selects(selector: Any, labels: dict[str, str], plain_map: bool = False) -> bool:
+    """Whether a workload's selector (a `LabelSelector`, or a plain map) selects `labels`."""
     if not isinstance(selector, dict):
         return False
     wanted = selector if plain_map else (selector.get("matchLabels") or {})
