@@ -25,7 +25,6 @@ import logging
 import math
 import threading
 import time
-import urllib.parse
 from typing import Any
 
 from kubernetes import client
@@ -81,8 +80,7 @@ def _controller_uid(obj: Obj, kinds: tuple[str, ...]) -> str | None:
     return None
 
 
-def selects(selector: Any, labels: dict[str, str], plain_map: bool = False) -> bool:
-    """Whether a workload's selector (a `LabelSelector`, or a plain map) selects `labels`."""
+def _selected(selector: Any, labels: dict[str, str], plain_map: bool = False) -> bool:
     if not isinstance(selector, dict):
         return False
     wanted = selector if plain_map else (selector.get("matchLabels") or {})
@@ -97,29 +95,6 @@ def selects(selector: Any, labels: dict[str, str], plain_map: bool = False) -> b
         if (op == "Exists" and key not in labels) or (op == "DoesNotExist" and key in labels):
             return False
     return True
-
-
-def selector_query(selector: Any, plain_map: bool = False) -> str | None:
-    """A workload's selector as the API's `labelSelector` query: a ReplicaSet's
-    `LabelSelector` object, or a ReplicationController's plain map (`plain_map`). None when it
-    selects nothing (not a dict); "" when it selects everything."""
-    if not isinstance(selector, dict):
-        return None
-    wanted = selector if plain_map else (selector.get("matchLabels") or {})
-    terms = [f"{k}={v}" for k, v in wanted.items()]
-    for expr in [] if plain_map else selector.get("matchExpressions") or []:
-        key, op, values = expr.get("key"), expr.get("operator"), expr.get("values") or []
-        listed = ",".join(str(v) for v in values)
-        term = {
-            "In": f"{key} in ({listed})",
-            "NotIn": f"{key} notin ({listed})",
-            "Exists": f"{key}",
-            "DoesNotExist": f"!{key}",
-        }.get(str(op))
-        if term is None:  # validation refuses other operators; select nothing
-            return None
-        terms.append(term)
-    return ",".join(terms)
 
 
 def _active(pod: Obj) -> bool:
@@ -148,7 +123,7 @@ def _scaled(value: Any, total: int, round_up: bool) -> int:
 
 class Controllers:
     """All loops on one thread, polling. The workload loops look every `poll_s`, and list
-    only the pods each ReplicaSet or ReplicationController selects. The garbage
+    pods only when some ReplicaSet or ReplicationController needs them. The garbage
     collection looks at nodes and owners every `collect_s`, and reads every pod only when one
     it saw is gone, or every `sweep_s` for pods that named a node or owner it never saw (the
     real pod GC's period is 20 s). Listing a thousand pods twice a second was a third of the
@@ -230,7 +205,7 @@ class Controllers:
         node_objects = self._list("/api/v1/nodes") if collect else []
         nodes = {_md(n).get("name") for n in node_objects}
         sweep = collect and self._sweep_due(nodes, {_md(o).get("uid") for o in replicasets + rcs})
-        pods = self._list("/api/v1/pods") if sweep else []
+        pods = self._list("/api/v1/pods") if sweep or replicasets or rcs else []
         if sweep:
             self._collect_orphans(pods, nodes)
         for deployment in deployments:
@@ -247,9 +222,9 @@ class Controllers:
                     f"/apis/apps/v1/namespaces/{_md(rs)['namespace']}/replicasets/{_md(rs)['name']}"
                 )
                 continue
-            self._guarded(rs, lambda r=rs: self._replicas(r, "ReplicaSet"))
+            self._guarded(rs, lambda r=rs: self._replicas(r, pods, "ReplicaSet"))
         for rc in rcs:
-            self._guarded(rc, lambda r=rc: self._replicas(r, "ReplicationController"))
+            self._guarded(rc, lambda r=rc: self._replicas(r, pods, "ReplicationController"))
         if not collect:
             return
         self._collect_node_leases({_md(n).get("uid") for n in node_objects})
@@ -541,14 +516,14 @@ class Controllers:
 
     # ---- ReplicaSet / ReplicationController -> Pods ------------------------------------------
 
-    def _replicas(self, rs: Obj, kind: str) -> None:
+    def _replicas(self, rs: Obj, pods: list[Obj], kind: str) -> None:
         md, spec = _md(rs), rs.get("spec") or {}
         ns, uid = md["namespace"], md["uid"]
         wanted = int(spec.get("replicas", 1))
         owned = [
             p
-            for p in self._selected_pods(ns, spec, kind == "ReplicationController")
-            if _controller_uid(p, (kind,)) == uid and _active(p)
+            for p in pods
+            if _md(p).get("namespace") == ns and _controller_uid(p, (kind,)) == uid and _active(p)
         ]
         if len(owned) < wanted:
             for _ in range(wanted - len(owned)):
@@ -592,20 +567,6 @@ class Controllers:
             self._call(
                 "PATCH", path, {"status": _replacing(rs.get("status") or {}, status)}, _MERGE
             )
-
-    def _selected_pods(self, namespace: str, spec: Obj, plain_map: bool) -> list[Obj]:
-        """The namespace's pods the workload's selector selects, as the real controller's
-        informer lister gives them, not every pod of the cluster (a thousand pods twice a
-        second, decoded, was a third of the simulator's CPU in a burst). A selector its own
-        template's labels do not match (the API server refuses those) or cannot be written
-        as a query gets every pod of the namespace: the pods it made must still count."""
-        template_labels = _md(spec.get("template") or {}).get("labels") or {}
-        selector = spec.get("selector") or (template_labels if plain_map else None)
-        query = selector_query(selector, plain_map)
-        if query is None or not selects(selector, template_labels, plain_map):
-            query = ""
-        suffix = f"?labelSelector={urllib.parse.quote(query)}" if query else ""
-        return self._list(f"/api/v1/namespaces/{namespace}/pods{suffix}")
 
     def _create_pod(self, rs: Obj, kind: str) -> Obj:
         md = _md(rs)

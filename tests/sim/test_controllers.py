@@ -3,17 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
 from kubernetes import client
 
-from sim.controllers import Controllers, selector_query, selects
+from sim.controllers import Controllers
 from sim.kubeapi import KubeApiServer
 from sim.kubeapi.resources import REGISTRY
-from sim.kubeapi.selectors import parse_label_selector
 
 
 @pytest.fixture
@@ -151,66 +147,3 @@ def test_a_deployment_rolls_out_through_replica_sets(api: client.ApiClient) -> N
     controllers.tick()
     status = apps.read_namespaced_deployment_status("roll", "default").status
     assert (status.replicas, status.updated_replicas, status.available_replicas) == (2, 2, None)
-
-
-def test_a_replica_set_whose_selector_misses_its_template_keeps_its_count(
-    server: KubeApiServer, api: client.ApiClient
-) -> None:
-    """The controller reads only the pods a ReplicaSet's selector selects; one whose own pods
-    would not be selected (the API server refuses it; planted) must not make pods forever."""
-    core = client.CoreV1Api(api)
-    odd = {
-        "apiVersion": "apps/v1",
-        "kind": "ReplicaSet",
-        "metadata": {"name": "odd", "namespace": "default"},
-        "spec": {
-            "replicas": 2,
-            "selector": {"matchLabels": {"app": "elsewhere"}},
-            "template": {
-                "metadata": {"labels": {"app": "odd"}},
-                "spec": {"containers": [{"name": "c", "image": "busybox"}]},
-            },
-        },
-    }
-    server.store.create(REGISTRY[("apps", "v1", "replicasets")], "default", odd)
-    controllers = Controllers(api)
-    for _ in range(3):
-        controllers.tick()
-    assert len(pods_of(core, "odd")) == 2
-
-
-_KEYS = st.sampled_from(["app", "tier", "example.com/team"])
-_VALUES = st.sampled_from(["a", "b", "web-1", "x.y"])
-
-
-@given(
-    match_labels=st.dictionaries(_KEYS, _VALUES, max_size=2),
-    expressions=st.lists(
-        st.fixed_dictionaries(
-            {
-                "key": _KEYS,
-                "operator": st.sampled_from(["In", "NotIn", "Exists", "DoesNotExist"]),
-                "values": st.lists(_VALUES, max_size=3),
-            }
-        ),
-        max_size=3,
-    ),
-    labels=st.dictionaries(_KEYS, _VALUES, max_size=3),
-)
-def test_the_pods_query_selects_what_the_workload_selects(
-    match_labels: dict[str, str], expressions: list[dict[str, Any]], labels: dict[str, str]
-) -> None:
-    """The query the controller lists a workload's pods with, read by the API server's own
-    selector parser, selects a pod exactly when the workload's selector does."""
-    selector = {"matchLabels": match_labels, "matchExpressions": expressions}
-    query = selector_query(selector)
-    assert query is not None
-    predicate = parse_label_selector(query)
-    selected = predicate is None or predicate({"metadata": {"labels": labels}})
-    assert selected == selects(selector, labels)
-    plain = selector_query(match_labels, plain_map=True)
-    assert plain is not None
-    plain_predicate = parse_label_selector(plain)
-    assert (plain_predicate is None or plain_predicate({"metadata": {"labels": labels}})) == (
-        selects(match_labels, labels, plain_map=True)
-    )
