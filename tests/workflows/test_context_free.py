@@ -71,7 +71,9 @@ class _ContextRecordingCodec(PayloadCodec, WithSerializationContext):
     the context each payload was encoded with."""
 
     def __init__(
-        self, encoded: list[tuple[bytes, SerializationContext | None]], context: object = None
+        self,
+        encoded: list[tuple[bytes, SerializationContext | None]],
+        context: SerializationContext | None = None,
     ) -> None:
         self.encoded = encoded
         self._context = context
@@ -80,7 +82,7 @@ class _ContextRecordingCodec(PayloadCodec, WithSerializationContext):
         return _ContextRecordingCodec(self.encoded, context)
 
     async def encode(self, payloads: Sequence[Payload]) -> list[Payload]:
-        self.encoded += [(p.data, self._context) for p in payloads]  # type: ignore[misc]
+        self.encoded += [(p.data, self._context) for p in payloads]
         return list(payloads)
 
     async def decode(self, payloads: Sequence[Payload]) -> list[Payload]:
