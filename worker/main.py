@@ -11,7 +11,8 @@ from typing import Any
 
 from kubernetes import client as k8s
 from temporalio.client import Client
-from temporalio.worker import Worker
+from temporalio.converter import DataConverter
+from temporalio.worker import Worker, WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from activities.bootstrap import BootstrapActivities
@@ -59,6 +60,14 @@ def build_activities(api_client: k8s.ApiClient, tenancy: Tenancy) -> list[Callab
     ]
 
 
+def workflow_runner(converter: DataConverter) -> WorkflowRunner:
+    """How the workers run workflows (and the replay test replays them): the SDK's sandbox,
+    spared its per-payload context answers when `converter` takes none
+    (`worker/context_free.py`), refusing events no workflow task has taken
+    (`worker/untaken_events.py`)."""
+    return TakenEventsOnlyRunner(runner_for(converter, SandboxedWorkflowRunner()))
+
+
 def build_workers(
     client: Client, settings: Settings, api_client: k8s.ApiClient, executor: ThreadPoolExecutor
 ) -> list[Worker]:
@@ -84,9 +93,7 @@ def build_workers(
             sticky_queue_schedule_to_start_timeout=timedelta(
                 seconds=settings.sticky_queue_timeout_s
             ),
-            workflow_runner=TakenEventsOnlyRunner(
-                runner_for(client.data_converter, SandboxedWorkflowRunner())
-            ),
+            workflow_runner=workflow_runner(client.data_converter),
         )
         for queue in settings.polled_task_queues()
     ]

@@ -36,6 +36,7 @@ from tests.e2e.harness import (
     start_test_claim,
     wait_for_phase,
 )
+from worker.main import workflow_runner
 from worker.payload_codec import DATA_CONVERTER
 from worker.settings import Settings
 from workflows.nodeclaim import NodeClaimWorkflow
@@ -107,7 +108,12 @@ async def test_histories_replay_with_current_code(temporal_client: Client) -> No
     histories = session + recorded_histories()
     if not histories:
         pytest.skip("no histories recorded in this session")
-    replayer = Replayer(workflows=WORKFLOWS, data_converter=DATA_CONVERTER)
+    # The workers' own runner: the histories replay as the deployed workers would run them.
+    replayer = Replayer(
+        workflows=WORKFLOWS,
+        data_converter=DATA_CONVERTER,
+        workflow_runner=workflow_runner(DATA_CONVERTER),
+    )
     results = await replayer.replay_workflows(_iterate(histories), raise_on_replay_failure=False)
     failures = {
         run_id: str(failure) for run_id, failure in results.replay_failures.items() if failure
