@@ -33,6 +33,7 @@ from temporalio.worker import Replayer
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from worker.main import workflow_runner  # noqa: E402
 from worker.payload_codec import DATA_CONVERTER  # noqa: E402
 from workflows.registry import WORKFLOWS  # noqa: E402
 
@@ -62,7 +63,11 @@ def _count(history: WorkflowHistory, kind: EventType.ValueType) -> int:
 
 async def replay(path: Path, repeat: int) -> Replayed:
     history = load(path)
-    replayer = Replayer(workflows=WORKFLOWS, data_converter=DATA_CONVERTER)
+    replayer = Replayer(
+        workflows=WORKFLOWS,
+        data_converter=DATA_CONVERTER,
+        workflow_runner=workflow_runner(DATA_CONVERTER),  # as the workers run them
+    )
     walls, cpus = [], []
     failure = None
     for _ in range(repeat):

@@ -15,6 +15,7 @@ import pytest
 from temporalio.client import WorkflowHistory
 from temporalio.worker import Replayer
 
+from worker.main import workflow_runner
 from worker.payload_codec import DATA_CONVERTER
 from workflows.registry import WORKFLOWS
 
@@ -51,7 +52,11 @@ async def test_a_short_soak_leaks_nothing_and_every_history_replays(tmp_path: Pa
     recorded = sorted(histories.glob("*.json"))
     assert any(p.name.startswith("nodepool-") for p in recorded), recorded
     assert any(p.name.startswith("nodeclaim-") for p in recorded), recorded
-    replayer = Replayer(workflows=WORKFLOWS, data_converter=DATA_CONVERTER)
+    replayer = Replayer(
+        workflows=WORKFLOWS,
+        data_converter=DATA_CONVERTER,
+        workflow_runner=workflow_runner(DATA_CONVERTER),  # as the workers run them
+    )
     failures = {}
     for path in recorded:
         history = WorkflowHistory.from_json(path.name.split(".")[0], path.read_text())
