@@ -12,7 +12,7 @@ from typing import Any
 from kubernetes import client as k8s
 from temporalio.client import Client
 from temporalio.converter import DataConverter
-from temporalio.worker import Worker, WorkflowRunner
+from temporalio.worker import PollerBehaviorSimpleMaximum, Worker, WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from activities.bootstrap import BootstrapActivities
@@ -68,6 +68,12 @@ def workflow_runner(converter: DataConverter) -> WorkflowRunner:
     return TakenEventsOnlyRunner(runner_for(converter, SandboxedWorkflowRunner()))
 
 
+# Of a worker's workflow task polls (`Settings.workflow_task_pollers`), the share on the
+# queue every worker polls, where new workflows' first tasks arrive; the rest poll its
+# sticky queue, where the tasks of the workflows it has cached arrive.
+SHARED_QUEUE_POLL_SHARE = 0.5
+
+
 def build_workers(
     client: Client, settings: Settings, api_client: k8s.ApiClient, executor: ThreadPoolExecutor
 ) -> list[Worker]:
@@ -86,6 +92,10 @@ def build_workers(
             activities=activities,
             activity_executor=executor,
             max_concurrent_workflow_tasks=settings.max_concurrent_workflow_tasks,
+            workflow_task_poller_behavior=PollerBehaviorSimpleMaximum(
+                maximum=settings.workflow_task_pollers
+            ),
+            nonsticky_to_sticky_poll_ratio=SHARED_QUEUE_POLL_SHARE,
             max_concurrent_activities=settings.max_concurrent_activities,
             max_concurrent_local_activities=settings.max_concurrent_local_activities,
             max_cached_workflows=settings.max_cached_workflows,

@@ -96,6 +96,14 @@ class Settings(BaseSettings):
     # each took one at the default, queued behind each other in one busy Python process and
     # timed out (docs/benchmarks.md "Scale"). The rest wait in Temporal, where no timeout runs.
     max_concurrent_workflow_tasks: int = Field(default=16, ge=2)
+    # Polls for workflow tasks each task queue's worker keeps open (they poll only while a
+    # slot above is free), half on the queue all workers share, half on the worker's own
+    # sticky queue (`worker.main.SHARED_QUEUE_POLL_SHARE`). A workflow's first task always
+    # comes from the shared queue, and a burst starts dozens of claims at once; the SDK's
+    # default (5 polls, a fifth of them shared) is one poll there, which took a burst's
+    # first tasks one round trip at a time: up to 1.1-1.8 s from a claim's start to its
+    # first task, 0.5-0.9 s with these (docs/benchmarks.md "Burst", fourteenth pass).
+    workflow_task_pollers: int = Field(default=10, ge=2)
     # A workflow task waits this long on a dead worker's sticky queue before any worker may
     # take it: part of how long a claim or a pool stalls when a worker is killed.
     sticky_queue_timeout_s: float = 5.0
