@@ -16,6 +16,7 @@ import re
 import secrets
 import shlex
 import string
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -63,6 +64,12 @@ TOKEN_KEY = "token"
 _TOKEN_ID_ATTEMPTS = 5
 CLUSTER_INFO_NAMESPACE = "kube-public"
 CLUSTER_INFO_NAME = "cluster-info"
+# How long one read of the cluster's CA serves the claims that follow it on this worker: a
+# burst's claims all ask at once, and the CA changes only when an operator rotates it, a
+# manual change of minutes (a script rendered in this window after cluster-info changed
+# pins the old CA; its node cannot join and the claim fails registration, as any node
+# that cannot join does).
+CA_HASH_TTL = timedelta(seconds=60)
 # Hetzner's user_data limit, the smallest of the providers we support.
 MAX_USER_DATA_BYTES = 32 * 1024
 # A token this close to expiry is not reused: the VM might not boot before it lapses.
@@ -362,10 +369,18 @@ class BootstrapActivities:
       the orphan GC finds a leftover token from it.
     """
 
-    def __init__(self, api_client: client.ApiClient, tenancy: Tenancy | None = None) -> None:
+    def __init__(
+        self,
+        api_client: client.ApiClient,
+        tenancy: Tenancy | None = None,
+        ca_hash_ttl: timedelta = CA_HASH_TTL,
+    ) -> None:
         self.api_client = api_client
         self.core = client.CoreV1Api(api_client)
         self.tenancy = tenancy or Tenancy()
+        self._ca_hash_ttl_s = ca_hash_ttl.total_seconds()
+        # (hash, when read on the monotonic clock)
+        self._ca_hash: tuple[str, float] | None = None
 
     @property
     def namespace(self) -> str:
@@ -493,6 +508,14 @@ class BootstrapActivities:
     # --- steps ------------------------------------------------------------------------------
 
     def _cluster_ca_hash(self) -> str:
+        cached, now = self._ca_hash, time.monotonic()
+        if cached is not None and now - cached[1] < self._ca_hash_ttl_s:
+            return cached[0]
+        ca_hash = self._read_cluster_ca_hash()
+        self._ca_hash = (ca_hash, now)
+        return ca_hash
+
+    def _read_cluster_ca_hash(self) -> str:
         where = f"ConfigMap {CLUSTER_INFO_NAMESPACE}/{CLUSTER_INFO_NAME}"
         try:
             cm = self.core.read_namespaced_config_map(CLUSTER_INFO_NAME, CLUSTER_INFO_NAMESPACE)

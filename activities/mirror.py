@@ -20,6 +20,7 @@ from api import labels
 from api.errors import KUBE_CONFLICT
 from api.events import ObjectRef
 from api.messages import MirrorInput
+from api.nodeclaim import NodeClaimStatus
 from api.nodepool import READY, VALIDATION_SUCCEEDED
 from api.nodepool.messages import NodePoolStatusUpdate
 from reporting import metrics
@@ -45,20 +46,24 @@ class MirrorActivities:
         """Create-or-update the resource and its status; record Events; remove when done."""
         claim = input.claim
         name, namespace = claim.metadata.name, claim.metadata.namespace
-        current = self._read(namespace, name)
         if input.remove:
+            current = self._read(namespace, name)
             if current is not None:
                 self._release(namespace, name, current, delete=not input.keep)
             if input.keep:
                 self._forget_older_failures(namespace, claim.spec.node_pool, name)
         else:
+            # No read first: a claim shows itself at every step of its life, and a burst
+            # starts hundreds of claims at once (the API server's load, and the claim's
+            # first step). The status write answers with the resource, or 404 if it is gone.
+            if input.new:
+                self._create(input)
+            current = self._patch_status(namespace, name, claim.status)
             if current is None:
-                current = self._create(input)
-            if current is not None:
-                body = {"status": claim.status.model_dump(mode="json", exclude_none=True)}
-                self._custom.patch_namespaced_custom_object_status(
-                    GROUP, VERSION, namespace, PLURAL, name, body
-                )
+                # Gone while the claim lives (deleted without its finalizer), or never
+                # shown (its first showing failed): shown again, as the claim is.
+                self._create(input)
+                current = self._patch_status(namespace, name, claim.status)
         uid = current.get("metadata", {}).get("uid") if current else None
         for event in input.events:
             regarding = ObjectRef(
@@ -132,7 +137,22 @@ class MirrorActivities:
             raise
         return found
 
-    def _create(self, input: MirrorInput) -> dict[str, Any] | None:
+    def _patch_status(
+        self, namespace: str, name: str, status: NodeClaimStatus
+    ) -> dict[str, Any] | None:
+        body = {"status": status.model_dump(mode="json", exclude_none=True)}
+        try:
+            patched: dict[str, Any] = self._custom.patch_namespaced_custom_object_status(  # type: ignore[assignment]
+                GROUP, VERSION, namespace, PLURAL, name, body
+            )
+        except ApiException as err:
+            if err.status == 404:
+                return None
+            raise
+        return patched
+
+    def _create(self, input: MirrorInput) -> None:
+        """Create the resource without its status (a subresource); there already is fine."""
         claim = input.claim
         namespace = claim.metadata.namespace
         body = claim.model_dump(mode="json", exclude_none=True, exclude={"status"})
@@ -147,14 +167,10 @@ class MirrorActivities:
             metadata["ownerReferences"] = [owner]
         body["metadata"] = metadata
         try:
-            created: dict[str, Any] = self._custom.create_namespaced_custom_object(  # type: ignore[assignment]
-                GROUP, VERSION, namespace, PLURAL, body
-            )
+            self._custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body)
         except ApiException as err:
             if err.status != 409:
                 raise
-            return self._read(namespace, claim.metadata.name)
-        return created
 
     def _pool_owner(self, namespace: str, pool: str) -> dict[str, Any] | None:
         try:

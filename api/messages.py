@@ -269,3 +269,7 @@ class MirrorInput(BaseModel):
     # With `remove`: drop the finalizer but leave the resource, Failed, for people to read;
     # it replaces the pool's previous failed one (and goes with its pool).
     keep: bool = False
+    # The claim's first showing: the resource most likely does not exist yet, so it is
+    # created without being read first (one API call fewer per claim; an existing one is
+    # a 409, then updated as usual).
+    new: bool = False

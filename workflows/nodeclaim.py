@@ -282,12 +282,12 @@ class NodeClaimWorkflow:
             # launch is reported (or the claim goes on to fail, if the bootstrap cannot be).
             # Only the mirror: the pool that started this claim counts it live already, and
             # 34 claims' signals at once would queue behind the pool's own child starts.
-            reporting = asyncio.create_task(self._publish(to_pool=False))
+            reporting = asyncio.create_task(self._publish(to_pool=False, new=True))
             launching = asyncio.create_task(self._launch_first_that_works(reporting))
             await _all_of([reporting, launching])
             launching.result()
         else:
-            await self._publish()
+            await self._publish(new=True)
             await self._launch_first_that_works(None)
 
     async def _launch_first_that_works(self, reporting: asyncio.Task[None] | None) -> None:
@@ -939,8 +939,10 @@ class NodeClaimWorkflow:
         failure_reason: FailureReason | None = None,
         keep: bool = False,
         to_pool: bool = True,
+        new: bool = False,
     ) -> None:
-        """Show the change: to the pool that started the claim, on the NodeClaim resource."""
+        """Show the change: to the pool that started the claim, on the NodeClaim resource
+        (`new`: its first showing)."""
         pool_id = self._input.pool_workflow_id if to_pool else None
         report = None
         if pool_id is not None:
@@ -959,6 +961,7 @@ class NodeClaimWorkflow:
             events=events or [],
             remove=remove,
             keep=keep,
+            new=new,
         )
         if self._side_by_side:
             await _together(self._report_to_pool(pool_id, report), self._mirror(mirror))

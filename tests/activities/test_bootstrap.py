@@ -6,6 +6,7 @@ import base64
 import re
 import shutil
 import subprocess
+import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -30,6 +31,7 @@ from api.nodeclaim import Offering
 from api.nodeclass import NodeClassSpec
 from api.nodepool import Taint
 from sim.kubeapi import KubeApiServer
+from sim.kubeapi.pki import cluster_info_kubeconfig, make_ca_pem
 from tests.activities.conftest import WORKER_NAMESPACE
 
 TOKEN_RE = re.compile(r"^[a-z0-9]{6}\.[a-z0-9]{16}$")
@@ -334,6 +336,48 @@ def test_missing_cluster_info_is_invalid_configuration():
         assert "kube-public/cluster-info" in str(info.value)
         # Nothing was minted for a claim that cannot be bootstrapped.
         assert token_secrets(core, "burst-nocluster") == []
+        api.close()
+
+
+def cluster_info_reads(server: KubeApiServer, since: int) -> int:
+    return sum(
+        1
+        for r in server.audit(after=since)
+        if r.resource == "configmaps" and r.name == "cluster-info"
+    )
+
+
+def test_a_burst_of_claims_reads_the_cluster_ca_once(kube_api_client, kubeapi, namespace, unique):
+    acts = BootstrapActivities(kube_api_client)
+    since = kubeapi.audit_mark()
+    for n in range(5):
+        run(acts.prepare_bootstrap, make_input(namespace, f"burst-{unique}-{n}"))
+    assert cluster_info_reads(kubeapi, since) == 1
+
+
+def test_a_rotated_ca_is_used_once_the_cached_one_is_old():
+    with KubeApiServer(port=0) as server:
+        server.ensure_namespace(WORKER_NAMESPACE)
+        api = server.api_client()
+        core = client.CoreV1Api(api)
+        acts = BootstrapActivities(api, ca_hash_ttl=timedelta(seconds=0.5))
+
+        def pinned_hashes(claim: str) -> list[str]:
+            refs = run(acts.prepare_bootstrap, make_input("default", claim))
+            hashes: list[str] = join_config(read_user_data(core, refs))["discovery"][
+                "bootstrapToken"
+            ]["caCertHashes"]
+            return hashes
+
+        assert pinned_hashes("burst-before") == [ca_cert_hash(server.ca_cert_pem)]
+        rotated = make_ca_pem("rotated")
+        core.patch_namespaced_config_map(
+            "cluster-info",
+            "kube-public",
+            {"data": {"kubeconfig": cluster_info_kubeconfig(server.url, rotated)}},
+        )
+        time.sleep(0.6)
+        assert pinned_hashes("burst-after") == [ca_cert_hash(rotated)]
         api.close()
 
 

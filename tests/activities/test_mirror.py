@@ -1,0 +1,127 @@
+"""sync_nodeclaim against the Kubernetes API emulator: the NodeClaim resource a claim shows,
+and what it costs the API server."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kubernetes import client
+from temporalio.testing import ActivityEnvironment
+
+from activities.mirror import GROUP, PLURAL, VERSION, MirrorActivities
+from api import labels
+from api.events import KubeEvent, ObjectRef
+from api.messages import MirrorInput
+from api.nodeclaim import NodeClaim, NodeClaimPhase
+from sim.kubeapi import KubeApiServer
+
+
+def claim(namespace: str, name: str, phase: NodeClaimPhase) -> NodeClaim:
+    return NodeClaim.model_validate(
+        {
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {
+                "nodePool": "burst",
+                "nodeClass": "default",
+                "offerings": [{"provider": "fake", "region": "sim-1", "instanceType": "small"}],
+            },
+            "status": {"phase": phase.value, "instanceID": f"fake-{name}"},
+        }
+    )
+
+
+def show(acts: MirrorActivities, input: MirrorInput) -> None:
+    ActivityEnvironment().run(acts.sync_nodeclaim, input)
+
+
+def resource(custom: client.CustomObjectsApi, namespace: str, name: str) -> dict[str, Any]:
+    found: dict[str, Any] = custom.get_namespaced_custom_object(  # type: ignore[assignment]
+        GROUP, VERSION, namespace, PLURAL, name
+    )
+    return found
+
+
+def claim_requests(server: KubeApiServer, since: int) -> list[str]:
+    return [r.verb for r in server.audit(after=since) if r.resource.startswith(PLURAL)]
+
+
+def launched(namespace: str, name: str) -> KubeEvent:
+    return KubeEvent(
+        regarding=ObjectRef(kind="NodeClaim", name=name, namespace=namespace),
+        reason="Launched",
+        message="Launched fake/sim-1/small",
+    )
+
+
+def test_first_showing_creates_the_resource_with_its_status_and_finalizer(
+    kube_api_client, kubeapi, namespace, unique
+):
+    acts, custom = MirrorActivities(kube_api_client), client.CustomObjectsApi(kube_api_client)
+    name = f"burst-{unique}"
+    since = kubeapi.audit_mark()
+
+    show(acts, MirrorInput(claim=claim(namespace, name, NodeClaimPhase.PROVISIONING), new=True))
+
+    # Created, then its status written: nothing read first.
+    assert claim_requests(kubeapi, since) == ["create", "patch"]
+    shown = resource(custom, namespace, name)
+    assert shown["status"]["phase"] == "Provisioning"
+    assert labels.TERMINATION_FINALIZER in shown["metadata"]["finalizers"]
+
+
+def test_a_later_showing_is_one_status_write_and_its_events_name_the_resource(
+    kube_api_client, kubeapi, core, namespace, unique
+):
+    acts, custom = MirrorActivities(kube_api_client), client.CustomObjectsApi(kube_api_client)
+    name = f"burst-{unique}"
+    show(acts, MirrorInput(claim=claim(namespace, name, NodeClaimPhase.PROVISIONING), new=True))
+    since = kubeapi.audit_mark()
+
+    show(
+        acts,
+        MirrorInput(
+            claim=claim(namespace, name, NodeClaimPhase.JOINING),
+            events=[launched(namespace, name)],
+        ),
+    )
+
+    assert claim_requests(kubeapi, since) == ["patch"]
+    shown = resource(custom, namespace, name)
+    assert shown["status"]["phase"] == "Joining"
+    listed = core.list_namespaced_event(namespace, field_selector=f"involvedObject.name={name}")
+    assert [(e.reason, e.involved_object.uid) for e in listed.items] == [
+        ("Launched", shown["metadata"]["uid"])
+    ]
+
+
+def test_a_resource_deleted_under_a_live_claim_is_shown_again(kube_api_client, namespace, unique):
+    acts, custom = MirrorActivities(kube_api_client), client.CustomObjectsApi(kube_api_client)
+    name = f"burst-{unique}"
+    show(acts, MirrorInput(claim=claim(namespace, name, NodeClaimPhase.PROVISIONING), new=True))
+    # Someone strips the finalizer and deletes it: the claim (and its VM) still live.
+    custom.patch_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL, name, {"metadata": {"finalizers": []}}
+    )
+    custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+
+    show(acts, MirrorInput(claim=claim(namespace, name, NodeClaimPhase.READY)))
+
+    shown = resource(custom, namespace, name)
+    assert shown["status"]["phase"] == "Ready"
+    assert labels.TERMINATION_FINALIZER in shown["metadata"]["finalizers"]
+
+
+def test_a_first_showing_retried_after_it_landed_updates_the_resource(
+    kube_api_client, namespace, unique
+):
+    acts, custom = MirrorActivities(kube_api_client), client.CustomObjectsApi(kube_api_client)
+    name = f"burst-{unique}"
+    first = MirrorInput(claim=claim(namespace, name, NodeClaimPhase.PROVISIONING), new=True)
+    show(acts, first)
+    uid = resource(custom, namespace, name)["metadata"]["uid"]
+
+    # The worker died after the create: the retry finds the resource there (a 409).
+    show(acts, first.model_copy(update={"claim": claim(namespace, name, NodeClaimPhase.JOINING)}))
+
+    shown = resource(custom, namespace, name)
+    assert (shown["metadata"]["uid"], shown["status"]["phase"]) == (uid, "Joining")
