@@ -8,8 +8,8 @@ Two steps, in the server's order and with its answers:
   Warn, the default; a built-in's quantities must parse. Failing, a body is a 400 BadRequest
   and a patch result a 422 on the field `patch`.
 - `validate` (every write): the CRD's structural schema and CEL rules (sim/kubeapi/schema.py),
-  or the built-in kinds' quantity checks (sim/kubeapi/quantities.py); 422 Invalid, each cause
-  with its field path.
+  or the built-in kinds' quantity checks (sim/kubeapi/quantities.py) and apps/v1 workloads'
+  selectors (sim/kubeapi/workloads.py); 422 Invalid, each cause with its field path.
 
 Writes the store makes for itself (seeding, bindings, evictions) skip both, and so do objects
 put in with `Store.create(...)` without options: that is how tests plant an object a real
@@ -23,7 +23,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from sim.kubeapi import builtin_schema, errors, quantities
+from sim.kubeapi import builtin_schema, errors, quantities, workloads
 from sim.kubeapi.builtin_schema import Node
 from sim.kubeapi.crds import CrdSchemas
 from sim.kubeapi.patch import STRATEGIC_PATCH
@@ -102,10 +102,10 @@ class Admission:
         if rt.custom:
             schema = self.crds.get(rt.group, rt.version, rt.plural)
             found = schema.validate(new, old) if schema is not None else []
-        elif rt.kind in _QUANTITY_KINDS and not rt.custom:
-            found = quantities.validation_errors(rt.kind, new)
         else:
-            return
+            found = workloads.selector_errors(rt.kind, new) if rt.group == "apps" else []
+            if rt.kind in _QUANTITY_KINDS:
+                found += quantities.validation_errors(rt.kind, new)
         if found:
             raise errors.invalid_fields(rt.kind, rt.group, name, found)
 

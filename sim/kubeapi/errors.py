@@ -204,8 +204,15 @@ class FieldError:
         return FieldError("FieldValueDuplicate", field, value)
 
 
+class GoSyntax(str):
+    """A bad value already as Go's `%#v` prints it (a `map[string]string`, a struct), which
+    ErrorBody uses for what is neither a number, a bool, a string nor a Stringer."""
+
+
 def go_value(value: Any) -> str:
     """A bad value as ErrorBody prints it: simple types with %v, strings %q, the rest as JSON."""
+    if isinstance(value, GoSyntax):
+        return str(value)
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, int):

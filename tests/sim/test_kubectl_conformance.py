@@ -507,3 +507,67 @@ def test_server_side_apply_takes_over_from_client_side_apply(kubectl: Kubectl) -
     assert out.strip() == "deployment.apps/migrated serverside-applied"
     image = "jsonpath={.spec.template.spec.containers[0].image}"
     assert kubectl.ok("get", "deploy", "migrated", "-o", image) == "nginx:3"
+
+
+_UNSELECTED = """
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: mismatched}
+spec:
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: other, tier: front}}
+    spec: {containers: [{name: web, image: "nginx:1.27"}]}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: unselected}
+spec:
+  template:
+    metadata: {labels: {app: web}}
+    spec: {containers: [{name: web, image: "nginx:1.27"}]}
+---
+apiVersion: apps/v1
+kind: StatefulSet
+metadata: {name: everything}
+spec:
+  serviceName: everything
+  selector: {matchLabels: {}}
+  template:
+    metadata: {labels: {app: db}}
+    spec: {containers: [{name: db, image: "postgres:17"}]}
+---
+apiVersion: apps/v1
+kind: ReplicaSet
+metadata: {name: matching}
+spec:
+  selector:
+    matchExpressions: [{key: app, operator: In, values: [web, api]}]
+  template:
+    metadata: {labels: {app: api}}
+    spec: {containers: [{name: api, image: "nginx:1.27"}]}
+"""
+
+
+def test_a_workload_whose_selector_misses_its_pods_is_refused(kubectl: Kubectl) -> None:
+    # Its controller would make pods it never counts as its own, without end.
+    done = kubectl("apply", "-f", "-", stdin=_UNSELECTED)
+    assert done.returncode == 1
+    mismatch = "`selector` does not match template `labels`"
+    assert (
+        'Deployment.apps "mismatched" is invalid: spec.template.metadata.labels: Invalid value: '
+        f'map[string]string{{"app":"other", "tier":"front"}}: {mismatch}'
+    ) in done.stderr
+    assert (
+        'Deployment.apps "unselected" is invalid: [spec.selector: Required value, '
+        f'spec.template.metadata.labels: Invalid value: map[string]string{{"app":"web"}}: {mismatch}]'
+    ) in done.stderr
+    assert (
+        'StatefulSet.apps "everything" is invalid: spec.selector: Invalid value: '
+        "v1.LabelSelector{MatchLabels:map[string]string{}, "
+        "MatchExpressions:[]v1.LabelSelectorRequirement(nil)}: empty selector is invalid for "
+        "statefulset"
+    ) in done.stderr
+    assert done.stdout.strip() == "replicaset.apps/matching created"
+    for kind, name in (("deploy", "mismatched"), ("deploy", "unselected"), ("sts", "everything")):
+        assert kubectl("get", kind, name).returncode == 1
