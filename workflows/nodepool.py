@@ -313,6 +313,20 @@ class NodePoolWorkflow:
         self._dirty = True
 
     @workflow.signal
+    def retry_now(self) -> None:
+        """The operator fixed what new claims failed on without a change of the pool or its
+        class (created the missing Secret, raised a quota): the configuration back-off ends,
+        and the pods held back are planned again at once (`cloudburst pools retry`)."""
+        self._end_config_backoff()
+        self._dirty = True
+
+    def _end_config_backoff(self) -> None:
+        state = self._state
+        state.config_error = ""
+        state.config_retry_at = None
+        state.config_failures = 0
+
+    @workflow.signal
     def claim_report(self, report: ClaimReport) -> None:
         state = self._state
         name = report.claim_name
@@ -417,6 +431,7 @@ class NodePoolWorkflow:
             cpu_m=cpu_m,
             memory_bytes=memory,
             config_error=self._state.config_error,
+            config_retry_at=self._state.config_retry_at if self._state.config_error else None,
             alarms=self._alarms.armed,
         )
 
@@ -1354,9 +1369,7 @@ class NodePoolWorkflow:
                 current.node_class,
             ):
                 # Whatever the failed claims tripped on may be fixed now: try again at once.
-                self._state.config_error = ""
-                self._state.config_retry_at = None
-                self._state.config_failures = 0
+                self._end_config_backoff()
             if (specs.pool_generation, specs.class_generation) > (
                 current.pool_generation,
                 current.class_generation,

@@ -218,8 +218,10 @@ class PoolStatus(BaseModel):
     ready_nodes: int
     cpu_m: int
     memory_bytes: int
-    # Why new claims are held back (claims failing on the configuration), if they are.
+    # Why new claims are held back (claims failing on the configuration), if they are, and
+    # until when (the back-off's next try; `cloudburst pools retry` ends it at once).
     config_error: str = ""
+    config_retry_at: datetime | None = None
     # The deadlines the pool is waiting for (workflows/alarms.py), by name.
     alarms: list[str] = []
 

@@ -187,6 +187,40 @@ def pools_describe(
     print_pool(status, pods, wide=output == OutputFormat.WIDE)
 
 
+@pools_app.command("retry")
+def pools_retry(
+    name: str,
+    namespace: Annotated[str, typer.Option(help="namespace of the NodePool")] = "default",
+    temporal_address: TemporalAddress = None,
+) -> None:
+    """Try new claims again now, after they failed on the configuration.
+
+    A claim failing on the configuration (a missing Secret, a refused credential) holds the
+    pool's new claims back, 30 s doubling to 10 min; a change of the NodePool or NodeClass
+    ends the wait. Fixed otherwise (the Secret created), this ends it (a signal)."""
+    settings = cli_settings(temporal_address)
+
+    async def main() -> None:
+        client = await connect_or_exit(settings)
+        handle = client.get_workflow_handle_for(
+            NodePoolWorkflow.run, pool_workflow_id(namespace, name)
+        )
+        try:
+            await handle.signal(NodePoolWorkflow.retry_now)
+        except RPCError as err:
+            if err.status == RPCStatusCode.NOT_FOUND:
+                raise fail(f"no running workflow for NodePool {namespace}/{name}") from None
+            raise
+
+    run_or_exit(main(), settings)
+    stdout_console().print(
+        Text.assemble(
+            ("sent", "green"),
+            f": NodePool {namespace}/{name} plans its waiting pods again now",
+        )
+    )
+
+
 def running_pods(api_client: k8s.ApiClient, nodes: list[str]) -> dict[str, list[str]]:
     """node -> "namespace/name" of the pods that run there and make it busy: as a drain
     counts them, without DaemonSet, mirror and finished pods. A claim's node bears its name."""
@@ -212,6 +246,12 @@ def print_pool(status: PoolStatus, pods: dict[str, list[str]] | None, *, wide: b
     )
     if status.config_error:
         console.print(f"  New claims held back: {status.config_error}")
+        until = status.config_retry_at
+        again = f"tried again at {until.astimezone():%H:%M:%S}" if until else "tried again"
+        console.print(
+            f"  ({again}; at once when the NodePool or NodeClass changes, or with "
+            f"`cloudburst pools retry {status.name} --namespace {status.namespace}`)"
+        )
     columns = ["CLAIM", "PHASE", "OFFERING", "PODS", "NOMINATED"]
     if wide:
         columns += ["CPU", "MEMORY", "STARTED", "REPLACES", "REPLACED BY"]

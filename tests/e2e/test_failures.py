@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest_asyncio
 from kubernetes import client as k8s
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError
 
 from api import NodeClaimPhase
@@ -28,6 +29,7 @@ from tests.e2e.harness import (
     pool_pod,
     serving,
 )
+from tests.e2e.test_operator_cli import cloudburst
 from workflows.nodepool import NodePoolWorkflow
 
 
@@ -173,6 +175,92 @@ async def test_a_claim_failing_on_a_missing_secret_ends_visibly_and_the_pool_car
     status = await pool_status(stack, "wedge")
     assert len(status.claims) == 1 and not status.config_error
     await in_thread(stack.core.delete_namespaced_pod, "wedge-0", "default")
+
+
+async def test_a_secret_created_after_the_failure_is_used_at_the_operators_word(
+    stack: Stack,
+) -> None:
+    """The NodeClass names a Tailscale key Secret that does not exist yet: the claim fails on
+    it and the pool holds new claims back. The operator creates the Secret — no spec changes,
+    nothing tells the pool — and runs `cloudburst pools retry`: the pod is planned again at
+    once (not when the back-off's 30 s are up), and runs."""
+    custom = stack.custom
+    sample = await in_thread(
+        custom.get_namespaced_custom_object,
+        "cloudburst.io",
+        "v1alpha1",
+        "default",
+        "nodeclasses",
+        "sample",
+    )
+    spec = copy.deepcopy(sample["spec"])
+    spec["tailscale"] = {"authKeySecretRef": {"name": "tailscale-later", "key": "authkey"}}
+    body = {
+        "apiVersion": "cloudburst.io/v1alpha1",
+        "kind": "NodeClass",
+        "metadata": {"name": "keyless", "namespace": "default"},
+        "spec": spec,
+    }
+    await in_thread(
+        custom.create_namespaced_custom_object,
+        "cloudburst.io",
+        "v1alpha1",
+        "default",
+        "nodeclasses",
+        body,
+    )
+    make_pool(stack.kube, "keyless")
+    await patch(stack, "nodepools", "keyless", {"spec": {"nodeClassRef": "keyless"}})
+    await in_thread(stack.core.create_namespaced_pod, "default", pool_pod("keyless-0", "keyless"))
+    await eventually(
+        lambda: pool_status(stack, "keyless"),
+        lambda s: "tailscale-later" in s.config_error and not s.claims,
+        timeout_s=60,
+    )
+
+    described = await cloudburst(stack, "pools", "describe", "keyless")
+    assert "New claims held back: " in described.output, described.output
+    assert "tried again at " in described.output
+    assert "cloudburst pools retry keyless --namespace default" in described.output
+
+    tailnet = stack.cluster.tailnet
+    assert tailnet is not None
+    key = tailnet.admin_key(reusable=True, tags=["tag:cloudburst"])  # made in the console
+    secret = k8s.V1Secret(
+        metadata=k8s.V1ObjectMeta(name="tailscale-later", namespace="default"),
+        string_data={"authkey": key},
+    )
+    await in_thread(stack.core.create_namespaced_secret, "default", secret)
+    done = await cloudburst(stack, "pools", "retry", "keyless")
+    assert done.exit_code == 0, done.output
+    assert "NodePool default/keyless plans its waiting pods again now" in done.output
+
+    await eventually(
+        lambda: in_thread(stack.core.read_namespaced_pod, "keyless-0", "default"),
+        lambda pod: pod.status.phase == "Running",
+        timeout_s=60,
+    )
+    # At the operator's word: the back-off's timer was cancelled, never fired.
+    handle = stack.temporal.get_workflow_handle(pool_workflow_id("default", "keyless"))
+    history = await handle.fetch_history()
+    backoff = {
+        e.event_id
+        for e in history.events
+        if e.event_type == EventType.EVENT_TYPE_TIMER_STARTED
+        and b"retry after config error" in e.user_metadata.summary.data
+    }
+    assert backoff, "the pool never backed off"
+    fired = {
+        e.timer_fired_event_attributes.started_event_id
+        for e in history.events
+        if e.event_type == EventType.EVENT_TYPE_TIMER_FIRED
+    }
+    assert not backoff & fired
+    missing = await cloudburst(stack, "pools", "retry", "no-such-pool")
+    assert missing.exit_code == 1
+    assert "no running workflow for NodePool default/no-such-pool" in missing.output
+    await in_thread(stack.core.delete_namespaced_pod, "keyless-0", "default")
+    await in_thread(stack.core.delete_namespaced_secret, "tailscale-later", "default")
 
 
 async def test_a_plan_that_failed_is_tried_again_without_news(stack: Stack) -> None:

@@ -568,6 +568,39 @@ async def test_a_configuration_failure_of_a_claim_made_before_the_fix_holds_noth
         assert not status.claims, status.claims
 
 
+async def test_an_operator_ends_the_configuration_back_off_at_once(
+    temporal_client: Client,
+) -> None:
+    """A claim fails on a missing Secret; the operator creates it. No spec changed, so the
+    pool would wait out its back-off (30 s, doubling to 10 min) before trying again;
+    `cloudburst pools retry` (the `retry_now` signal) ends the wait at once."""
+    async with ten_pods_pool(temporal_client) as handle:
+        first = await only_claim(handle)
+        await handle.signal(
+            NodePoolWorkflow.claim_report,
+            config_failure(first.name, "Secret default/tailscale-auth not found"),
+        )
+        await (await started_claim(temporal_client, first.name)).terminate("failed")
+        held = await settled(
+            handle,
+            lambda s: "tailscale-auth" in s.config_error and not s.claims,
+            "held new claims back on the configuration error",
+        )
+        assert held.config_retry_at is not None  # what `pools describe` shows
+
+        await handle.signal(NodePoolWorkflow.retry_now)
+
+        # Well within the back-off's first 30 s (`settled` gives up after 15).
+        status = await settled(
+            handle,
+            lambda s: len(s.claims) == 1 and s.claims[0].name != first.name,
+            "planned the pods again at the operator's word",
+        )
+        assert not status.config_error and status.config_retry_at is None
+        assert "retry after config error" not in status.alarms
+        assert sorted(status.claims[0].nominated) == sorted(f"a{i}" for i in range(10))
+
+
 class GatedClaimStates:
     """The real `claim_workflow_states`, held at a gate the test opens: a look in flight."""
 
