@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest_asyncio
@@ -76,6 +76,36 @@ async def patch(stack: Stack, plural: str, name: str, body: dict[str, Any]) -> N
         "default",
         plural,
         name,
+        body,
+    )
+
+
+async def sample_class_variant(
+    stack: Stack, name: str, edit: Callable[[dict[str, Any]], None]
+) -> None:
+    """A NodeClass `name`: the sample's spec with `edit` applied."""
+    sample = await in_thread(
+        stack.custom.get_namespaced_custom_object,
+        "cloudburst.io",
+        "v1alpha1",
+        "default",
+        "nodeclasses",
+        "sample",
+    )
+    spec = copy.deepcopy(sample["spec"])
+    edit(spec)
+    body = {
+        "apiVersion": "cloudburst.io/v1alpha1",
+        "kind": "NodeClass",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": spec,
+    }
+    await in_thread(
+        stack.custom.create_namespaced_custom_object,
+        "cloudburst.io",
+        "v1alpha1",
+        "default",
+        "nodeclasses",
         body,
     )
 
@@ -184,31 +214,11 @@ async def test_a_secret_created_after_the_failure_is_used_at_the_operators_word(
     it and the pool holds new claims back. The operator creates the Secret — no spec changes,
     nothing tells the pool — and runs `cloudburst pools retry`: the pod is planned again at
     once (not when the back-off's 30 s are up), and runs."""
-    custom = stack.custom
-    sample = await in_thread(
-        custom.get_namespaced_custom_object,
-        "cloudburst.io",
-        "v1alpha1",
-        "default",
-        "nodeclasses",
-        "sample",
-    )
-    spec = copy.deepcopy(sample["spec"])
-    spec["tailscale"] = {"authKeySecretRef": {"name": "tailscale-later", "key": "authkey"}}
-    body = {
-        "apiVersion": "cloudburst.io/v1alpha1",
-        "kind": "NodeClass",
-        "metadata": {"name": "keyless", "namespace": "default"},
-        "spec": spec,
-    }
-    await in_thread(
-        custom.create_namespaced_custom_object,
-        "cloudburst.io",
-        "v1alpha1",
-        "default",
-        "nodeclasses",
-        body,
-    )
+
+    def later_key(spec: dict[str, Any]) -> None:
+        spec["tailscale"] = {"authKeySecretRef": {"name": "tailscale-later", "key": "authkey"}}
+
+    await sample_class_variant(stack, "keyless", later_key)
     make_pool(stack.kube, "keyless")
     await patch(stack, "nodepools", "keyless", {"spec": {"nodeClassRef": "keyless"}})
     await in_thread(stack.core.create_namespaced_pod, "default", pool_pod("keyless-0", "keyless"))
@@ -266,31 +276,11 @@ async def test_a_secret_created_after_the_failure_is_used_at_the_operators_word(
 async def test_a_plan_that_failed_is_tried_again_without_news(stack: Stack) -> None:
     """The cloud's token Secret is missing, so planning fails; the operator creates it — no
     spec changes, nothing tells the pool — and the pool plans again on its own, soon."""
-    custom = stack.custom
-    sample = await in_thread(
-        custom.get_namespaced_custom_object,
-        "cloudburst.io",
-        "v1alpha1",
-        "default",
-        "nodeclasses",
-        "sample",
-    )
-    spec = copy.deepcopy(sample["spec"])
-    spec["fake"]["apiTokenSecretRef"] = {"name": "token-later", "key": "token"}
-    body = {
-        "apiVersion": "cloudburst.io/v1alpha1",
-        "kind": "NodeClass",
-        "metadata": {"name": "tokenless", "namespace": "default"},
-        "spec": spec,
-    }
-    await in_thread(
-        custom.create_namespaced_custom_object,
-        "cloudburst.io",
-        "v1alpha1",
-        "default",
-        "nodeclasses",
-        body,
-    )
+
+    def later_token(spec: dict[str, Any]) -> None:
+        spec["fake"]["apiTokenSecretRef"] = {"name": "token-later", "key": "token"}
+
+    await sample_class_variant(stack, "tokenless", later_token)
     make_pool(stack.kube, "patient")
     await patch(stack, "nodepools", "patient", {"spec": {"nodeClassRef": "tokenless"}})
     await in_thread(stack.core.create_namespaced_pod, "default", pool_pod("patient-0", "patient"))

@@ -507,6 +507,14 @@ def config_failure(claim: str, reason: str) -> ClaimReport:
     )
 
 
+async def fails_on_configuration(
+    client: Client, handle: WorkflowHandle, claim: str, reason: str
+) -> None:
+    """A claim's last steps when it fails on its configuration: its report, then its end."""
+    await handle.signal(NodePoolWorkflow.claim_report, config_failure(claim, reason))
+    await (await started_claim(client, claim)).terminate("failed")
+
+
 async def only_claim(handle: WorkflowHandle) -> PoolClaim:
     [claim] = (await settled(handle, lambda s: len(s.claims) == 1, "one claim")).claims
     return claim
@@ -541,11 +549,9 @@ async def test_a_configuration_failure_of_a_claim_made_before_the_fix_holds_noth
         fixed.node_class.join.host_api_server = "https://10.0.0.1:6443"  # the edit
         fixed.class_generation = 2
         await handle.signal(NodePoolWorkflow.update_specs, fixed)
-        await handle.signal(
-            NodePoolWorkflow.claim_report,
-            config_failure(first.name, "Secret default/tailscale-auth not found"),
+        await fails_on_configuration(
+            temporal_client, handle, first.name, "Secret default/tailscale-auth not found"
         )
-        await (await started_claim(temporal_client, first.name)).terminate("failed")
         status = await settled(
             handle,
             lambda s: len(s.claims) == 1 and s.claims[0].name != first.name,
@@ -555,11 +561,9 @@ async def test_a_configuration_failure_of_a_claim_made_before_the_fix_holds_noth
         assert sorted(status.claims[0].nominated) == sorted(f"a{i}" for i in range(10))
         # The same failure of a claim made from the current specs still holds back.
         [second] = status.claims
-        await handle.signal(
-            NodePoolWorkflow.claim_report,
-            config_failure(second.name, "Secret default/hetzner-api-token not found"),
+        await fails_on_configuration(
+            temporal_client, handle, second.name, "Secret default/hetzner-api-token not found"
         )
-        await (await started_claim(temporal_client, second.name)).terminate("failed")
         status = await settled(
             handle,
             lambda s: "hetzner-api-token" in s.config_error,
@@ -576,11 +580,9 @@ async def test_an_operator_ends_the_configuration_back_off_at_once(
     `cloudburst pools retry` (the `retry_now` signal) ends the wait at once."""
     async with ten_pods_pool(temporal_client) as handle:
         first = await only_claim(handle)
-        await handle.signal(
-            NodePoolWorkflow.claim_report,
-            config_failure(first.name, "Secret default/tailscale-auth not found"),
+        await fails_on_configuration(
+            temporal_client, handle, first.name, "Secret default/tailscale-auth not found"
         )
-        await (await started_claim(temporal_client, first.name)).terminate("failed")
         held = await settled(
             handle,
             lambda s: "tailscale-auth" in s.config_error and not s.claims,
