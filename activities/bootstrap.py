@@ -434,19 +434,33 @@ class BootstrapActivities:
         placeholder = reusable or (_SAME_LENGTH_AUTH_KEY if tailscale is not None else None)
         render(_SAME_LENGTH_TOKEN, placeholder)
         script_secret = self.script_secret_name(input.claim_name)
-        previous = self._read_script(script_secret)
+        # Created without a read first: a claim's first try finds no script (a burst starts
+        # hundreds at once, and this is on the way to the VM's create call). A 409 is an
+        # earlier try's script, whose token is reused while valid: read, then replaced. With
+        # a key minted per node the script is read first, so no key is minted for nothing.
+        minting = bool(tailscale and tailscale.minted)
+        previous = self._read_script(script_secret) if minting else None
         reused = _reusable_token(previous)
         token = reused or _Token.new(spec.join.token_ttl_minutes)
-        for _ in range(_TOKEN_ID_ATTEMPTS):
-            minted = (
-                self._mint_tailscale_key(input, token) if tailscale and tailscale.minted else None
-            )
+        replace = minting
+        for _ in range(_TOKEN_ID_ATTEMPTS + 1):  # + the try that finds an earlier script
+            minted = self._mint_tailscale_key(input, token) if minting else None
             try:
                 script = render(token.value, minted.key if minted else reusable)
-                self._put_script(input.claim_name, script_secret, script, token, minted)
+                written = self._put_script(
+                    input.claim_name, script_secret, script, token, minted, replace=replace
+                )
             except BaseException:
                 self._revoke(input, minted)
                 raise
+            if not written:
+                self._revoke(input, minted)
+                previous = self._read_script(script_secret)
+                reused = _reusable_token(previous)
+                token = reused or _Token.new(spec.join.token_ttl_minutes)
+                replace = True
+                continue
+            replace = True  # a token id taken below: the script is written again
             self._revoke(input, _tailscale_key_id(previous), keep=minted)
             if self._create_token_secret(input.namespace, input.claim_name, token, token == reused):
                 break
@@ -623,8 +637,11 @@ class BootstrapActivities:
         script: str,
         token: _Token,
         minted: MintedKey | None,
-    ) -> None:
-        """Create-or-replace the script Secret (a retry may carry a different token or key)."""
+        *,
+        replace: bool,
+    ) -> bool:
+        """Create the script Secret; one already there is replaced (a retry may carry a
+        different token or key) when `replace`, else left for the caller (False)."""
         secret_labels = labels.ownership_labels(claim_name, purpose=SCRIPT_PURPOSE)
         annotations: dict[str, str | None] = {
             labels.TOKEN_SECRET: token.secret_name,
@@ -648,7 +665,7 @@ class BootstrapActivities:
             discard(
                 self.core.create_namespaced_secret(self.namespace, body, _preload_content=False)
             )
-            return
+            return True
         except ApiException as err:
             if is_not_found(err):
                 raise _invalid(
@@ -657,6 +674,8 @@ class BootstrapActivities:
                 ) from None
             if err.status != 409:
                 raise _secret_write_error(err, f"creating Secret {self.namespace}/{name}") from None
+        if not replace:
+            return False
         patch = {
             "metadata": {"labels": secret_labels, "annotations": annotations},
             "data": data,
@@ -669,6 +688,7 @@ class BootstrapActivities:
             )
         except ApiException as err:
             raise _secret_write_error(err, f"updating Secret {self.namespace}/{name}") from None
+        return True
 
 
 def _annotations(secret: client.V1Secret | None) -> dict[str, str]:

@@ -268,6 +268,22 @@ def test_rerun_reads_nothing_in_kube_system(acts, kubeapi, namespace, unique):
     assert [r.name for r in in_kube_system if r.verb == "delete"] == [first.token_secret]
 
 
+def test_a_first_try_writes_its_two_secrets_and_reads_none(acts, core, kubeapi, namespace, unique):
+    """A claim's first try is on the way to its VM's create call: two writes, no read."""
+    claim = f"burst-{unique}"
+    since = kubeapi.audit_mark()
+    refs: BootstrapRefs = run(acts.prepare_bootstrap, make_input(namespace, claim))
+    calls = [(r.verb, r.namespace) for r in kubeapi.audit(after=since) if r.resource == "secrets"]
+    # The script first: it records the token, for a retry to reuse.
+    assert calls == [("create", WORKER_NAMESPACE), ("create", "kube-system")]
+    token = core.read_namespaced_secret(refs.token_secret, "kube-system")
+    token_value = f"{secret_text(token, 'token-id')}.{secret_text(token, 'token-secret')}"
+    assert (
+        join_config(read_user_data(core, refs))["discovery"]["bootstrapToken"]["token"]
+        == token_value
+    )
+
+
 def test_expired_token_is_not_reused(acts, core, namespace, unique):
     claim = f"burst-{unique}"
     first: BootstrapRefs = run(acts.prepare_bootstrap, make_input(namespace, claim))

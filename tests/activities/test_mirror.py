@@ -3,6 +3,8 @@ and what it costs the API server."""
 
 from __future__ import annotations
 
+import time
+from datetime import timedelta
 from typing import Any
 
 from kubernetes import client
@@ -43,6 +45,23 @@ def resource(custom: client.CustomObjectsApi, namespace: str, name: str) -> dict
 
 def claim_requests(server: KubeApiServer, since: int) -> list[str]:
     return [r.verb for r in server.audit(after=since) if r.resource.startswith(PLURAL)]
+
+
+def create_pool(custom: client.CustomObjectsApi, namespace: str) -> str:
+    """The claims' pool, `burst`; its uid."""
+    body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "NodePool", "metadata": {"name": "burst"}}
+    created: dict[str, Any] = custom.create_namespaced_custom_object(  # type: ignore[assignment]
+        GROUP, VERSION, namespace, "nodepools", {**body, "spec": {"nodeClassRef": "default"}}
+    )
+    return str(created["metadata"]["uid"])
+
+
+def owner_uids(custom: client.CustomObjectsApi, namespace: str, name: str) -> list[str]:
+    return [
+        ref["uid"]
+        for ref in resource(custom, namespace, name)["metadata"].get("ownerReferences", [])
+        if ref["kind"] == "NodePool" and ref["name"] == "burst"
+    ]
 
 
 def launched(namespace: str, name: str) -> KubeEvent:
@@ -125,3 +144,38 @@ def test_a_first_showing_retried_after_it_landed_updates_the_resource(
 
     shown = resource(custom, namespace, name)
     assert (shown["metadata"]["uid"], shown["status"]["phase"]) == (uid, "Joining")
+
+
+def test_a_burst_of_claims_reads_their_pool_once_and_each_is_owned_by_it(
+    kube_api_client, kubeapi, namespace, unique
+):
+    acts, custom = MirrorActivities(kube_api_client), client.CustomObjectsApi(kube_api_client)
+    pool_uid = create_pool(custom, namespace)
+    names = [f"burst-{unique}-{n}" for n in range(5)]
+    since = kubeapi.audit_mark()
+
+    for name in names:
+        show(acts, MirrorInput(claim=claim(namespace, name, NodeClaimPhase.PROVISIONING), new=True))
+
+    pool_reads = [r for r in kubeapi.audit(after=since) if r.resource == "nodepools"]
+    assert [r.verb for r in pool_reads] == ["get"]
+    # Deleting the pool deletes its claims' resources (the garbage collector's work).
+    assert [owner_uids(custom, namespace, name) for name in names] == [[pool_uid]] * 5
+
+
+def test_a_pool_created_again_owns_the_claims_started_once_the_cached_uid_is_old(
+    kube_api_client, namespace, unique
+):
+    acts = MirrorActivities(kube_api_client, pool_owner_ttl=timedelta(seconds=0.5))
+    custom = client.CustomObjectsApi(kube_api_client)
+    old_uid = create_pool(custom, namespace)
+    first, later = f"burst-{unique}-first", f"burst-{unique}-later"
+    show(acts, MirrorInput(claim=claim(namespace, first, NodeClaimPhase.PROVISIONING), new=True))
+    custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, "nodepools", "burst")
+    new_uid = create_pool(custom, namespace)
+    time.sleep(0.6)
+
+    show(acts, MirrorInput(claim=claim(namespace, later, NodeClaimPhase.PROVISIONING), new=True))
+
+    assert owner_uids(custom, namespace, first) == [old_uid]
+    assert owner_uids(custom, namespace, later) == [new_uid] != [old_uid]
