@@ -16,7 +16,9 @@ import re
 import secrets
 import shlex
 import string
+import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -46,7 +48,7 @@ from api.messages import BootstrapInput, BootstrapRefs
 from api.nodeclaim import Offering
 from api.nodeclass import NodeClassSpec
 from api.nodepool import Taint
-from cluster.responses import discard
+from cluster.responses import discard, resource_version
 from cluster.tenancy import Tenancy
 
 log = logging.getLogger(__name__)
@@ -321,13 +323,47 @@ def _secret_write_error(err: ApiException, what: str) -> ApplicationError:
     )
 
 
-def read_user_data(core_api: client.CoreV1Api, refs: BootstrapRefs) -> str:
+class ScriptHandoff:
+    """The first-boot scripts this worker has just written, for its own create calls: the
+    script Secret is read back only when another worker (or a try before a crash) wrote it.
+
+    Keyed by the Secret's resourceVersion as written, so a script written again since (a
+    retry, the claim's next offering) is never taken for it; each is taken once (a retried
+    create reads the Secret) and only the latest `capacity` are kept (a claim may fail
+    between its bootstrap and its create)."""
+
+    def __init__(self, capacity: int = 256) -> None:
+        self._capacity = capacity
+        self._scripts: OrderedDict[tuple[str, str, str], str] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def keep(self, namespace: str, name: str, version: str, script: str) -> None:
+        with self._lock:
+            self._scripts[(namespace, name, version)] = script
+            while len(self._scripts) > self._capacity:
+                self._scripts.popitem(last=False)
+
+    def take(self, refs: BootstrapRefs) -> str | None:
+        if refs.script_version is None:
+            return None
+        with self._lock:
+            return self._scripts.pop(
+                (refs.namespace, refs.script_secret, refs.script_version), None
+            )
+
+
+def read_user_data(
+    core_api: client.CoreV1Api, refs: BootstrapRefs, handoff: ScriptHandoff | None = None
+) -> str:
     """The rendered first-boot script, for in-process use by the compute activities only.
 
     Never return it from an activity: it would land in workflow history with its token.
     `refs.namespace` is the worker's namespace (or, in histories from before the move, the
     pool's).
     """
+    written_here = handoff.take(refs) if handoff is not None else None
+    if written_here is not None:
+        return written_here
     return read_secret_value(
         core_api, refs.namespace, SecretKeyRef(name=refs.script_secret, key=SCRIPT_KEY)
     )
@@ -374,10 +410,12 @@ class BootstrapActivities:
         api_client: client.ApiClient,
         tenancy: Tenancy | None = None,
         ca_hash_ttl: timedelta = CA_HASH_TTL,
+        handoff: ScriptHandoff | None = None,
     ) -> None:
         self.api_client = api_client
         self.core = client.CoreV1Api(api_client)
         self.tenancy = tenancy or Tenancy()
+        self.handoff = handoff
         self._ca_hash_ttl_s = ca_hash_ttl.total_seconds()
         # (hash, when read on the monotonic clock)
         self._ca_hash: tuple[str, float] | None = None
@@ -447,13 +485,13 @@ class BootstrapActivities:
             minted = self._mint_tailscale_key(input, token) if minting else None
             try:
                 script = render(token.value, minted.key if minted else reusable)
-                written = self._put_script(
+                version = self._put_script(
                     input.claim_name, script_secret, script, token, minted, replace=replace
                 )
             except BaseException:
                 self._revoke(input, minted)
                 raise
-            if not written:
+            if version is None:
                 self._revoke(input, minted)
                 previous = self._read_script(script_secret)
                 reused = _reusable_token(previous)
@@ -481,12 +519,15 @@ class BootstrapActivities:
             script_secret,
             ", a per-node Tailscale key" if tailscale and tailscale.minted else "",
         )
+        if version and self.handoff is not None:
+            self.handoff.keep(self.namespace, script_secret, version, script)
         return BootstrapRefs(
             namespace=self.namespace,
             token_secret=token.secret_name,
             token_secret_namespace=TOKEN_NAMESPACE,
             script_secret=script_secret,
             token_expires_at=token.expires_at,
+            script_version=version or None,
         )
 
     @activity.defn(name="delete_bootstrap_secrets")
@@ -639,9 +680,10 @@ class BootstrapActivities:
         minted: MintedKey | None,
         *,
         replace: bool,
-    ) -> bool:
+    ) -> str | None:
         """Create the script Secret; one already there is replaced (a retry may carry a
-        different token or key) when `replace`, else left for the caller (False)."""
+        different token or key) when `replace`, else left for the caller (None). Written:
+        its resourceVersion ("" if the answer had none)."""
         secret_labels = labels.ownership_labels(claim_name, purpose=SCRIPT_PURPOSE)
         annotations: dict[str, str | None] = {
             labels.TOKEN_SECRET: token.secret_name,
@@ -662,10 +704,9 @@ class BootstrapActivities:
             data=data,
         )
         try:
-            discard(
+            return resource_version(
                 self.core.create_namespaced_secret(self.namespace, body, _preload_content=False)
             )
-            return True
         except ApiException as err:
             if is_not_found(err):
                 raise _invalid(
@@ -675,20 +716,19 @@ class BootstrapActivities:
             if err.status != 409:
                 raise _secret_write_error(err, f"creating Secret {self.namespace}/{name}") from None
         if not replace:
-            return False
+            return None
         patch = {
             "metadata": {"labels": secret_labels, "annotations": annotations},
             "data": data,
         }
         try:
-            discard(
+            return resource_version(
                 self.core.patch_namespaced_secret(
                     name, self.namespace, patch, _content_type=MERGE_PATCH, _preload_content=False
                 )
             )
         except ApiException as err:
             raise _secret_write_error(err, f"updating Secret {self.namespace}/{name}") from None
-        return True
 
 
 def _annotations(secret: client.V1Secret | None) -> dict[str, str]:

@@ -17,7 +17,7 @@ from kubernetes import client as k8s
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.bootstrap import read_user_data
+from activities.bootstrap import ScriptHandoff, read_user_data
 from activities.heartbeat import heartbeating, heartbeats_itself
 from activities.kube import read_secret_value
 from activities.providers import provider_class
@@ -51,9 +51,15 @@ _DELETE_REREQUEST_S = 30.0
 
 
 class ComputeActivities:
-    def __init__(self, api_client: k8s.ApiClient, tenancy: Tenancy | None = None) -> None:
+    def __init__(
+        self,
+        api_client: k8s.ApiClient,
+        tenancy: Tenancy | None = None,
+        handoff: ScriptHandoff | None = None,
+    ) -> None:
         self._core = k8s.CoreV1Api(api_client)
         self._tenancy = tenancy or Tenancy()
+        self._handoff = handoff
 
     def activities(self) -> list[Callable[..., Any]]:
         return [self.create_instance, self.get_instance, self.delete_instance]
@@ -73,7 +79,7 @@ class ComputeActivities:
             zone=offering.zone,
             instance_type=offering.instance_type,
             image=block.image,
-            user_data=read_user_data(self._core, input.bootstrap),
+            user_data=read_user_data(self._core, input.bootstrap, self._handoff),
             labels=labels.ownership_labels(
                 input.claim_name, node_pool=input.node_pool, cluster_id=input.cluster_id
             ),

@@ -148,6 +148,9 @@ class BootstrapRefs(BaseModel):
     token_secret_namespace: str = "kube-system"
     script_secret: str
     token_expires_at: datetime
+    # The script Secret's resourceVersion as the bootstrap wrote it (None in histories from
+    # before): the create call on the same worker uses the script it just rendered.
+    script_version: str | None = None
 
 
 class CreateInstanceInput(BaseModel):

@@ -15,7 +15,7 @@ from temporalio.converter import DataConverter
 from temporalio.worker import PollerBehaviorSimpleMaximum, Worker, WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
-from activities.bootstrap import BootstrapActivities
+from activities.bootstrap import BootstrapActivities, ScriptHandoff
 from activities.claim_workflows import ClaimWorkflowActivities
 from activities.compute import ComputeActivities
 from activities.events import EventActivities
@@ -45,11 +45,12 @@ def build_activities(api_client: k8s.ApiClient, tenancy: Tenancy) -> list[Callab
     """Every activity; those that read a NodeClass's Secrets or call out keep to `tenancy`."""
     planning = PlanningActivities(api_client, tenancy=tenancy)
     prices = PriceActivities(api_client, tenancy.worker_namespace)
+    scripts = ScriptHandoff()  # from a claim's bootstrap to its create call, on one worker
     return [
-        *BootstrapActivities(api_client, tenancy).activities(),
+        *BootstrapActivities(api_client, tenancy, handoff=scripts).activities(),
         *ClaimWorkflowActivities().activities(),
         *KubeActivities(api_client).activities(),
-        *ComputeActivities(api_client, tenancy).activities(),
+        *ComputeActivities(api_client, tenancy, handoff=scripts).activities(),
         *EventActivities(api_client).activities(),
         *GcActivities(api_client, tenancy).activities(),
         *MirrorActivities(api_client).activities(),

@@ -20,6 +20,7 @@ from temporalio.testing import ActivityEnvironment
 from activities.bootstrap import (
     MAX_USER_DATA_BYTES,
     BootstrapActivities,
+    ScriptHandoff,
     api_server_endpoint,
     ca_cert_hash,
     read_user_data,
@@ -282,6 +283,64 @@ def test_a_first_try_writes_its_two_secrets_and_reads_none(acts, core, kubeapi, 
         join_config(read_user_data(core, refs))["discovery"]["bootstrapToken"]["token"]
         == token_value
     )
+
+
+def script_reads(server: KubeApiServer, since: int, refs: BootstrapRefs) -> int:
+    return sum(
+        1
+        for r in server.audit(after=since)
+        if (r.verb, r.resource, r.name) == ("get", "secrets", refs.script_secret)
+    )
+
+
+def registered_instance_type(script: str) -> str:
+    extra = join_config(script)["nodeRegistration"]["kubeletExtraArgs"]
+    node_labels = dict(kv.split("=", 1) for kv in extra[0]["value"].split(","))
+    return node_labels[labels.INSTANCE_TYPE]
+
+
+def test_the_create_call_takes_the_script_this_worker_wrote_without_reading_it(
+    kube_api_client, core, kubeapi, namespace, unique
+):
+    handoff = ScriptHandoff()
+    acts = BootstrapActivities(kube_api_client, handoff=handoff)
+    refs: BootstrapRefs = run(acts.prepare_bootstrap, make_input(namespace, f"burst-{unique}"))
+    since = kubeapi.audit_mark()
+
+    handed = read_user_data(core, refs, handoff)
+
+    assert script_reads(kubeapi, since, refs) == 0
+    assert handed == read_user_data(core, refs)  # what the Secret holds
+    # Taken once: a retried create reads the Secret.
+    since = kubeapi.audit_mark()
+    assert read_user_data(core, refs, handoff) == handed
+    assert script_reads(kubeapi, since, refs) == 1
+
+
+def test_a_script_written_again_on_another_worker_is_read_from_its_secret(
+    kube_api_client, core, kubeapi, namespace, unique
+):
+    """A claim's next offering, bootstrapped elsewhere after a crash: the same token, another
+    script; the create call must not take this worker's older render for it."""
+    here = ScriptHandoff()
+    claim = f"burst-{unique}"
+    first, second = (
+        Offering(provider="hetzner", region="fsn1", instance_type=kind) for kind in ("cx22", "cx32")
+    )
+    run(
+        BootstrapActivities(kube_api_client, handoff=here).prepare_bootstrap,
+        make_input(namespace, claim, offering=first),
+    )
+    elsewhere: BootstrapRefs = run(
+        BootstrapActivities(kube_api_client, handoff=ScriptHandoff()).prepare_bootstrap,
+        make_input(namespace, claim, offering=second),
+    )
+    since = kubeapi.audit_mark()
+
+    script = read_user_data(core, elsewhere, here)
+
+    assert registered_instance_type(script) == "cx32"
+    assert script_reads(kubeapi, since, elsewhere) == 1
 
 
 def test_expired_token_is_not_reused(acts, core, namespace, unique):
