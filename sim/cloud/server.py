@@ -27,10 +27,17 @@ from urllib.parse import parse_qs, urlsplit
 
 from sim.cloud.state import CloudError, FakeCloud
 
+# A cloud's API takes a burst of new connections; socketserver's default listen backlog of
+# 5 dropped the 7th of a burst's create calls whenever the accept loop lagged, and the
+# client's kernel sent it again a second later (TCP's first SYN retry). The Kubernetes API
+# emulator has the same (`sim/kubeapi/server.py`).
+LISTEN_BACKLOG = 256
+
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
+    request_queue_size = LISTEN_BACKLOG
     cloud: FakeCloud
 
     def handle_error(self, request: Any, client_address: Any) -> None:

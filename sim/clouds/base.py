@@ -57,6 +57,7 @@ from typing import Any, Protocol, Self, TypedDict, TypeVar, runtime_checkable
 from urllib.parse import parse_qs, urlsplit
 
 from sim.cloud import FakeCloud
+from sim.cloud.server import LISTEN_BACKLOG
 
 FAILURE_KINDS = ("unavailable", "capacity", "quota", "throttle", "auth")
 VM_STATES = ("pending", "running", "stopping", "terminated")
@@ -270,6 +271,7 @@ class Response:
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
+    request_queue_size = LISTEN_BACKLOG
     route: Callable[[Request], Response]
 
     def handle_error(self, request: Any, client_address: Any) -> None:
