@@ -103,7 +103,7 @@ class Admission:
             schema = self.crds.get(rt.group, rt.version, rt.plural)
             found = schema.validate(new, old) if schema is not None else []
         else:
-            found = workloads.selector_errors(rt.kind, new) if rt.group == "apps" else []
+            found = workloads.selector_errors(rt.kind, new, old) if rt.group == "apps" else []
             if rt.kind in _QUANTITY_KINDS:
                 found += quantities.validation_errors(rt.kind, new)
         if found:

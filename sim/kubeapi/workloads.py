@@ -1,9 +1,11 @@
 """What the API server checks of an apps/v1 workload's selector (pkg/apis/apps/validation).
 
-A Deployment, ReplicaSet, StatefulSet or DaemonSet must have a selector, a non-empty one,
-and its pod template's labels must match it: a controller would otherwise make pods it can
-never count as its own, forever. The answers are the server's, values printed as Go's `%#v`
-prints them (`map[string]string{"app":"web"}`).
+A Deployment, ReplicaSet, StatefulSet or DaemonSet must have a selector, a non-empty one
+whose expressions are well formed, and its pod template's labels must match it: a
+controller would otherwise make pods it can never count as its own, forever. The selector
+cannot change once created (a StatefulSet's spec, but for a few fields, cannot). The
+answers are the server's, values printed as Go's `%#v` prints them
+(`map[string]string{"app":"web"}`).
 """
 
 from __future__ import annotations
@@ -24,10 +26,59 @@ _EMPTY_SELECTOR_NAMES = {
 }
 
 
-def selector_errors(kind: str, obj: dict[str, Any]) -> list[FieldError]:
+# What each validation says of a selector that cannot be built (a StatefulSet's says nothing).
+_UNBUILDABLE_SELECTOR = {
+    "Deployment": "invalid label selector",
+    "ReplicaSet": "invalid label selector",
+    "StatefulSet": "",
+}
+# What a StatefulSet's update may change (ValidateStatefulSetUpdate); its message lists them.
+_STATEFULSET_MUTABLE = (
+    "replicas",
+    "ordinals",
+    "template",
+    "updateStrategy",
+    "revisionHistoryLimit",
+    "persistentVolumeClaimRetentionPolicy",
+    "minReadySeconds",
+)
+_STATEFULSET_FORBIDDEN = (
+    "updates to statefulset spec for fields other than "
+    + ", ".join(f"'{name}'" for name in _STATEFULSET_MUTABLE[:-1])
+    + f" and '{_STATEFULSET_MUTABLE[-1]}' are forbidden"
+)
+
+
+def selector_errors(
+    kind: str, obj: dict[str, Any], old: dict[str, Any] | None = None
+) -> list[FieldError]:
+    """Every error of a workload's create (`old` None) or of its update from `old`."""
     spec = obj.get("spec")
     if kind not in WORKLOAD_KINDS or not isinstance(spec, dict):
         return []
+    errors = _selector_errors(kind, spec)
+    errors += _update_errors(kind, spec, old.get("spec") if old is not None else None)
+    return errors
+
+
+def _update_errors(kind: str, spec: dict[str, Any], old_spec: Any) -> list[FieldError]:
+    if not isinstance(old_spec, dict):
+        return []
+    if kind == "StatefulSet":
+        changed = [
+            key
+            for key in set(spec) | set(old_spec)
+            if key not in _STATEFULSET_MUTABLE and spec.get(key) != old_spec.get(key)
+        ]
+        return [FieldError.forbidden("spec", _STATEFULSET_FORBIDDEN)] if changed else []
+    selector = spec.get("selector")
+    if selector == old_spec.get("selector"):
+        return []
+    shown = _label_selector(selector) if isinstance(selector, dict) else "(*v1.LabelSelector)(nil)"
+    return [FieldError.invalid("spec.selector", GoSyntax(shown), "field is immutable")]
+
+
+def _selector_errors(kind: str, spec: dict[str, Any]) -> list[FieldError]:
     errors: list[FieldError] = []
     selector = spec.get("selector")
     template = spec.get("template")
@@ -45,6 +96,17 @@ def selector_errors(kind: str, obj: dict[str, Any]) -> list[FieldError]:
             )
         )
         return errors  # an empty selector matches every template: nothing more to say
+    else:
+        errors += _expression_errors(selector.get("matchExpressions"))
+        if errors:
+            # Not a selector the server can build (LabelSelectorAsSelector): said once more
+            # on the selector (not by a DaemonSet's validation), the template not matched.
+            if kind in _UNBUILDABLE_SELECTOR:
+                shown = GoSyntax(_label_selector(selector))
+                errors.append(
+                    FieldError.invalid("spec.selector", shown, _UNBUILDABLE_SELECTOR[kind])
+                )
+            return errors
     # A missing selector is labels.Nothing(): no template matches it.
     if not isinstance(selector, dict) or not match_label_selector_object(
         selector, labels if isinstance(labels, dict) else {}
@@ -59,6 +121,41 @@ def selector_errors(kind: str, obj: dict[str, Any]) -> list[FieldError]:
     return errors
 
 
+def _expression_errors(expressions: Any) -> list[FieldError]:
+    """ValidateLabelSelectorRequirement's operator and values checks (a key's and a value's
+    format are not checked here)."""
+    if not isinstance(expressions, list):
+        return []
+    errors: list[FieldError] = []
+    for index, requirement in enumerate(expressions):
+        if not isinstance(requirement, dict):
+            continue
+        path = f"spec.selector.matchExpressions[{index}]"
+        operator, values = requirement.get("operator"), requirement.get("values") or []
+        if operator in ("In", "NotIn"):
+            if not values:
+                errors.append(
+                    FieldError.required(
+                        f"{path}.values", "must be specified when `operator` is 'In' or 'NotIn'"
+                    )
+                )
+        elif operator in ("Exists", "DoesNotExist"):
+            if values:
+                errors.append(
+                    FieldError.forbidden(
+                        f"{path}.values",
+                        "may not be specified when `operator` is 'Exists' or 'DoesNotExist'",
+                    )
+                )
+        else:
+            errors.append(
+                FieldError.invalid(
+                    f"{path}.operator", str(operator or ""), "not a valid selector operator"
+                )
+            )
+    return errors
+
+
 def _string_map(value: Any) -> str:
     if not isinstance(value, dict):
         return "map[string]string(nil)"
@@ -66,10 +163,25 @@ def _string_map(value: Any) -> str:
     return f"map[string]string{{{pairs}}}"
 
 
+def _string_slice(value: Any) -> str:
+    if not isinstance(value, list):
+        return "[]string(nil)"
+    return "[]string{" + ", ".join(go_quote(str(v)) for v in value) + "}"
+
+
+def _requirement(requirement: Any) -> str:
+    fields = requirement if isinstance(requirement, dict) else {}
+    return (
+        f"v1.LabelSelectorRequirement{{Key:{go_quote(str(fields.get('key') or ''))}, "
+        f"Operator:{go_quote(str(fields.get('operator') or ''))}, "
+        f"Values:{_string_slice(fields.get('values'))}}}"
+    )
+
+
 def _label_selector(selector: dict[str, Any]) -> str:
     expressions = selector.get("matchExpressions")
     shown = (
-        "[]v1.LabelSelectorRequirement{}"
+        "[]v1.LabelSelectorRequirement{" + ", ".join(_requirement(r) for r in expressions) + "}"
         if isinstance(expressions, list)
         else ("[]v1.LabelSelectorRequirement(nil)")
     )

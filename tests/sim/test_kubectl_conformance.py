@@ -571,3 +571,115 @@ def test_a_workload_whose_selector_misses_its_pods_is_refused(kubectl: Kubectl) 
     assert done.stdout.strip() == "replicaset.apps/matching created"
     for kind, name in (("deploy", "mismatched"), ("deploy", "unselected"), ("sts", "everything")):
         assert kubectl("get", kind, name).returncode == 1
+
+
+_BAD_EXPRESSIONS = """
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: equals}
+spec:
+  selector:
+    matchExpressions: [{key: app, operator: Equals, values: [web]}]
+  template:
+    metadata: {labels: {app: web}}
+    spec: {containers: [{name: web, image: "nginx:1.27"}]}
+---
+apiVersion: apps/v1
+kind: ReplicaSet
+metadata: {name: in-nothing}
+spec:
+  selector:
+    matchExpressions: [{key: app, operator: In}]
+  template:
+    metadata: {labels: {app: web}}
+    spec: {containers: [{name: web, image: "nginx:1.27"}]}
+---
+apiVersion: apps/v1
+kind: DaemonSet
+metadata: {name: exists-valued}
+spec:
+  selector:
+    matchExpressions: [{key: app, operator: Exists, values: [web]}]
+  template:
+    metadata: {labels: {app: web}}
+    spec: {containers: [{name: agent, image: "busybox:1.37"}]}
+"""
+
+
+def test_a_selector_expression_the_server_cannot_build_is_refused(kubectl: Kubectl) -> None:
+    done = kubectl("apply", "-f", "-", stdin=_BAD_EXPRESSIONS)
+    assert done.returncode == 1
+    expression = "spec.selector.matchExpressions[0]"
+    assert (
+        f'Deployment.apps "equals" is invalid: [{expression}.operator: Invalid value: "Equals": '
+        "not a valid selector operator, spec.selector: Invalid value: "
+        "v1.LabelSelector{MatchLabels:map[string]string(nil), "
+        "MatchExpressions:[]v1.LabelSelectorRequirement{v1.LabelSelectorRequirement"
+        '{Key:"app", Operator:"Equals", Values:[]string{"web"}}}}: invalid label selector]'
+    ) in done.stderr
+    assert (
+        f'ReplicaSet.apps "in-nothing" is invalid: [{expression}.values: Required value: '
+        "must be specified when `operator` is 'In' or 'NotIn', spec.selector: Invalid value: "
+    ) in done.stderr
+    assert (
+        f'DaemonSet.apps "exists-valued" is invalid: {expression}.values: Forbidden: '
+        "may not be specified when `operator` is 'Exists' or 'DoesNotExist'"
+    ) in done.stderr
+    for kind, name in (("deploy", "equals"), ("rs", "in-nothing"), ("ds", "exists-valued")):
+        assert kubectl("get", kind, name).returncode == 1
+
+
+_SELECTED = """
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: reselected}
+spec:
+  replicas: 0
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec: {containers: [{name: web, image: "nginx:1.27"}]}
+---
+apiVersion: apps/v1
+kind: StatefulSet
+metadata: {name: renamed}
+spec:
+  replicas: 0
+  serviceName: db
+  selector: {matchLabels: {app: db}}
+  template:
+    metadata: {labels: {app: db}}
+    spec: {containers: [{name: db, image: "postgres:17"}]}
+"""
+
+
+def test_a_workloads_selector_and_a_statefulsets_identity_cannot_change(
+    kubectl: Kubectl,
+) -> None:
+    kubectl.ok("apply", "-f", "-", stdin=_SELECTED)
+    changed = _SELECTED.replace("app: web", "app: web2").replace(
+        "serviceName: db", "serviceName: db2"
+    )
+
+    done = kubectl("apply", "-f", "-", stdin=changed)
+
+    assert done.returncode == 1
+    assert (
+        'Deployment.apps "reselected" is invalid: spec.selector: Invalid value: '
+        'v1.LabelSelector{MatchLabels:map[string]string{"app":"web2"}, '
+        "MatchExpressions:[]v1.LabelSelectorRequirement(nil)}: field is immutable"
+    ) in done.stderr
+    assert (
+        'StatefulSet.apps "renamed" is invalid: spec: Forbidden: updates to statefulset spec for '
+        "fields other than 'replicas', 'ordinals', 'template', 'updateStrategy', "
+        "'revisionHistoryLimit', 'persistentVolumeClaimRetentionPolicy' and 'minReadySeconds' "
+        "are forbidden"
+    ) in done.stderr
+    # What may change still does.
+    scaled = _SELECTED.replace("replicas: 0", "replicas: 2")
+    assert kubectl.ok("apply", "-f", "-", stdin=scaled).split() == [
+        "deployment.apps/reselected",
+        "configured",
+        "statefulset.apps/renamed",
+        "configured",
+    ]
