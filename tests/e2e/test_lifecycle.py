@@ -13,6 +13,7 @@ from kubernetes import client as k8s
 from temporalio.client import WorkflowFailureError
 from temporalio.exceptions import CancelledError
 
+from activities.bootstrap import BootstrapActivities
 from api import NodeClaimPhase, labels
 from api.messages import ScaleDownRequest
 from cli.devstack import tell_claims_their_cluster_is_new
@@ -53,10 +54,22 @@ async def test_claim_lives_its_whole_life(stack: Stack) -> None:
     make_pool(stack.kube, "life", empty_ttl=2)
     core = stack.core
     async with in_process_worker(stack), running_watcher(stack.temporal, stack.kube):
+        mark = stack.cluster.kube.audit_mark()
         name, handle = await start_test_claim(stack, "life")
         status = await wait_for_phase(handle, NodeClaimPhase.READY)
 
         assert status.node_name == name
+        # One worker wrote the first-boot script and made the create call: it was handed
+        # over in memory, never read back from its Secret.
+        script = BootstrapActivities.script_secret_name(name)
+        written = [
+            r.verb
+            for r in stack.cluster.kube.audit(after=mark)
+            if r.resource == "secrets"
+            and r.name in ("", script)
+            and r.namespace == stack.settings.worker_namespace
+        ]
+        assert "get" not in written and "create" in written
         assert status.instance_id and status.instance_id.startswith("fake/sim-1/")
         assert {c.type for c in status.conditions} >= {"Launched", "Registered", "Ready"}
         assert status.capacity["cpu"] == "2"  # fk-small, as the kubelet reports it
