@@ -42,6 +42,7 @@ _STATEFULSET_MUTABLE = (
     "persistentVolumeClaimRetentionPolicy",
     "minReadySeconds",
 )
+_STATEFULSET_DEFAULTS = {"podManagementPolicy": "OrderedReady"}
 _STATEFULSET_FORBIDDEN = (
     "updates to statefulset spec for fields other than "
     + ", ".join(f"'{name}'" for name in _STATEFULSET_MUTABLE[:-1])
@@ -65,10 +66,13 @@ def _update_errors(kind: str, spec: dict[str, Any], old_spec: Any) -> list[Field
     if not isinstance(old_spec, dict):
         return []
     if kind == "StatefulSet":
+        # The server defaults the new object before it compares: a default left out is no change.
         changed = [
             key
             for key in set(spec) | set(old_spec)
-            if key not in _STATEFULSET_MUTABLE and spec.get(key) != old_spec.get(key)
+            if key not in _STATEFULSET_MUTABLE
+            and spec.get(key, _STATEFULSET_DEFAULTS.get(key))
+            != old_spec.get(key, _STATEFULSET_DEFAULTS.get(key))
         ]
         return [FieldError.forbidden("spec", _STATEFULSET_FORBIDDEN)] if changed else []
     selector = spec.get("selector")

@@ -646,6 +646,7 @@ metadata: {name: renamed}
 spec:
   replicas: 0
   serviceName: db
+  podManagementPolicy: OrderedReady
   selector: {matchLabels: {app: db}}
   template:
     metadata: {labels: {app: db}}
@@ -675,8 +676,10 @@ def test_a_workloads_selector_and_a_statefulsets_identity_cannot_change(
         "'revisionHistoryLimit', 'persistentVolumeClaimRetentionPolicy' and 'minReadySeconds' "
         "are forbidden"
     ) in done.stderr
-    # What may change still does.
-    scaled = _SELECTED.replace("replicas: 0", "replicas: 2")
+    # What may change still does; a default left out is no change.
+    scaled = _SELECTED.replace("replicas: 0", "replicas: 2").replace(
+        "  podManagementPolicy: OrderedReady\n", ""
+    )
     assert kubectl.ok("apply", "-f", "-", stdin=scaled).split() == [
         "deployment.apps/reselected",
         "configured",
