@@ -8,9 +8,7 @@ timestamp and signals the workflow) instead of losing track of a running VM.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
-from datetime import timedelta
 from typing import Any
 
 from kubernetes import client as k8s
@@ -19,6 +17,8 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from api import labels
+from api._base import OwnerReference
+from api.claims import pool_owner
 from api.errors import KUBE_CONFLICT
 from api.events import ObjectRef
 from api.messages import MirrorInput
@@ -34,22 +34,11 @@ _CONFLICT_RETRIES = 5
 
 GROUP, VERSION, PLURAL = "cloudburst.io", "v1alpha1", "nodeclaims"
 
-# How long a pool's uid, read for its claims' owner reference, is used without reading it
-# again: a burst's claims start within seconds of each other, and each read is on the way
-# to their VMs' create calls. A pool deleted and created again under the same name within
-# this long gives the claims started meanwhile the old pool as owner: the garbage collector
-# deletes them (as it deletes the old pool's), and the pool plans their pods again.
-POOL_OWNER_TTL = timedelta(seconds=5)
-
 
 class MirrorActivities:
-    def __init__(
-        self, api_client: k8s.ApiClient, *, pool_owner_ttl: timedelta = POOL_OWNER_TTL
-    ) -> None:
+    def __init__(self, api_client: k8s.ApiClient) -> None:
         self._custom = k8s.CustomObjectsApi(api_client)
         self._core = k8s.CoreV1Api(api_client)
-        self._pool_owner_ttl_s = pool_owner_ttl.total_seconds()
-        self._pool_uids: dict[tuple[str, str], tuple[str, float]] = {}
 
     def activities(self) -> list[Callable[..., Any]]:
         return [self.sync_nodeclaim, self.sync_nodepool_status]
@@ -175,9 +164,13 @@ class MirrorActivities:
             "labels": claim.metadata.labels,
             "finalizers": [labels.TERMINATION_FINALIZER],
         }
-        owner = self._pool_owner(namespace, claim.spec.node_pool)
-        if owner:
-            metadata["ownerReferences"] = [owner]
+        # Its pool's workflow names the owner (the pool's uid, as the trigger last saw it);
+        # a claim started before pools knew their uid reads the pool.
+        owners = claim.metadata.owner_references or self._pool_owner(
+            namespace, claim.spec.node_pool
+        )
+        if owners:
+            metadata["ownerReferences"] = [owner.model_dump(exclude_none=True) for owner in owners]
         body["metadata"] = metadata
         try:
             self._custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body)
@@ -185,30 +178,11 @@ class MirrorActivities:
             if err.status != 409:
                 raise
 
-    def _pool_owner(self, namespace: str, pool: str) -> dict[str, Any] | None:
-        uid = self._pool_uid(namespace, pool)
-        if uid is None:
-            return None  # a claim of a pool that is gone still gets its mirror
-        return {
-            "apiVersion": f"{GROUP}/{VERSION}",
-            "kind": "NodePool",
-            "name": pool,
-            "uid": uid,
-            "blockOwnerDeletion": True,
-        }
-
-    def _pool_uid(self, namespace: str, pool: str) -> str | None:
-        key, now = (namespace, pool), time.monotonic()
-        cached = self._pool_uids.get(key)
-        if cached is not None and now - cached[1] < self._pool_owner_ttl_s:
-            return cached[0]
+    def _pool_owner(self, namespace: str, pool: str) -> list[OwnerReference]:
         found = self._read_pool(namespace, pool)
         if found is None:
-            self._pool_uids.pop(key, None)
-            return None
-        uid: str = found["metadata"]["uid"]
-        self._pool_uids[key] = (uid, now)
-        return uid
+            return []  # a claim of a pool that is gone still gets its mirror
+        return [pool_owner(pool, found["metadata"]["uid"])]
 
     def _release(self, namespace: str, name: str, current: dict[str, Any], *, delete: bool) -> None:
         finalizers = [

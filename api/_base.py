@@ -56,6 +56,20 @@ class Condition(CamelModel):
     last_transition_time: datetime
 
 
+class OwnerReference(CamelModel):
+    """An object's owner: the garbage collector deletes the object once its owner is gone
+    (the owner's uid, not its name: an owner created again under the name owns nothing)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    api_version: str
+    kind: str
+    name: str
+    uid: str
+    controller: bool | None = None
+    block_owner_deletion: bool | None = None
+
+
 class ObjectMeta(CamelModel):
     """The part of Kubernetes metadata we read; the rest is kept but ignored.
 
@@ -73,3 +87,4 @@ class ObjectMeta(CamelModel):
     resource_version: str | None = None
     generation: int | None = None
     creation_timestamp: str | None = None
+    owner_references: list[OwnerReference] = []

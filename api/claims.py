@@ -6,7 +6,7 @@ import hashlib
 import json
 
 from api import labels
-from api._base import ObjectMeta
+from api._base import ObjectMeta, OwnerReference
 from api.nodeclaim import (
     ClaimDisruption,
     ClaimResources,
@@ -16,7 +16,7 @@ from api.nodeclaim import (
     ResourceRequests,
 )
 from api.nodeclass import NodeClassSpec
-from api.nodepool import ON_DEMAND, NodePoolSpec
+from api.nodepool import API_VERSION, ON_DEMAND, NodePoolSpec
 from api.quantity import format_cpu, format_memory
 
 CLAIM_SUFFIX_ALPHABET = "abcdefghijklmnopqrstuvwxyz0123456789"
@@ -41,6 +41,19 @@ def drift_hash(pool: NodePoolSpec, node_class: NodeClassSpec) -> str:
     return hashlib.sha256(json.dumps(basis, sort_keys=True).encode()).hexdigest()[:16]
 
 
+def pool_owner(pool_name: str, pool_uid: str) -> OwnerReference:
+    """A NodeClaim's owner: deleting the pool deletes its claims' resources (each then a
+    scale-down, by its finalizer), as Karpenter's NodePool owns its NodeClaims. Blocking the
+    owner's deletion lets `kubectl delete nodepool --cascade=foreground` wait for them."""
+    return OwnerReference(
+        api_version=API_VERSION,
+        kind="NodePool",
+        name=pool_name,
+        uid=pool_uid,
+        block_owner_deletion=True,
+    )
+
+
 def new_claim(
     *,
     name: str,
@@ -53,7 +66,9 @@ def new_claim(
     memory_bytes: int | None = None,
     pods: int | None = None,
     annotations: dict[str, str] | None = None,
+    pool_uid: str | None = None,
 ) -> NodeClaim:
+    """The claim for a node of the pool; owned by it when its uid is known (`pool_uid`)."""
     disruption = pool.disruption
     return NodeClaim(
         metadata=ObjectMeta(
@@ -61,6 +76,7 @@ def new_claim(
             namespace=namespace,
             labels={labels.NODEPOOL: pool_name},
             annotations=annotations or {},
+            owner_references=[pool_owner(pool_name, pool_uid)] if pool_uid else [],
         ),
         spec=NodeClaimSpec(
             node_pool=pool_name,

@@ -190,6 +190,7 @@ def build_claim(context: PoolContext, offerings: list[Offering], name: str) -> N
         pool=context.pool.spec,
         node_class_name=context.node_class_name,
         offerings=offerings,
+        pool_uid=context.pool.metadata.uid,
     )
 
 

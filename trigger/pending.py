@@ -518,6 +518,8 @@ class PendingPodTrigger:
             node_class=node_class.spec,
             pool_generation=pool.metadata.generation or 0,
             class_generation=node_class.metadata.generation or 0,
+            pool_uid=pool.metadata.uid or "",
+            class_uid=node_class.metadata.uid or "",
             observed_at=datetime.now(UTC),
         )
 

@@ -822,6 +822,7 @@ class NodePoolWorkflow:
             memory_bytes=node.requests.memory_bytes,
             pods=node.requests.pods,
             annotations={DRIFT_HASH_ANNOTATION: current_hash},
+            pool_uid=specs.pool_uid or None,
         )
         allocatable = node.allocatable if node.allocatable.pods else node.requests
         # Recorded before the start is awaited: claims started side by side each see the
@@ -1360,22 +1361,17 @@ class NodePoolWorkflow:
 
     def _apply_specs(self, specs: PoolSpecs) -> None:
         current = self._state.specs
-        if (specs.pool_generation, specs.class_generation) >= (
-            current.pool_generation,
-            current.class_generation,
-        ):
+        if specs.supersedes(current):
             if self._alarmed and (specs.pool, specs.node_class) != (
                 current.pool,
                 current.node_class,
             ):
                 # Whatever the failed claims tripped on may be fixed now: try again at once.
                 self._end_config_backoff()
-            if (specs.pool_generation, specs.class_generation) > (
-                current.pool_generation,
-                current.class_generation,
-            ):
-                # Edited, perhaps from a spec the trigger marked invalid on the resource:
-                # write the status again even if the pool's own view of it is the same.
+            if specs.edited_since(current):
+                # Edited (or created again: a new object has no status yet), perhaps from a
+                # spec the trigger marked invalid on the resource: write the status again
+                # even if the pool's own view of it is the same.
                 self._status_stale = True
             self._state.specs = specs
 

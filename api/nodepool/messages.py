@@ -33,9 +33,39 @@ class PoolSpecs(BaseModel):
     # metadata.generation of each, so an older update never overwrites a newer one.
     pool_generation: int = 0
     class_generation: int = 0
+    # metadata.uid of each ("" from a trigger that did not send them): an object deleted and
+    # created again under its name starts at generation 1 again, and is newer all the same.
+    # The pool's uid also makes it the owner of its NodeClaims.
+    pool_uid: str = ""
+    class_uid: str = ""
     # When the trigger read them (its clock): where scheduled budgets start counting windows,
     # so the pool never reads its own clock to decide whether a budget is active.
     observed_at: datetime | None = None
+
+    def supersedes(self, current: PoolSpecs) -> bool:
+        """Whether these specs replace `current`: the same objects at the same or a later
+        generation, or objects created since under their names."""
+        return self.recreated_since(current) or self._generations() >= current._generations()
+
+    def edited_since(self, current: PoolSpecs) -> bool:
+        """A later generation of the same objects, or objects created since."""
+        return self.recreated_since(current) or self._generations() > current._generations()
+
+    def recreated_since(self, current: PoolSpecs) -> bool:
+        """The pool or its class deleted and created again (another uid): generations of
+        different objects say nothing about which is newer, so the latest told wins (a
+        second trigger still telling the deleted object's is put right once it sees the
+        new one, which it then tells)."""
+        return _other_object(self.pool_uid, current.pool_uid) or _other_object(
+            self.class_uid, current.class_uid
+        )
+
+    def _generations(self) -> tuple[int, int]:
+        return self.pool_generation, self.class_generation
+
+
+def _other_object(uid: str, current_uid: str) -> bool:
+    return bool(uid and current_uid and uid != current_uid)
 
 
 class DemandUpdate(BaseModel):

@@ -256,6 +256,65 @@ async def test_the_trigger_tells_a_pool_only_what_is_new(stack: Stack) -> None:
         await delete_pods(stack, "quiet")
 
 
+async def test_a_pool_deleted_and_created_again_is_planned_by_its_new_spec(stack: Stack) -> None:
+    """A NodePool created again under its old name starts at generation 1, below the old
+    object's: the pool's workflow (the same one) must plan by the new spec, not keep the
+    deleted object's because its generation was higher."""
+    make_pool(stack.kube, "reborn", empty_ttl=3600, limits={"cpu": "1"})
+    async with serving(stack):
+        await in_thread(
+            stack.core.create_namespaced_pod,
+            "default",
+            pool_pod("reborn-0", "reborn", cpu="1500m"),  # more than the limit: it waits
+        )
+        await eventually(
+            lambda: pool_status(stack, "reborn"),
+            lambda s: len(s.blocked) == 1,
+            timeout_s=60,
+        )
+        for memory in ("64Gi", "65Gi"):  # edited twice: generation 3
+            make_pool(stack.kube, "reborn", empty_ttl=3600, limits={"cpu": "1", "memory": memory})
+        await eventually(
+            lambda: signals(stack, "reborn", "update_specs"),
+            lambda told: bool(told) and told[-1]["pool"]["limits"].get("memory") == "65Gi",
+        )
+        deleted = await nodepool_resource(stack, "reborn")
+        await in_thread(
+            stack.custom.delete_namespaced_custom_object,
+            "cloudburst.io",
+            "v1alpha1",
+            "default",
+            "nodepools",
+            "reborn",
+        )
+        make_pool(stack.kube, "reborn", empty_ttl=3600)  # no limits now; generation 1
+        created = await nodepool_resource(stack, "reborn")
+        assert created["metadata"]["generation"] < deleted["metadata"]["generation"]
+
+        pods = await eventually(
+            lambda: pods_of(stack, "reborn"),
+            lambda found: [p.status.phase for p in found] == ["Running"],
+            timeout_s=60,
+        )
+        assert pods[0].spec.node_name
+        status = await pool_status(stack, "reborn")
+        assert status.blocked == {} and status.nodes == 1, status
+        # The node's NodeClaim is owned by the pool that made it: the one there now.
+        claims = await in_thread(
+            stack.custom.list_namespaced_custom_object,
+            "cloudburst.io",
+            "v1alpha1",
+            "default",
+            "nodeclaims",
+            label_selector=f"{labels.NODEPOOL}=reborn",
+        )
+        owners = [
+            ref["uid"] for item in claims["items"] for ref in item["metadata"]["ownerReferences"]
+        ]
+        assert owners == [created["metadata"]["uid"]], owners
+        await delete_pods(stack, "reborn")
+
+
 async def test_limits_hold_and_blocked_demand_is_reported(stack: Stack) -> None:
     make_pool(stack.kube, "capped", empty_ttl=3600, limits={"maxNodes": 1, "cpu": "2"})
     async with (

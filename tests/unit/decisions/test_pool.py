@@ -231,3 +231,37 @@ def test_batches_keep_every_claim_once_in_order_within_both_bounds(
     for batch in batches:
         assert 1 <= len(batch) <= max_claims
         assert len(batch) == 1 or sum(sizes[i] for i in batch) <= 1_000_000
+
+
+def specs(pool_gen: int, class_gen: int, pool_uid: str = "", class_uid: str = "") -> PoolSpecs:
+    return state().specs.model_copy(
+        update={
+            "pool_generation": pool_gen,
+            "class_generation": class_gen,
+            "pool_uid": pool_uid,
+            "class_uid": class_uid,
+        }
+    )
+
+
+def test_an_older_generation_of_the_same_pool_never_replaces_a_newer_one() -> None:
+    current = specs(3, 2, "pool-a", "class-a")
+    assert not specs(2, 2, "pool-a", "class-a").supersedes(current)
+    assert not specs(3, 1, "pool-a", "class-a").supersedes(current)
+    assert specs(3, 2, "pool-a", "class-a").supersedes(current)  # the same, told again
+    assert not specs(3, 2, "pool-a", "class-a").edited_since(current)
+    assert specs(4, 2, "pool-a", "class-a").edited_since(current)
+
+
+def test_a_pool_or_class_created_again_replaces_the_deleted_one_whatever_its_generation() -> None:
+    """Created again under its name, an object starts at generation 1."""
+    current = specs(3, 2, "pool-a", "class-a")
+    for recreated in (specs(1, 2, "pool-b", "class-a"), specs(3, 1, "pool-a", "class-b")):
+        assert recreated.supersedes(current) and recreated.edited_since(current)
+
+
+def test_specs_without_uids_are_ordered_by_generation_alone() -> None:
+    """A trigger from before uids were sent, or a pool that never heard one."""
+    assert specs(2, 1).supersedes(specs(1, 1, "pool-a", "class-a"))
+    assert not specs(1, 1).supersedes(specs(2, 1, "pool-a", "class-a"))
+    assert not specs(1, 1, "pool-b", "class-b").supersedes(specs(2, 1))
