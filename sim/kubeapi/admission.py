@@ -23,7 +23,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from sim.kubeapi import builtin_schema, errors, quantities, workloads
+from sim.kubeapi import builtin_schema, errors, objectmeta, quantities, workloads
 from sim.kubeapi.builtin_schema import Node
 from sim.kubeapi.crds import CrdSchemas
 from sim.kubeapi.patch import STRATEGIC_PATCH
@@ -99,11 +99,12 @@ class Admission:
         self, rt: ResourceType, name: str, new: dict[str, Any], old: dict[str, Any] | None
     ) -> None:
         """422 Invalid with every field error of `new` (an update is judged against `old`)."""
+        found = objectmeta.object_meta_errors(new.get("metadata"))
         if rt.custom:
             schema = self.crds.get(rt.group, rt.version, rt.plural)
-            found = schema.validate(new, old) if schema is not None else []
+            found += schema.validate(new, old) if schema is not None else []
         else:
-            found = workloads.selector_errors(rt.kind, new, old) if rt.group == "apps" else []
+            found += workloads.selector_errors(rt.kind, new, old) if rt.group == "apps" else []
             if rt.kind in _QUANTITY_KINDS:
                 found += quantities.validation_errors(rt.kind, new)
         if found:

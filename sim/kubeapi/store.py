@@ -11,7 +11,6 @@ import contextlib
 import itertools
 import queue
 import random
-import re
 import threading
 import time
 import uuid
@@ -20,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from sim.kubeapi import builtin_schema, builtins, errors
+from sim.kubeapi import builtin_schema, builtins, errors, objectmeta
 from sim.kubeapi.admission import Admission, WriteOptions
 from sim.kubeapi.apply import ApplyConflict, allowed_by_last_applied, record_update
 from sim.kubeapi.apply import apply as apply_fields
@@ -34,7 +33,6 @@ Obj = dict[str, Any]
 
 DEFAULT_LOG_SIZE = 10_000
 DEFAULT_WATCH_QUEUE = 10_000
-_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 _SUFFIX_CHARS = "bcdfghjklmnpqrstvwxz2456789"  # the alphabet of apiserver's generateName
 
 
@@ -600,12 +598,13 @@ class Store:
             )
         if rt is APISERVICES and isinstance(name, str) and name.endswith("."):
             name = name[:-1]  # "v1." names the core group's APIService
-        if not isinstance(name, str) or len(name) > 253 or not _NAME.fullmatch(name):
-            raise errors.invalid(
-                rt,
+        problems = objectmeta.dns1123_subdomain_problems(str(name))
+        if problems:
+            raise errors.invalid_fields(
+                rt.kind,
+                rt.group,
                 str(name),
-                "metadata.name",
-                "Invalid value: a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.'",
+                [errors.FieldError.invalid("metadata.name", str(name), p) for p in problems],
             )
 
 

@@ -1,7 +1,7 @@
 """What the API server checks of an apps/v1 workload's selector (pkg/apis/apps/validation).
 
 A Deployment, ReplicaSet, StatefulSet or DaemonSet must have a selector, a non-empty one
-whose expressions are well formed, and its pod template's labels must match it: a
+whose labels and expressions are well formed, and its pod template's labels must match it: a
 controller would otherwise make pods it can never count as its own, forever. The selector
 cannot change once created (a StatefulSet's spec, but for a few fields, cannot). The
 answers are the server's, values printed as Go's `%#v` prints them
@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from sim.kubeapi.errors import FieldError, GoSyntax, go_quote
+from sim.kubeapi.objectmeta import label_errors, label_key_errors, label_value_problems
 from sim.kubeapi.selectors import match_label_selector_object
 
 WORKLOAD_KINDS = frozenset(["Deployment", "ReplicaSet", "StatefulSet", "DaemonSet"])
@@ -101,6 +102,7 @@ def _selector_errors(kind: str, spec: dict[str, Any]) -> list[FieldError]:
         )
         return errors  # an empty selector matches every template: nothing more to say
     else:
+        errors += label_errors(selector.get("matchLabels"), "spec.selector.matchLabels")
         errors += _expression_errors(selector.get("matchExpressions"))
         if errors:
             # Not a selector the server can build (LabelSelectorAsSelector): said once more
@@ -126,8 +128,8 @@ def _selector_errors(kind: str, spec: dict[str, Any]) -> list[FieldError]:
 
 
 def _expression_errors(expressions: Any) -> list[FieldError]:
-    """ValidateLabelSelectorRequirement's operator and values checks (a key's and a value's
-    format are not checked here)."""
+    """ValidateLabelSelectorRequirement: the operator and its values, the key's format and
+    each value's."""
     if not isinstance(expressions, list):
         return []
     errors: list[FieldError] = []
@@ -157,6 +159,13 @@ def _expression_errors(expressions: Any) -> list[FieldError]:
                     f"{path}.operator", str(operator or ""), "not a valid selector operator"
                 )
             )
+        errors += label_key_errors(str(requirement.get("key") or ""), f"{path}.key")
+        errors += [
+            FieldError.invalid(f"{path}.values[{i}]", value, problem)
+            for i, value in enumerate(values if isinstance(values, list) else [])
+            if isinstance(value, str)
+            for problem in label_value_problems(value)
+        ]
     return errors
 
 

@@ -686,3 +686,130 @@ def test_a_workloads_selector_and_a_statefulsets_identity_cannot_change(
         "statefulset.apps/renamed",
         "configured",
     ]
+
+
+_QUALIFIED = (
+    "must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an "
+    "alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for "
+    "validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')"
+)
+_LABEL_VALUE = (
+    "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or "
+    "'.', and must start and end with an alphanumeric character (e.g. 'MyValue',  or "
+    "'my_value',  or '12345', regex used for validation is "
+    "'(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')"
+)
+_BAD_METADATA = """
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: bad-label-key
+  labels: {"team name": platform}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: bad-label-value
+  labels: {team: "platform/core"}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: bad-annotation
+  annotations: {"Example.COM/": x}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: ownerless
+  ownerReferences: [{apiVersion: cloudburst.io/v1alpha1, kind: NodePool, name: burst}]
+---
+apiVersion: cloudburst.io/v1alpha1
+kind: NodePool
+metadata:
+  name: Bad_Pool
+spec: {nodeClassRef: default}
+---
+apiVersion: cloudburst.io/v1alpha1
+kind: NodePool
+metadata:
+  name: labelled
+  labels: {"-tier": burst}
+spec: {nodeClassRef: default}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: badly-selected}
+spec:
+  selector:
+    matchLabels: {"app!": web}
+    matchExpressions: [{key: tier, operator: In, values: ["front end"]}]
+  template:
+    metadata: {labels: {"app!": web}}
+    spec: {containers: [{name: web, image: "nginx:1.27"}]}
+"""
+
+
+def test_label_annotation_and_owner_formats_are_checked_like_a_real_server(
+    kubectl: Kubectl,
+) -> None:
+    """Every kind's metadata, a custom resource's too, and a workload's selector."""
+    done = kubectl("apply", "-f", "-", stdin=_BAD_METADATA)
+
+    assert done.returncode == 1
+    errors = done.stderr
+    assert (
+        'ConfigMap "bad-label-key" is invalid: metadata.labels: Invalid value: "team name": '
+        f"name part {_QUALIFIED}"
+    ) in errors
+    assert (
+        'ConfigMap "bad-label-value" is invalid: metadata.labels: Invalid value: '
+        f'"platform/core": {_LABEL_VALUE}'
+    ) in errors
+    # An empty name part also fails the name's pattern: both are said.
+    assert (
+        'ConfigMap "bad-annotation" is invalid: [metadata.annotations: Invalid value: '
+        '"Example.COM/": name part must be non-empty, metadata.annotations: Invalid value: '
+        f'"Example.COM/": name part {_QUALIFIED}]'
+    ) in errors
+    assert (
+        'ConfigMap "ownerless" is invalid: metadata.ownerReferences.uid: Invalid value: "": '
+        "uid must not be empty"
+    ) in errors
+    assert (
+        'NodePool.cloudburst.io "Bad_Pool" is invalid: metadata.name: Invalid value: '
+        '"Bad_Pool": a lowercase RFC 1123 subdomain must consist of lower case alphanumeric '
+        "characters, '-' or '.', and must start and end with an alphanumeric character (e.g. "
+        "'example.com', regex used for validation is "
+        "'[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"
+    ) in errors
+    assert (
+        'NodePool.cloudburst.io "labelled" is invalid: metadata.labels: Invalid value: '
+        f'"-tier": name part {_QUALIFIED}'
+    ) in errors
+    assert (
+        'Deployment.apps "badly-selected" is invalid: [spec.selector.matchLabels: Invalid '
+        f'value: "app!": name part {_QUALIFIED}, '
+        'spec.selector.matchExpressions[0].values[0]: Invalid value: "front end": '
+        f"{_LABEL_VALUE}, spec.selector: Invalid value: "
+    ) in errors
+    assert "invalid label selector]" in errors
+    assert kubectl.ok("get", "configmaps", "-o", "name").count("bad-") == 0
+    assert "labelled" not in kubectl.ok("get", "nodepools", "-o", "name")
+
+
+def test_well_formed_labels_annotations_and_owners_are_taken(kubectl: Kubectl) -> None:
+    fine = """
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: well-labelled
+  labels: {"app.kubernetes.io/name": web, tier: "", "v1.2_x": "A-b.c_9"}
+  annotations: {"Example.com/Note": "anything at all / here", kubectl.kubernetes.io/x: ""}
+  ownerReferences:
+  - {apiVersion: v1, kind: Namespace, name: default, uid: 0b7e5f2c-1d9e-4a35-a9f1-5c3b3b0f8e11}
+"""
+    assert kubectl.ok("apply", "-f", "-", stdin=fine).split() == [
+        "configmap/well-labelled",
+        "created",
+    ]
