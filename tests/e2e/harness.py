@@ -169,6 +169,15 @@ def make_pool(
         )
 
 
+def delete_cloudburst_object(
+    kube: k8s.ApiClient, plural: str, name: str, namespace: str = "default"
+) -> None:
+    """Delete a NodePool, NodeClass or NodeClaim (`plural`) as `kubectl delete` would."""
+    k8s.CustomObjectsApi(kube).delete_namespaced_custom_object(
+        "cloudburst.io", "v1alpha1", namespace, plural, name
+    )
+
+
 def fake_offering(instance_type: str = "fk-small", region: str = "sim-1") -> Offering:
     return Offering(provider="fake", region=region, instance_type=instance_type)
 

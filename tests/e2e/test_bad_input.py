@@ -30,6 +30,7 @@ from sim.kubeapi.resources import PODS
 from tests.e2e.harness import (
     CLUSTER_ID,
     Stack,
+    delete_cloudburst_object,
     eventually,
     in_process_worker,
     in_thread,
@@ -188,14 +189,7 @@ async def test_a_pool_without_a_class_ref_among_several_classes_says_so(stack: S
     assert "another" in message and "sample" in message
     await in_thread(stack.core.delete_namespaced_pod, "unreferenced-0", "default")
     for plural, name in (("nodepools", "unreferenced"), ("nodeclasses", "another")):
-        await in_thread(
-            stack.custom.delete_namespaced_custom_object,
-            "cloudburst.io",
-            "v1alpha1",
-            "default",
-            plural,
-            name,
-        )
+        await in_thread(delete_cloudburst_object, stack.kube, plural, name)
 
 
 def broken_variants(valid: dict[str, Any], count: int, seed: int) -> list[dict[str, Any]]:
@@ -299,14 +293,7 @@ async def test_many_broken_pools_harm_nothing(
     assert not [r for r in caplog.records if r.exc_info], "a traceback was logged"
     await in_thread(stack.core.delete_namespaced_pod, "steady-0", "default")
     for name in stored:
-        await in_thread(
-            stack.custom.delete_namespaced_custom_object,
-            "cloudburst.io",
-            "v1alpha1",
-            "default",
-            "nodepools",
-            name,
-        )
+        await in_thread(delete_cloudburst_object, stack.kube, "nodepools", name)
 
 
 async def test_a_malformed_pending_pod_never_stops_the_trigger(

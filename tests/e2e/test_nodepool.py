@@ -24,6 +24,7 @@ from sim.cluster import SimulatedCluster
 from tests.e2e.harness import (
     FAST,
     Stack,
+    delete_cloudburst_object,
     eventually,
     in_process_worker,
     in_thread,
@@ -279,14 +280,7 @@ async def test_a_pool_deleted_and_created_again_is_planned_by_its_new_spec(stack
             lambda told: bool(told) and told[-1]["pool"]["limits"].get("memory") == "65Gi",
         )
         deleted = await nodepool_resource(stack, "reborn")
-        await in_thread(
-            stack.custom.delete_namespaced_custom_object,
-            "cloudburst.io",
-            "v1alpha1",
-            "default",
-            "nodepools",
-            "reborn",
-        )
+        await in_thread(delete_cloudburst_object, stack.kube, "nodepools", "reborn")
         make_pool(stack.kube, "reborn", empty_ttl=3600)  # no limits now; generation 1
         created = await nodepool_resource(stack, "reborn")
         assert created["metadata"]["generation"] < deleted["metadata"]["generation"]
