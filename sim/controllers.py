@@ -10,8 +10,8 @@
 - `scale` is the API's (the `scale` subresource); these loops only follow `spec.replicas`.
 - Garbage collection: pods bound to a node that no longer exists (the pod GC), and what a
   deleted owner leaves (ReplicaSets of a deleted Deployment, pods of a deleted ReplicaSet, the
-  kube-node-lease Lease of a deleted Node), as the garbage collector's background deletion
-  does.
+  kube-node-lease Lease of a deleted Node, the NodeClaims of a deleted NodePool), as the
+  garbage collector's background deletion does.
 
 Everything polls on one thread through the API, like any other client of the emulator.
 """
@@ -149,6 +149,10 @@ class Controllers:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._failing: dict[str, Any] = {}  # objects logged as failing -> resourceVersion
+        # Owner kind -> the uids of its objects at the last look, and when its dependents
+        # were last read (`_collect_owned`).
+        self._owners_seen: dict[str, set[Any]] = {}
+        self._owned_swept_at: dict[str, float] = {}
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="controllers", daemon=True)
@@ -228,6 +232,7 @@ class Controllers:
         if not collect:
             return
         self._collect_node_leases({_md(n).get("uid") for n in node_objects})
+        self._collect_owned(*_NODECLAIMS_OF_NODEPOOLS)
         if not sweep:
             return
         owners = {_md(o).get("uid") for o in replicasets + rcs} - collected
@@ -277,6 +282,47 @@ class Controllers:
             )
             if owner is not None and owner not in alive:
                 self._delete(f"{path}/{_md(lease)['name']}")
+
+    def _collect_owned(self, owner_kind: str, owners_path: str, dependents_path: str) -> None:
+        """Dependents none of whose owners of `owner_kind` is there any more (by uid: an owner
+        created again under its name owns nothing of the old one's) are deleted; a finalizer
+        on one holds it until its controller lets go. The owners are read at every look, the
+        dependents only once an owner seen before is gone, or every `sweep_s` (one may name
+        an owner deleted before this loop saw it). Kinds not served (their CRD not
+        installed) are skipped."""
+        try:
+            alive = {_md(o).get("uid") for o in self._list(owners_path)}
+            seen_before, self._owners_seen[owner_kind] = self._owners_seen.get(owner_kind), alive
+            now = time.monotonic()
+            swept_at = self._owned_swept_at.get(owner_kind)
+            if (
+                seen_before is not None
+                and seen_before <= alive
+                and swept_at is not None
+                and now - swept_at < self.sweep_s
+            ):
+                return
+            self._owned_swept_at[owner_kind] = now
+            dependents = self._list(dependents_path)
+        except ApiException as err:
+            if err.status == 404:
+                return
+            raise
+        for dependent in dependents:
+            md = _md(dependent)
+            owners = {
+                r.get("uid") for r in md.get("ownerReferences") or [] if r.get("kind") == owner_kind
+            }
+            if owners and not md.get("deletionTimestamp") and not owners & alive:
+                log.info(
+                    "garbage collector: %s %s/%s has no %s left",
+                    dependent.get("kind"),
+                    md.get("namespace"),
+                    md.get("name"),
+                    owner_kind,
+                )
+                path = _namespaced(dependents_path, md.get("namespace"))
+                self._delete(f"{path}/{md.get('name')}")
 
     def _collect_orphans(self, pods: list[Obj], nodes: set[Any]) -> None:
         for pod in pods:
@@ -635,6 +681,23 @@ class Controllers:
 
     def _delete_pod(self, namespace: str, name: str) -> None:
         self._delete(f"/api/v1/namespaces/{namespace}/pods/{name}")
+
+
+# (owner kind, every owner's list path, every dependent's list path): a NodePool owns its
+# NodeClaims, as Karpenter's does; `kubectl delete nodepool` takes its nodes with it.
+_NODECLAIMS_OF_NODEPOOLS = (
+    "NodePool",
+    "/apis/cloudburst.io/v1alpha1/nodepools",
+    "/apis/cloudburst.io/v1alpha1/nodeclaims",
+)
+
+
+def _namespaced(list_path: str, namespace: Any) -> str:
+    """A resource's path in a namespace, from its all-namespaces list path."""
+    if not namespace:
+        return list_path
+    prefix, _, plural = list_path.rpartition("/")
+    return f"{prefix}/namespaces/{namespace}/{plural}"
 
 
 def _neg(text: str) -> str:

@@ -126,8 +126,9 @@ class PendingPodTrigger:
         self._pending_since: dict[str, float] = {}
         self._batches: dict[PoolKey, _Batch] = {}
         self._unmatched: dict[str, str] = {}  # pod uid -> reason already reported
-        # Pods no pool could host, kept to match again when pools or classes change.
-        self._unmatched_pods: dict[str, Any] = {}
+        # Every pod waiting for capacity: one no pool could host is matched again when pools
+        # or classes change, one whose pool is deleted is matched to another, or to none.
+        self._waiting_pods: dict[str, Any] = {}
         self._pods_synced = False
         # Which of "nodepool" and "nodeclass" have been listed: until both have, a pod that
         # matches nothing may only be waiting for the rest of the list (no Event yet).
@@ -200,6 +201,7 @@ class PendingPodTrigger:
     ) -> None:
         listed = obj if event == "SYNC" else [obj]
         invalid = self._invalid[kind]
+        known_before = set(store) | set(invalid)
         if event == "SYNC":
             store.clear()
             invalid.clear()
@@ -231,13 +233,22 @@ class PendingPodTrigger:
                 else:
                     invalid[key] = refusal
             await self._tell_verdict(plural, key, raw)
+        if kind == "nodepool":
+            for key in known_before:
+                if self._deleted(key):
+                    # Its workflow outlives it: it must forget the pods it was told of, or
+                    # plan them a node of a pool that no longer exists.
+                    self._batch(key).full_resync = True
         if event == "SYNC" and kind == "nodepool":
             # Pools listed after the pods: each hears its full pending set now (the pods'
             # own re-list could not reach pools not yet known).
             self._resync_all_pools()
-        # A pod that matched nothing may match now (a pool created after it went pending).
-        for pod in list(self._unmatched_pods.values()):
-            self._apply_pod_logged("MODIFIED", pod)
+        # A pod that matched nothing may match now (a pool created after it went pending);
+        # one of a deleted pool matches another, or none.
+        for uid, pod in list(self._waiting_pods.items()):
+            pool = self._pending.get(uid)
+            if pool is None or self._deleted(pool):
+                self._apply_pod_logged("MODIFIED", pod)
         await self._specs_changed()
 
     async def _tell_verdict(self, plural: str, key: PoolKey, raw: dict[str, Any]) -> None:
@@ -261,7 +272,7 @@ class PendingPodTrigger:
         previously = dict(self._pending)
         self._pending.clear()
         self._pending_demand.clear()
-        self._unmatched_pods.clear()
+        self._waiting_pods.clear()
         for pod in pods:
             self._apply_pod_logged("ADDED", pod)
         for uid, pool in previously.items():
@@ -303,7 +314,7 @@ class PendingPodTrigger:
             self._pending_demand.pop(uid, None)
             since = self._pending_since.pop(uid, None)
             self._unmatched.pop(uid, None)
-            self._unmatched_pods.pop(uid, None)
+            self._waiting_pods.pop(uid, None)
             if pool is not None:
                 self._batch(pool).resolve(uid)
                 if since is not None and pod.spec.node_name:
@@ -311,6 +322,7 @@ class PendingPodTrigger:
                     metrics.observe_pod_provisioning_latency(pool[1], time.time() - since)
             return
         demand = pod_demand(pod)
+        self._waiting_pods[uid] = pod
         previous = self._pending.get(uid)
         if previous in self._pools and self._pending_demand.get(uid) == demand:
             # Still pending as its pool heard (the scheduler re-wrote why it waits, say).
@@ -321,9 +333,7 @@ class PendingPodTrigger:
         if pool is None:
             self._pending.pop(uid, None)
             self._pending_demand.pop(uid, None)
-            self._unmatched_pods[uid] = pod
             return
-        self._unmatched_pods.pop(uid, None)
         self._pending[uid] = pool
         self._pending_demand[uid] = demand
         self._pending_since.setdefault(uid, _unschedulable_since(pod))
@@ -403,12 +413,18 @@ class PendingPodTrigger:
                 batch.resolved.add(uid)
         batch.full_resync = batch.full_resync or failed.full_resync
 
+    def _deleted(self, key: PoolKey) -> bool:
+        """The NodePool is gone (not merely invalid: an invalid one keeps its pods)."""
+        return key not in self._pools and key not in self._invalid["nodepool"]
+
     async def _send(self, key: PoolKey, batch: _Batch) -> bool:
         specs = self._specs(key)
-        if specs is None:
-            return True  # the pool or its class is gone: nothing to tell
+        deleted = self._deleted(key)
+        if specs is None and not deleted:
+            return True  # invalid, or its class is missing: no pod is matched to it meanwhile
         update = DemandUpdate(
-            pods=list(batch.pods.values()),
+            pool_deleted=deleted,
+            pods=[] if deleted else list(batch.pods.values()),
             resolved=sorted(batch.resolved),
             full_resync=batch.full_resync,
             sent_at=datetime.now(UTC),
@@ -427,7 +443,7 @@ class PendingPodTrigger:
         )
         try:
             with span:
-                if update.pods or not update.full_resync:
+                if specs is not None and (update.pods or not update.full_resync):
                     await self._start_or_signal(key, specs, update)
                 else:
                     await self._signal_if_running(key, update)
@@ -441,7 +457,8 @@ class PendingPodTrigger:
         return True
 
     async def _signal_if_running(self, key: PoolKey, update: DemandUpdate) -> None:
-        """Nothing pending for a pool: tell it if it runs, never start it for that."""
+        """Nothing pending for a pool (or the pool deleted): tell it if it runs, never start
+        it for that."""
         handle = self._temporal.get_workflow_handle(pool_workflow_id(*key))
         try:
             await handle.signal("demand", update)

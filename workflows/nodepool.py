@@ -283,6 +283,8 @@ class NodePoolWorkflow:
         state = self._state
         if update.specs:
             self._apply_specs(update.specs)
+        if update.pool_deleted:
+            state.deleted = True
         if update.full_resync:
             listed = {pod.uid for pod in update.pods}
             for uid in [uid for uid in state.pending if uid not in listed]:
@@ -562,6 +564,12 @@ class NodePoolWorkflow:
         if facts.periodic_look and self._checks_claims:
             await self._forget_claims_gone()
         await self._grant_permits()
+        if state.deleted:
+            # Nothing new for a deleted pool: no drift replacement, no consolidation's, no
+            # floor, no pods (the trigger resolved them). Only histories with the trigger's
+            # `pool_deleted` word take this branch: no patch marker needed.
+            state.blocked.clear()
+            return
         await self._replace_drifted()
         await self._consolidate(facts.consolidation_due)
         live = self._live_claims()
@@ -1361,6 +1369,10 @@ class NodePoolWorkflow:
 
     def _apply_specs(self, specs: PoolSpecs) -> None:
         current = self._state.specs
+        if self._state.deleted and specs.pool_uid and specs.pool_uid != current.pool_uid:
+            # A NodePool created again under the name (a late word from the deleted one,
+            # the same uid, does not bring it back).
+            self._state.deleted = False
         if specs.supersedes(current):
             if self._alarmed and (specs.pool, specs.node_class) != (
                 current.pool,

@@ -80,6 +80,8 @@ class DemandUpdate(BaseModel):
     full_resync: bool = False
     sent_at: datetime | None = None
     specs: PoolSpecs | None = None
+    # The NodePool is gone (with `full_resync` and no pods: none is its any more).
+    pool_deleted: bool = False
 
 
 class ClaimReport(BaseModel):
@@ -197,6 +199,10 @@ class PoolState(BaseModel):
     # Planned nodes that pods fill only partly wait for more pods until then (set when the
     # first is held back; None: nothing is held).
     hold_until: datetime | None = None
+    # The NodePool was deleted (the trigger said so): its claims go (the garbage collector
+    # deletes their NodeClaims) and nothing new is planned, a floor or a replacement
+    # neither, until a NodePool is created again under its name (specs of another uid).
+    deleted: bool = False
 
 
 class NodePoolInput(BaseModel):

@@ -309,6 +309,110 @@ async def test_a_pool_deleted_and_created_again_is_planned_by_its_new_spec(stack
         await delete_pods(stack, "reborn")
 
 
+async def nodeclaims_of(stack: Stack, pool: str) -> list[dict[str, Any]]:
+    listing = await in_thread(
+        stack.custom.list_namespaced_custom_object,
+        "cloudburst.io",
+        "v1alpha1",
+        "default",
+        "nodeclaims",
+        label_selector=f"{labels.NODEPOOL}={pool}",
+    )
+    return list(listing["items"])
+
+
+async def test_deleting_a_nodepool_takes_its_nodes_with_it(stack: Stack) -> None:
+    """`kubectl delete nodepool`, as with Karpenter: the pool owns its NodeClaims, so the
+    garbage collector deletes them, and each deletion is a scale-down (drain, then the VM)."""
+    make_pool(stack.kube, "doomed", empty_ttl=3600)  # never empty long enough to go by itself
+    async with serving(stack):
+        await in_thread(stack.core.create_namespaced_pod, "default", pool_pod("doomed-0", "doomed"))
+        await eventually(
+            lambda: pods_of(stack, "doomed"),
+            lambda found: [p.status.phase for p in found] == ["Running"],
+            timeout_s=60,
+        )
+        [vm] = vms_of_pool(stack.cluster, "doomed")
+        [claim] = await nodeclaims_of(stack, "doomed")
+
+        await in_thread(delete_cloudburst_object, stack.kube, "nodepools", "doomed")
+
+        await eventually(
+            lambda: asyncio.sleep(0, vms_of_pool(stack.cluster, "doomed")), lambda v: v == [], 90
+        )
+        await eventually(lambda: nodeclaims_of(stack, "doomed"), lambda found: found == [], 30)
+        nodes = await in_thread(stack.core.list_node)
+        assert claim["status"]["nodeName"] not in {n.metadata.name for n in nodes.items}, vm
+        await delete_pods(stack, "doomed")
+
+
+async def test_a_deleted_nodepool_launches_nothing_for_the_pods_it_left_waiting(
+    stack: Stack,
+) -> None:
+    """Its workflow outlives it (its claims go by the garbage collector), but the pods it
+    held back by a limit are not its any more: once its node is gone and the limit free, it
+    must not plan them a node of a pool that no longer exists (which the garbage collector
+    would delete again, and so on)."""
+    make_pool(stack.kube, "gone", empty_ttl=3600, limits={"maxNodes": 1, "cpu": "2"})
+    async with serving(stack):
+        for index in range(2):
+            await in_thread(
+                stack.core.create_namespaced_pod,
+                "default",
+                pool_pod(f"gone-{index}", "gone", cpu="1500m", memory="1Gi"),
+            )
+        await eventually(
+            lambda: pool_status(stack, "gone"),
+            lambda s: s.nodes == 1 and len(s.blocked) == 1,
+            timeout_s=60,
+        )
+        await eventually(
+            lambda: pods_of(stack, "gone"),
+            lambda pods: len([p for p in pods if p.status.phase == "Running"]) == 1,
+        )
+
+        await in_thread(delete_cloudburst_object, stack.kube, "nodepools", "gone")
+
+        await eventually(
+            lambda: asyncio.sleep(0, vms_of_pool(stack.cluster, "gone")), lambda v: v == [], 90
+        )
+        status = await eventually(
+            lambda: pool_status(stack, "gone"), lambda s: s.nodes == 0, timeout_s=30
+        )
+        assert status.pending_pods == 0 and status.blocked == {}, status
+        await asyncio.sleep(5)  # a re-plan would have launched by now (the pool's FAST timings)
+        launched = [
+            n for n in stack.cluster.cloud.stats()["created_by_name"] if n.startswith("gone-")
+        ]
+        assert len(launched) == 1, launched
+        assert vms_of_pool(stack.cluster, "gone") == []
+        await delete_pods(stack, "gone")
+
+
+async def test_a_deleted_nodepool_keeps_no_floor(stack: Stack) -> None:
+    """Its minNodes floor went with it: the node the garbage collector takes is not made
+    again."""
+    make_pool(stack.kube, "floored-gone", empty_ttl=3600, limits={"minNodes": 1})
+    async with serving(stack):
+        await eventually(
+            lambda: asyncio.sleep(0, vms_of_pool(stack.cluster, "floored-gone")),
+            lambda v: len(v) == 1,
+            60,
+        )
+
+        await in_thread(delete_cloudburst_object, stack.kube, "nodepools", "floored-gone")
+
+        await eventually(
+            lambda: asyncio.sleep(0, vms_of_pool(stack.cluster, "floored-gone")),
+            lambda v: v == [],
+            90,
+        )
+        await asyncio.sleep(5)  # a floor kept would have launched again by now
+        created = stack.cluster.cloud.stats()["created_by_name"]
+        assert len([n for n in created if n.startswith("floored-gone-")]) == 1, created
+        assert vms_of_pool(stack.cluster, "floored-gone") == []
+
+
 async def test_limits_hold_and_blocked_demand_is_reported(stack: Stack) -> None:
     make_pool(stack.kube, "capped", empty_ttl=3600, limits={"maxNodes": 1, "cpu": "2"})
     async with (

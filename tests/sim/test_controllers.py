@@ -147,3 +147,67 @@ def test_a_deployment_rolls_out_through_replica_sets(api: client.ApiClient) -> N
     controllers.tick()
     status = apps.read_namespaced_deployment_status("roll", "default").status
     assert (status.replicas, status.updated_replicas, status.available_replicas) == (2, 2, None)
+
+
+def test_the_nodeclaims_of_a_deleted_nodepool_are_collected(api: client.ApiClient) -> None:
+    """As the garbage collector does for Karpenter's: by the owner's uid, so a pool created
+    again under the name of a deleted one owns none of its claims; a claim's finalizer holds
+    it, deleting, until its controller lets go."""
+    custom = client.CustomObjectsApi(api)
+    group = ("cloudburst.io", "v1alpha1", "default")
+
+    def pool(name: str) -> str:
+        created = custom.create_namespaced_custom_object(
+            *group,
+            "nodepools",
+            {
+                "apiVersion": "cloudburst.io/v1alpha1",
+                "kind": "NodePool",
+                "metadata": {"name": name},
+                "spec": {},
+            },
+        )
+        return str(created["metadata"]["uid"])
+
+    def claim(name: str, owner: str | None, pool_uid: str | None) -> None:
+        metadata: dict[str, object] = {"name": name, "finalizers": ["cloudburst.io/termination"]}
+        if owner and pool_uid:
+            metadata["ownerReferences"] = [
+                {
+                    "apiVersion": "cloudburst.io/v1alpha1",
+                    "kind": "NodePool",
+                    "name": owner,
+                    "uid": pool_uid,
+                    "blockOwnerDeletion": True,
+                }
+            ]
+        spec = {
+            "nodePool": owner or "none",
+            "nodeClass": "sample",
+            "offerings": [{"provider": "fake", "region": "sim-1", "instanceType": "s"}],
+        }
+        custom.create_namespaced_custom_object(
+            *group,
+            "nodeclaims",
+            {
+                "apiVersion": "cloudburst.io/v1alpha1",
+                "kind": "NodeClaim",
+                "metadata": metadata,
+                "spec": spec,
+            },
+        )
+
+    old_uid = pool("reborn")
+    claim("of-deleted", "reborn", old_uid)
+    claim("of-kept", "kept", pool("kept"))
+    claim("unowned", None, None)
+    controllers = Controllers(api)
+    controllers.tick()  # every owner there: nothing collected
+    custom.delete_namespaced_custom_object(*group, "nodepools", "reborn")
+    pool("reborn")  # created again: it owns nothing of the old one's
+
+    controllers.tick()
+
+    claims = custom.list_namespaced_custom_object(*group, "nodeclaims")["items"]
+    deleting = {c["metadata"]["name"]: bool(c["metadata"].get("deletionTimestamp")) for c in claims}
+    assert deleting == {"of-deleted": True, "of-kept": False, "unowned": False}
