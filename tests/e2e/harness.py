@@ -169,6 +169,19 @@ def make_pool(
         )
 
 
+async def nodeclaims(stack: Stack, pool: str, namespace: str = "default") -> list[dict[str, Any]]:
+    """The pool's NodeClaim resources, as `kubectl get nodeclaims -l` lists them."""
+    listing = await in_thread(
+        stack.custom.list_namespaced_custom_object,
+        "cloudburst.io",
+        "v1alpha1",
+        namespace,
+        "nodeclaims",
+        label_selector=f"{labels.NODEPOOL}={pool}",
+    )
+    return list(listing["items"])
+
+
 def delete_cloudburst_object(
     kube: k8s.ApiClient, plural: str, name: str, namespace: str = "default"
 ) -> None:

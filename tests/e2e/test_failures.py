@@ -26,6 +26,7 @@ from tests.e2e.harness import (
     eventually,
     in_thread,
     make_pool,
+    nodeclaims,
     pool_pod,
     serving,
 )
@@ -115,18 +116,6 @@ async def pool_status(stack: Stack, name: str) -> PoolStatus:
         NodePoolWorkflow.run, pool_workflow_id("default", name)
     )
     return await handle.query(NodePoolWorkflow.status)
-
-
-async def nodeclaims(stack: Stack, pool: str) -> list[dict[str, Any]]:
-    listing = await in_thread(
-        stack.custom.list_namespaced_custom_object,
-        "cloudburst.io",
-        "v1alpha1",
-        "default",
-        "nodeclaims",
-        label_selector=f"cloudburst.io/nodepool={pool}",
-    )
-    return list(listing["items"])
 
 
 async def events_about(stack: Stack, name: str) -> list[k8s.CoreV1Event]:

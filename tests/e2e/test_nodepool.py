@@ -29,6 +29,7 @@ from tests.e2e.harness import (
     in_process_worker,
     in_thread,
     make_pool,
+    nodeclaims,
     pool_pod,
     running_trigger,
     running_watcher,
@@ -294,31 +295,13 @@ async def test_a_pool_deleted_and_created_again_is_planned_by_its_new_spec(stack
         status = await pool_status(stack, "reborn")
         assert status.blocked == {} and status.nodes == 1, status
         # The node's NodeClaim is owned by the pool that made it: the one there now.
-        claims = await in_thread(
-            stack.custom.list_namespaced_custom_object,
-            "cloudburst.io",
-            "v1alpha1",
-            "default",
-            "nodeclaims",
-            label_selector=f"{labels.NODEPOOL}=reborn",
-        )
         owners = [
-            ref["uid"] for item in claims["items"] for ref in item["metadata"]["ownerReferences"]
+            ref["uid"]
+            for item in await nodeclaims(stack, "reborn")
+            for ref in item["metadata"]["ownerReferences"]
         ]
         assert owners == [created["metadata"]["uid"]], owners
         await delete_pods(stack, "reborn")
-
-
-async def nodeclaims_of(stack: Stack, pool: str) -> list[dict[str, Any]]:
-    listing = await in_thread(
-        stack.custom.list_namespaced_custom_object,
-        "cloudburst.io",
-        "v1alpha1",
-        "default",
-        "nodeclaims",
-        label_selector=f"{labels.NODEPOOL}={pool}",
-    )
-    return list(listing["items"])
 
 
 async def test_deleting_a_nodepool_takes_its_nodes_with_it(stack: Stack) -> None:
@@ -333,14 +316,14 @@ async def test_deleting_a_nodepool_takes_its_nodes_with_it(stack: Stack) -> None
             timeout_s=60,
         )
         [vm] = vms_of_pool(stack.cluster, "doomed")
-        [claim] = await nodeclaims_of(stack, "doomed")
+        [claim] = await nodeclaims(stack, "doomed")
 
         await in_thread(delete_cloudburst_object, stack.kube, "nodepools", "doomed")
 
         await eventually(
             lambda: asyncio.sleep(0, vms_of_pool(stack.cluster, "doomed")), lambda v: v == [], 90
         )
-        await eventually(lambda: nodeclaims_of(stack, "doomed"), lambda found: found == [], 30)
+        await eventually(lambda: nodeclaims(stack, "doomed"), lambda found: found == [], 30)
         nodes = await in_thread(stack.core.list_node)
         assert claim["status"]["nodeName"] not in {n.metadata.name for n in nodes.items}, vm
         await delete_pods(stack, "doomed")
