@@ -123,6 +123,7 @@ def trigger(
 ) -> None:
     """Run the watchers: pending pods -> pool demand; claim nodes and their pods -> claims."""
     from trigger.nodes import NodeWatcher
+    from trigger.peers import TriggerPeers, group_label
     from trigger.pending import BatchWindows, PendingPodTrigger
     from worker.health import serving_health
 
@@ -131,6 +132,14 @@ def trigger(
     async def main(stop: asyncio.Event) -> None:
         client = await connect_or_exit(settings)
         api_client = kube_api_client(settings)
+        # Triggers side by side share the pods and nodes they tell about (no leader).
+        peers = TriggerPeers(
+            api_client,
+            namespace=settings.worker_namespace,
+            group=group_label(settings.temporal_namespace, settings.task_queue),
+            identity=settings.trigger_id,
+            duration_s=settings.trigger_lease_duration_s,
+        )
         pending = PendingPodTrigger(
             client,
             api_client,
@@ -140,9 +149,12 @@ def trigger(
             windows=BatchWindows.of(settings),
             pool_task_timeout=settings.pool_task_timeout(),
             claim_task_timeout=settings.claim_task_timeout(),
+            peers=peers,
         )
         with serving_health(settings.health_port, client, api_client):
-            await asyncio.gather(NodeWatcher(client, api_client).run(stop), pending.run(stop))
+            await asyncio.gather(
+                peers.run(stop), NodeWatcher(client, api_client, peers).run(stop), pending.run(stop)
+            )
 
     asyncio.run(_until_signalled(main))
 

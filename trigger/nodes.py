@@ -36,6 +36,7 @@ from api.planning import Resources
 from cluster.interruption import interruption_notice
 from cluster.pods import is_do_not_disrupt, is_left_alone, slim_pod
 from cluster.requirements import pod_demand
+from trigger.peers import TriggerPeers
 from trigger.watch import start_watches
 from workflows.nodepool import NodePoolWorkflow
 
@@ -77,8 +78,13 @@ class _ClusterView:
     pod_nodes: dict[str, str] = field(default_factory=dict)
 
 
+_SHARE = "share"  # a queue item: the running triggers changed
+
+
 class NodeWatcher:
-    def __init__(self, temporal: Client, api_client: k8s.ApiClient) -> None:
+    def __init__(
+        self, temporal: Client, api_client: k8s.ApiClient, peers: TriggerPeers | None = None
+    ) -> None:
         self._temporal = temporal
         self._core = k8s.CoreV1Api(api_client)
         self._custom = k8s.CustomObjectsApi(api_client)
@@ -101,10 +107,16 @@ class NodeWatcher:
         self._newly_bound: dict[str, list[str]] = {}  # node -> pod UIDs
         self._usage_told_at = 0.0  # loop time
         self._usage_told: dict[str, Resources] = {}  # node -> what its pool was last told
+        # Other triggers beside this one (trigger/peers.py): each tells the claims and pools
+        # about its share of the nodes (by name). None: this trigger tells about every node.
+        self._peers = peers
+        if peers is not None:
+            peers.on_change(self._share_anew)
+        self._queue: asyncio.Queue[tuple[str, str, Any]] = asyncio.Queue()
         self.signals_sent = 0
 
     async def run(self, stop: asyncio.Event) -> None:
-        queue: asyncio.Queue[tuple[str, str, Any]] = asyncio.Queue()
+        queue = self._queue
         halt = threading.Event()
         start_watches(
             asyncio.get_running_loop(),
@@ -153,6 +165,8 @@ class NodeWatcher:
                     if kind == "nodeclaim":
                         self._note_claim_phases(event, obj)
                         await self._claim_resource(event, obj)
+                    elif kind == _SHARE:
+                        touched |= self._take_new_share()
                     else:
                         touched |= self._apply(kind, event, obj)
                 await self._signal(touched)
@@ -163,6 +177,19 @@ class NodeWatcher:
         finally:
             halt.set()
             stopper.cancel()
+
+    def _share_anew(self) -> None:
+        self._queue.put_nowait((_SHARE, "CHANGED", None))
+
+    def _take_new_share(self) -> set[str]:
+        """The running triggers changed: every node of this trigger's new share is told
+        about again (what was sent, or left to another, is forgotten)."""
+        self._sent.clear()
+        self._usage_told.clear()
+        return set(self._view.nodes)
+
+    def _mine(self, node: str) -> bool:
+        return self._peers is None or self._peers.mine(node)
 
     async def _claim_resource(self, event: str, obj: Any) -> None:
         """`kubectl delete nodeclaim X` sets a deletion timestamp (our finalizer holds the
@@ -212,6 +239,8 @@ class NodeWatcher:
         for name, phase in sorted(self._claim_phases.items()):
             if phase != "Ready" or name in self._view.nodes or name in self._found_by_reading:
                 continue
+            if not self._mine(name):
+                continue  # another trigger's to look up and tell
             if name in self._sent and not self._sent[name][0]:
                 continue  # already told
             try:
@@ -309,7 +338,7 @@ class NodeWatcher:
                 continue
             pods = self._view.pods.get(name, {}).values()
             workload = sum(1 for p in pods if p.workload)
-            if 0 < workload < self._workload.get(name, 0):
+            if 0 < workload < self._workload.get(name, 0) and self._mine(name):
                 await self._tell_pool_workload_left(node.claim)
             self._workload[name] = workload
             protected = tuple(sorted(p.do_not_disrupt for p in pods if p.do_not_disrupt))
@@ -355,7 +384,7 @@ class NodeWatcher:
         for name in sorted(self._usage_changed):
             node = self._view.nodes.get(name)
             pool = self._claim_pools.get(node.claim) if node else None
-            if node is None or pool is None:
+            if node is None or pool is None or not self._mine(name):
                 continue
             pods = self._view.pods.get(name, {}).values()
             requested = sum((p.requests for p in pods), Resources())
@@ -401,6 +430,10 @@ class NodeWatcher:
         return True
 
     async def _send(self, claim: str, observation: NodeObservation) -> bool:
+        """Tell the claim about its node (named as the claim), if the node is in this
+        trigger's share; True once told, or when it is another trigger's to tell."""
+        if not self._mine(claim):
+            return True
         handle = self._temporal.get_workflow_handle(claim_workflow_id(claim))
         try:
             await handle.signal("observe_node", observation)

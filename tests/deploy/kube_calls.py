@@ -1,7 +1,7 @@
 """Which Kubernetes API calls does the product make? Read from the source, not from a list.
 
-An AST scan finds every method of `CoreV1Api`, `AppsV1Api`, `PolicyV1Api` and
-`CustomObjectsApi` the code calls or hands to a watch, and turns each into the RBAC
+An AST scan finds every method of `CoreV1Api`, `AppsV1Api`, `PolicyV1Api`,
+`CoordinationV1Api` and `CustomObjectsApi` the code calls or hands to a watch, and turns each into the RBAC
 (apiGroup, resource, verb) it needs. Per process: the worker runs everything under
 `activities/`, `reporting/` and `worker/`; the trigger runs `trigger/` and only the functions
 it imports from `activities/`, `reporting/` and `cluster/` (followed to the helpers they call
@@ -24,6 +24,7 @@ API_CLASSES = {
     "AppsV1Api": "apps",
     "PolicyV1Api": "policy",
     "CustomObjectsApi": "cloudburst.io",
+    "CoordinationV1Api": "coordination.k8s.io",
 }
 # Typed-client method stems -> RBAC resource.
 RESOURCES = {
@@ -37,6 +38,7 @@ RESOURCES = {
     "event": "events",
     "daemon_set": "daemonsets",
     "pod_disruption_budget": "poddisruptionbudgets",
+    "lease": "leases",
     "custom_object": "<plural>",
     "custom_object_status": "<plural>/status",
 }

@@ -27,6 +27,7 @@ from api.messages import ClaimTimings
 from cli.manual_claims import build_claim, load_pool, new_claim_name, start_claim
 from sim.cluster import SimulatedCluster
 from trigger.nodes import NodeWatcher
+from trigger.peers import TriggerPeers
 from trigger.pending import BatchWindows, PendingPodTrigger
 from worker.main import build_workers
 from worker.settings import Settings
@@ -62,9 +63,11 @@ class Stack:
 
 
 @contextlib.asynccontextmanager
-async def running_watcher(temporal: Client, kube: k8s.ApiClient) -> AsyncIterator[NodeWatcher]:
+async def running_watcher(
+    temporal: Client, kube: k8s.ApiClient, peers: TriggerPeers | None = None
+) -> AsyncIterator[NodeWatcher]:
     stop = asyncio.Event()
-    watcher = NodeWatcher(temporal, kube)
+    watcher = NodeWatcher(temporal, kube, peers)
     task = asyncio.create_task(watcher.run(stop))
     try:
         yield watcher
@@ -86,6 +89,8 @@ async def in_process_worker(stack: Stack) -> AsyncIterator[None]:
 
 class WorkerProcess:
     """`cloudburst worker` as a real OS process, so a test can SIGKILL it mid-activity."""
+
+    command = "worker"
 
     def __init__(
         self,
@@ -114,7 +119,10 @@ class WorkerProcess:
     def start(self) -> None:
         cli = Path(sys.executable).parent / "cloudburst"
         self.process = subprocess.Popen(
-            [str(cli), "worker"], env=self._env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+            [str(cli), self.command],
+            env=self._env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
         )
 
     def kill(self) -> None:
@@ -129,6 +137,27 @@ class WorkerProcess:
                 self.process.wait(timeout=15)
             except subprocess.TimeoutExpired:
                 self.process.kill()
+
+
+class TriggerProcess(WorkerProcess):
+    """`cloudburst trigger` as a real OS process: `identity` names its Lease, which others
+    see expire `lease_s` after a SIGKILL."""
+
+    command = "trigger"
+
+    def __init__(
+        self,
+        temporal_address: str,
+        kubeconfig: Path,
+        task_queue: str,
+        allowed_endpoints: dict[str, list[str]],
+        *,
+        identity: str,
+        lease_s: int,
+    ) -> None:
+        super().__init__(temporal_address, kubeconfig, task_queue, allowed_endpoints)
+        self._env["CLOUDBURST_TRIGGER_ID"] = identity
+        self._env["CLOUDBURST_TRIGGER_LEASE_DURATION_S"] = str(lease_s)
 
 
 def make_pool(
@@ -291,9 +320,11 @@ async def running_trigger(
     hold_s: float = 0.3,
     pool_task_timeout: timedelta | None = None,
     claim_task_timeout: timedelta | None = None,
+    peers: TriggerPeers | None = None,
 ) -> AsyncIterator[PendingPodTrigger]:
     """The pending-pod trigger with short batching windows (and pools holding partly
-    filled nodes back briefly), feeding this test's task queue."""
+    filled nodes back briefly), feeding this test's task queue; with `peers` (run here),
+    sharing the pods with the other triggers of its group."""
     stop = asyncio.Event()
     trigger = PendingPodTrigger(
         stack.temporal,
@@ -305,13 +336,16 @@ async def running_trigger(
         tenancy=stack.settings.tenancy(),
         pool_task_timeout=pool_task_timeout,
         claim_task_timeout=claim_task_timeout,
+        peers=peers,
     )
-    task = asyncio.create_task(trigger.run(stop))
+    tasks = [asyncio.create_task(trigger.run(stop))]
+    if peers is not None:
+        tasks.append(asyncio.create_task(peers.run(stop)))
     try:
         yield trigger
     finally:
         stop.set()
-        await asyncio.wait_for(task, timeout=10)
+        await asyncio.wait_for(asyncio.gather(*tasks), timeout=10)
 
 
 @contextlib.asynccontextmanager
