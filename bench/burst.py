@@ -29,7 +29,8 @@ Per pod it reports, from its creation (the bench's clock, before the create call
   claim started   the claim whose node it runs on started (that claim's history)
   create call     the fake cloud received that VM's create call (its own record)
 Decision latency = create call - created. Figures only: nothing is asserted. Exits 1 if a
-pod never bound, a VM was created twice or left behind.
+pod never bound, waited without a demand signal naming it, or a VM was created twice or
+left behind.
 
 `--topology embedded` is the older single-process figure (`cloudburst demo --scenario burst`
 at this size): everything in one Python process, no stage breakdown.
@@ -116,6 +117,12 @@ class Report:
     # Per part of the last step (`CLAIM_STEPS`), seconds, over the claims whose nodes got pods.
     claim_steps: dict[str, dict[str, float]] = field(default_factory=dict)
     demand_signals: int = 0
+    # Pods named by those signals, counted each time: each trigger sends each pod (the
+    # pool plans the first copy).
+    pods_in_demand_signals: int = 0
+    # Pods the scheduler found no room for that no demand signal named: a pod the triggers
+    # lost (it binds only if another pod's node has room). Always empty when all is well.
+    waited_never_signalled: list[str] = field(default_factory=list)
     usage_signals: int = 0
     plans: int = 0
     claims_started: int = 0
@@ -280,6 +287,7 @@ class PoolStages:
     signalled: dict[str, float] = field(default_factory=dict)  # pod -> first demand signal
     planned: dict[str, float] = field(default_factory=dict)  # pod -> its first plan's end
     signals: int = 0
+    pods_in_signals: int = 0
     usage_signals: int = 0  # the watcher's node_usage: what was bound to its new nodes
     plans: int = 0
     cost_eur_per_hour: float = 0.0  # the claims it started, at their first offering
@@ -309,6 +317,7 @@ async def pool_stages(client: Client) -> PoolStages:
                     continue
                 stages.signals += 1
                 for pod in (_payload(signalled_with.input) or {}).get("pods", []):
+                    stages.pods_in_signals += 1
                     _earliest(signalled, pod["name"], _at(event))
             elif kind == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
                 attributes = event.activity_task_scheduled_event_attributes
@@ -503,6 +512,7 @@ async def run_split(args: argparse.Namespace) -> Report:
         from_pool = await pool_stages(client)
         signalled, planned = from_pool.signalled, from_pool.planned
         report.demand_signals, report.plans = from_pool.signals, from_pool.plans
+        report.pods_in_demand_signals = from_pool.pods_in_signals
         report.usage_signals = from_pool.usage_signals
         report.pool_task_timeouts = from_pool.task_timeouts
         report.killed_worker_held_pool = held_pool(report, from_pool)
@@ -540,6 +550,13 @@ async def run_split(args: argparse.Namespace) -> Report:
                 at_stage[stage].append(moment - t0)
                 per_step[stage].append(moment - previous)
                 previous = moment
+        report.waited_never_signalled = sorted(
+            name for name in watch.unschedulable if name in created and name not in signalled
+        )
+        if report.waited_never_signalled:
+            report.problems.append(
+                f"{len(report.waited_never_signalled)} pods waited and were never signalled"
+            )
         if args.per_pod:
             Path(args.per_pod).write_text(json.dumps(per_pod, indent=1))
         by_claim = await claim_step_times(client, set(node_of.values()), creates)
@@ -665,7 +682,8 @@ def table(report: Report) -> str:
         f"{report.seconds_to_all_bound} s; every VM gone {report.seconds_to_all_gone} s "
         "after the pods went",
         f"  decision latency p50 {report.decision_p50_s} s / p99 {report.decision_p99_s} s",
-        f"  {report.demand_signals} demand and {report.usage_signals} node_usage signals, "
+        f"  {report.demand_signals} demand signals ({report.pods_in_demand_signals} pods in "
+        f"them) and {report.usage_signals} node_usage signals, "
         f"{report.plans} plans, "
         f"{report.claims_started} claims (€{report.cost_eur_per_hour}/h), "
         f"{report.nodes} nodes with pods, "

@@ -330,8 +330,16 @@ class Topology:
             for name, queues in self.queues.items()
         ]
         trigger_env = {**product_env, **timeouts.trigger_env()}
+        # Each trigger's Lease (trigger/peers.py) is named by its process name: one
+        # restarted after a kill takes its Lease back at once, as a pod restarted under its
+        # name does.
         self.triggers = [
-            Process(name, [str(BIN / "cloudburst"), "trigger"], trigger_env, state / f"{name}.log")
+            Process(
+                name,
+                [str(BIN / "cloudburst"), "trigger"],
+                {**trigger_env, "CLOUDBURST_TRIGGER_ID": name},
+                state / f"{name}.log",
+            )
             for name in _names("trigger", triggers)
         ]
 

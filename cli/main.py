@@ -132,7 +132,7 @@ def trigger(
     async def main(stop: asyncio.Event) -> None:
         client = await connect_or_exit(settings)
         api_client = kube_api_client(settings)
-        # Triggers side by side share the pods and nodes they tell about (no leader).
+        # Triggers side by side share the nodes they tell claims about (no leader).
         peers = TriggerPeers(
             api_client,
             namespace=settings.worker_namespace,
@@ -149,7 +149,6 @@ def trigger(
             windows=BatchWindows.of(settings),
             pool_task_timeout=settings.pool_task_timeout(),
             claim_task_timeout=settings.claim_task_timeout(),
-            peers=peers,
         )
         with serving_health(settings.health_port, client, api_client):
             await asyncio.gather(

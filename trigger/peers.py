@@ -1,17 +1,23 @@
-"""Triggers side by side share the pods, without a leader.
+"""Triggers side by side share the nodes they tell about, without a leader.
 
 Each trigger holds a Lease of its own in the install namespace and renews it; every renewal
 it also lists its group's Leases (the triggers of the same Temporal namespace and task
-queue). The triggers it saw renewing within a lease's duration are the running ones, and
-`api.nodepool.messages.trigger_for` gives each pod to one of them: that trigger alone tells
-the pod's pool about it. A pool hears each pod once, not once per replica (a signal is a
-billed action on Temporal Cloud, and a workflow task of the pool's).
+queue). The triggers it saw renewing within a Lease's duration are the running ones, and
+`trigger_for` gives each node (by name) to one of them: that trigger alone tells the
+node's claim of its changes (`observe_node`) and its pool of what was bound there and of
+pods leaving it. A claim hears each change of its node once, not once per replica: a
+signal is a billed action on Temporal Cloud and a workflow task of the claim's.
+
+Demand is not shared: every trigger sends every pool its pending pods, and the pool plans
+the first copy to arrive (the second names nothing new). Sharing it was measured: each
+pool then waits on one trigger, the slower of two at any moment, and a 1,000-pod burst's
+decisions came later (docs/benchmarks.md "Seventeenth pass").
 
 A trigger that stops releases its Lease; one that dies stops renewing it, and within the
-duration the others see it gone, take its share and send it (a full resync of theirs to
-every pool). Nothing here is agreed: two triggers that see the running set differently for
-a moment both send some pods (harmless, the pool keys them by uid), and a trigger that
-cannot read the Leases sends every pod, as a lone trigger does.
+duration the others see it gone, take its nodes and tell each of their claims its node's
+state again. Nothing here is agreed: two triggers that see the running set differently for
+a moment both tell about some nodes (harmless: a claim takes its node's latest state), and
+a trigger that cannot read the Leases tells about every node, as a lone trigger does.
 """
 
 from __future__ import annotations
@@ -20,7 +26,6 @@ import asyncio
 import contextlib
 import hashlib
 import logging
-import os
 import re
 import socket
 import time
@@ -31,8 +36,7 @@ from typing import Any
 
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
-
-from api.nodepool.messages import TriggerShare
+from pydantic import BaseModel
 
 log = logging.getLogger(__name__)
 
@@ -42,10 +46,33 @@ COMPONENT_LABEL = "app.kubernetes.io/component"
 FORGET_AFTER = timedelta(hours=1)
 
 
+def trigger_for(key: str, triggers: list[str]) -> str:
+    """Which of the running triggers tells about this node (by name): rendezvous hashing,
+    so a trigger's share moves only when that trigger comes or goes. A hash, not Python's
+    `hash`, so every process agrees."""
+    return max(
+        triggers,
+        key=lambda trigger: hashlib.blake2b(f"{trigger}/{key}".encode(), digest_size=8).digest(),
+    )
+
+
+class TriggerShare(BaseModel):
+    """What one of several triggers tells about: what `trigger_for` gives it among the
+    triggers it saw running."""
+
+    triggers: list[str]
+    trigger: str
+
+    def covers(self, key: str) -> bool:
+        return trigger_for(key, self.triggers) == self.trigger
+
+
 def default_identity() -> str:
-    """A pod's name in a cluster (its host name; the same across container restarts),
-    with the process id for triggers side by side on one machine."""
-    return f"{socket.gethostname()}-{os.getpid()}"
+    """The host name: a pod's name in a cluster, the same across its container's restarts,
+    so a restarted trigger renews its own Lease at once instead of waiting for it to run
+    out. Triggers side by side on one machine need `CLOUDBURST_TRIGGER_ID` each (with the
+    same one they share a Lease, and each tells about every node: no harm, no sharing)."""
+    return socket.gethostname()
 
 
 def lease_name(identity: str) -> str:
@@ -59,7 +86,7 @@ def lease_name(identity: str) -> str:
 
 
 def group_label(temporal_namespace: str, task_queue: str) -> str:
-    """A label value naming the triggers that share pods: those of one task queue."""
+    """A label value naming the triggers that share nodes: those of one task queue."""
     return hashlib.blake2b(f"{temporal_namespace}/{task_queue}".encode(), digest_size=8).hexdigest()
 
 
@@ -109,11 +136,11 @@ class TriggerPeers:
         self._long_dead: list[str] = []  # peers' Leases to delete at the next renewal
         self._listeners: list[Callable[[], None]] = []
         self.triggers: list[str] = [self.name]
-        # This trigger's share of the pods and nodes; None: all of them (it runs alone).
+        # This trigger's share of the nodes; None: all of them (it runs alone).
         self.share: TriggerShare | None = None
 
     def mine(self, key: str) -> bool:
-        """Whether this trigger tells about the pod (by uid) or the node (by name)."""
+        """Whether this trigger tells about the node (`trigger_for`)."""
         return self.share is None or self.share.covers(key)
 
     def on_change(self, listener: Callable[[], None]) -> None:
@@ -128,7 +155,7 @@ class TriggerPeers:
                 leases = await asyncio.to_thread(self._renew_and_list)
                 triggers = self._running(leases, time.monotonic(), datetime.now(UTC))
                 if triggers != self.triggers:
-                    log.info("triggers sharing the pods: %s", ", ".join(triggers))
+                    log.info("triggers sharing the nodes: %s", ", ".join(triggers))
                     self.triggers = triggers
                     alone = triggers == [self.name]
                     self.share = (
@@ -158,8 +185,8 @@ class TriggerPeers:
         except Exception as err:
             if not self._failing:
                 log.warning(
-                    "trigger Leases in %s not kept (%s): this trigger sends every pod until "
-                    "they are",
+                    "trigger Leases in %s not kept (%s): this trigger tells about every node "
+                    "until they are",
                     self._namespace,
                     getattr(err, "reason", None) or err,
                 )
@@ -227,7 +254,7 @@ class TriggerPeers:
         return sorted({self.name, *alive})
 
     def _release(self) -> None:
-        """Stopping: the others take this trigger's share at their next look, not after
+        """Stopping: the others take this trigger's nodes at their next look, not after
         the Lease's duration."""
         try:
             self._coordination.delete_namespaced_lease(self.name, self._namespace)

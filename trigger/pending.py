@@ -36,7 +36,6 @@ from api.nodepool.messages import (
     NodePoolInput,
     PoolSpecs,
     PoolState,
-    TriggerShare,
     pool_workflow_id,
 )
 from api.planning import PodDemand
@@ -46,7 +45,6 @@ from cluster.requirements import pod_demand, pool_can_host
 from cluster.tenancy import Refusal, Tenancy
 from reporting import metrics
 from reporting.events import record_event
-from trigger.peers import TriggerPeers
 from trigger.verdicts import INVALID_SPEC, SpecVerdicts
 from trigger.watch import start_watches
 from worker.settings import BATCH_IDLE_S, BATCH_MAX_S, Settings
@@ -109,7 +107,6 @@ class PendingPodTrigger:
         tenancy: Tenancy | None = None,
         pool_task_timeout: timedelta | None = None,
         claim_task_timeout: timedelta | None = None,
-        peers: TriggerPeers | None = None,
     ) -> None:
         self._temporal = temporal
         self._tenancy = tenancy or Tenancy()
@@ -142,11 +139,6 @@ class PendingPodTrigger:
         # What each pool was last told of its specs: a NodePool's own status writes (and
         # every other pool's) come back as events, which are no news for a pool.
         self._specs_told: dict[PoolKey, PoolSpecs] = {}  # `observed_at` left out
-        # Other triggers running beside this one (trigger/peers.py): each tells the pools
-        # of its share of the pods. None: this trigger tells of every pod.
-        self._peers = peers
-        if peers is not None:
-            peers.on_change(self._share_anew)
         self.updates_sent = 0
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -179,20 +171,6 @@ class PendingPodTrigger:
                 await self._flush_due()
         finally:
             halt.set()
-
-    def _share_anew(self) -> None:
-        """The running triggers changed: every pool hears this trigger's whole new share
-        (with the share, so a pool resolves only pods of this share that are not listed:
-        a trigger gone took the word of its own with it)."""
-        for pod in list(self._waiting_pods.values()):
-            self._apply_pod_logged("MODIFIED", pod)
-        self._resync_all_pools()  # once the pods are listed (that listing resyncs them)
-
-    def _mine(self, uid: str) -> bool:
-        return self._peers is None or self._peers.mine(uid)
-
-    def _share(self) -> TriggerShare | None:
-        return None if self._peers is None else self._peers.share
 
     # --- what the watches show -------------------------------------------------------------
 
@@ -298,9 +276,7 @@ class PendingPodTrigger:
         for pod in pods:
             self._apply_pod_logged("ADDED", pod)
         for uid, pool in previously.items():
-            if uid not in self._pending and (uid not in self._waiting_pods or self._mine(uid)):
-                # Not pending any more, or matched to no pool (a pod still waiting in
-                # another trigger's share is that trigger's to tell).
+            if uid not in self._pending:
                 self._batch(pool).resolve(uid)
         for pool in set(self._pending.values()) | set(previously.values()):
             self._batch(pool).full_resync = True
@@ -345,15 +321,8 @@ class PendingPodTrigger:
                     # Bound (a watch filtered on unbound pods reports a binding as DELETED).
                     metrics.observe_pod_provisioning_latency(pool[1], time.time() - since)
             return
-        self._waiting_pods[uid] = pod
-        if not self._mine(uid):
-            # Another trigger's share: it tells the pools (this one does when it is gone).
-            self._pending.pop(uid, None)
-            self._pending_demand.pop(uid, None)
-            self._pending_since.pop(uid, None)
-            self._unmatched.pop(uid, None)
-            return
         demand = pod_demand(pod)
+        self._waiting_pods[uid] = pod
         previous = self._pending.get(uid)
         if previous in self._pools and self._pending_demand.get(uid) == demand:
             # Still pending as its pool heard (the scheduler re-wrote why it waits, say).
@@ -458,7 +427,6 @@ class PendingPodTrigger:
             pods=[] if deleted else list(batch.pods.values()),
             resolved=sorted(batch.resolved),
             full_resync=batch.full_resync,
-            share=self._share() if batch.full_resync else None,
             sent_at=datetime.now(UTC),
             specs=specs,
         )

@@ -137,11 +137,12 @@ class Settings(BaseSettings):
     # Kubernetes calls as local activities): what a crash of a claims' worker costs a claim
     # it was running a task of.
     claim_task_timeout_s: float = Field(default=10.0, ge=1, le=120)
-    # Triggers side by side share the pods (trigger/peers.py): each holds a Lease named by
-    # this in `worker_namespace`. None: the host name (a pod's name) and the process id.
+    # Triggers side by side share the nodes they tell about (trigger/peers.py): each holds a
+    # Lease named by this in `worker_namespace`. None: the host name (a pod's name, kept
+    # across restarts).
     trigger_id: str | None = None
     # How long the others wait for a trigger that stopped renewing its Lease (a crash)
-    # before they take its share: what a trigger's crash costs the pods it was to tell.
+    # before they take its nodes: how late a claim may hear its node changed after a crash.
     trigger_lease_duration_s: int = Field(default=15, ge=3, le=300)
 
     # --- who may reach what (docs/security.md) --------------------------------------------

@@ -286,14 +286,8 @@ class NodePoolWorkflow:
         if update.pool_deleted:
             state.deleted = True
         if update.full_resync:
-            # Several triggers share the pods: one lists its share, and leaves the others'.
-            share = update.share
             listed = {pod.uid for pod in update.pods}
-            for uid in [
-                uid
-                for uid in state.pending
-                if uid not in listed and (share is None or share.covers(uid))
-            ]:
+            for uid in [uid for uid in state.pending if uid not in listed]:
                 self._resolve(uid)
         for pod in update.pods:
             state.pending[pod.uid] = pod

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import hashlib
 from datetime import datetime
 from typing import Literal
 
@@ -69,27 +68,6 @@ def _other_object(uid: str, current_uid: str) -> bool:
     return bool(uid and current_uid and uid != current_uid)
 
 
-def trigger_for(key: str, triggers: list[str]) -> str:
-    """Which of the running triggers tells about this pod (its uid) or node (its name):
-    rendezvous hashing, so a trigger's share moves only when that trigger comes or goes. A
-    hash, not Python's `hash`, so every process and every replay of a workflow agrees."""
-    return max(
-        triggers,
-        key=lambda trigger: hashlib.blake2b(f"{trigger}/{key}".encode(), digest_size=8).digest(),
-    )
-
-
-class TriggerShare(BaseModel):
-    """The pods (and nodes) one of several triggers tells about: those `trigger_for` gives
-    it among the triggers it saw running (`trigger/peers.py`)."""
-
-    triggers: list[str]
-    trigger: str
-
-    def covers(self, key: str) -> bool:
-        return trigger_for(key, self.triggers) == self.trigger
-
-
 class DemandUpdate(BaseModel):
     """Pending pods the trigger matched to this pool, and pods that stopped pending.
 
@@ -98,10 +76,8 @@ class DemandUpdate(BaseModel):
 
     pods: list[PodDemand] = []
     resolved: list[str] = []  # UIDs no longer pending (bound, deleted, matched elsewhere)
-    # When set, the full set of pending pods for this pool: anything else is resolved ...
+    # When set, the full set of pending pods for this pool: anything else is resolved.
     full_resync: bool = False
-    # ... of this trigger's share, when several triggers share the pods (None: of all pods).
-    share: TriggerShare | None = None
     sent_at: datetime | None = None
     specs: PoolSpecs | None = None
     # The NodePool is gone (with `full_resync` and no pods: none is its any more).

@@ -66,14 +66,18 @@ class Stack:
 async def running_watcher(
     temporal: Client, kube: k8s.ApiClient, peers: TriggerPeers | None = None
 ) -> AsyncIterator[NodeWatcher]:
+    """The node watcher; with `peers` (run here too), sharing the nodes with the other
+    triggers of its group."""
     stop = asyncio.Event()
     watcher = NodeWatcher(temporal, kube, peers)
-    task = asyncio.create_task(watcher.run(stop))
+    tasks = [asyncio.create_task(watcher.run(stop))]
+    if peers is not None:
+        tasks.append(asyncio.create_task(peers.run(stop)))
     try:
         yield watcher
     finally:
         stop.set()
-        await asyncio.wait_for(task, timeout=10)
+        await asyncio.wait_for(asyncio.gather(*tasks), timeout=10)
 
 
 @contextlib.asynccontextmanager
@@ -320,11 +324,9 @@ async def running_trigger(
     hold_s: float = 0.3,
     pool_task_timeout: timedelta | None = None,
     claim_task_timeout: timedelta | None = None,
-    peers: TriggerPeers | None = None,
 ) -> AsyncIterator[PendingPodTrigger]:
     """The pending-pod trigger with short batching windows (and pools holding partly
-    filled nodes back briefly), feeding this test's task queue; with `peers` (run here),
-    sharing the pods with the other triggers of its group."""
+    filled nodes back briefly), feeding this test's task queue."""
     stop = asyncio.Event()
     trigger = PendingPodTrigger(
         stack.temporal,
@@ -336,16 +338,13 @@ async def running_trigger(
         tenancy=stack.settings.tenancy(),
         pool_task_timeout=pool_task_timeout,
         claim_task_timeout=claim_task_timeout,
-        peers=peers,
     )
-    tasks = [asyncio.create_task(trigger.run(stop))]
-    if peers is not None:
-        tasks.append(asyncio.create_task(peers.run(stop)))
+    task = asyncio.create_task(trigger.run(stop))
     try:
         yield trigger
     finally:
         stop.set()
-        await asyncio.wait_for(asyncio.gather(*tasks), timeout=10)
+        await asyncio.wait_for(task, timeout=10)
 
 
 @contextlib.asynccontextmanager

@@ -1,10 +1,10 @@
-"""Triggers side by side share the pods (trigger/peers.py): each pod reaches its pool from
-one of them, and the pods of one that crashed from the other once its Lease expires."""
+"""Triggers side by side share the nodes (trigger/peers.py): each claim hears its node's
+changes from one of them, and the claims of one that crashed from the other once its Lease
+runs out. (Both send every pool its demand: the first to arrive is planned.)"""
 
 from __future__ import annotations
 
 import asyncio
-import collections
 import itertools
 from pathlib import Path
 from typing import TypeVar
@@ -12,8 +12,8 @@ from typing import TypeVar
 from kubernetes import client as k8s
 from temporalio.api.enums.v1 import EventType
 
+from api import labels
 from api.messages import NodeObservation, claim_workflow_id
-from api.nodepool.messages import DemandUpdate, pool_workflow_id, trigger_for
 from cluster.tenancy import DEFAULT_WORKER_NAMESPACE
 from tests.e2e.harness import (
     Stack,
@@ -27,12 +27,12 @@ from tests.e2e.harness import (
     running_trigger,
     running_watcher,
 )
-from trigger.peers import TriggerPeers, group_label, lease_name
+from trigger.peers import TriggerPeers, group_label, lease_name, trigger_for
 
 T = TypeVar("T")
 
-POOL = "replicas"
-LATER_POOL = "replicas-later"  # no node yet: its pods wait for a trigger to tell it
+STAYING, CRASHING = lease_name("staying"), lease_name("crashing")
+BOTH = sorted([STAYING, CRASHING])
 # Long enough that a loaded CI machine never misses three renewals of a live trigger (it
 # would take the other's share for a moment and tell some pods twice), short for the test.
 LEASE_S = 6
@@ -66,12 +66,6 @@ async def _signals(stack: Stack, workflow_id: str, name: str, kind: type[T]) -> 
     return signals
 
 
-async def _times_told(stack: Stack, pool: str) -> collections.Counter[str]:
-    """How many demand signals named each pod, from the pool's history."""
-    updates = await _signals(stack, pool_workflow_id("default", pool), "demand", DemandUpdate)
-    return collections.Counter(pod.uid for update in updates for pod in update.pods)
-
-
 async def _observations_told_twice(stack: Stack, pool: str) -> list[NodeObservation]:
     """Node observations a claim of the pool got again with nothing changed."""
     twice: list[NodeObservation] = []
@@ -90,11 +84,9 @@ async def _observations_told_twice(stack: Stack, pool: str) -> list[NodeObservat
     return twice
 
 
-async def test_two_triggers_tell_each_pod_once_and_take_over_a_crashed_ones_share(
+async def test_two_triggers_tell_each_node_once_and_take_over_a_crashed_ones_nodes(
     stack: Stack, temporal_address: str, kubeconfig: Path
 ) -> None:
-    make_pool(stack.kube, POOL, empty_ttl=3600)
-    make_pool(stack.kube, LATER_POOL, empty_ttl=3600)
     crashing = TriggerProcess(
         temporal_address,
         kubeconfig,
@@ -110,52 +102,50 @@ async def test_two_triggers_tell_each_pod_once_and_take_over_a_crashed_ones_shar
         identity="staying",
         duration_s=LEASE_S,
     )
-    both = [lease_name("crashing"), lease_name("staying")]
+    pools: list[str] = []
     crashing.start()
     try:
         async with (
             in_process_worker(stack),
             running_watcher(stack.temporal, stack.kube, peers),
-            running_trigger(stack, peers=peers),
+            running_trigger(stack),
         ):
-            await eventually(lambda: asyncio.sleep(0, peers.triggers), lambda t: t == both, 60)
+            await eventually(lambda: asyncio.sleep(0, peers.triggers), lambda t: t == BOTH, 60)
 
-            uids = [await _create_pod(stack, POOL, f"{POOL}-{index}") for index in range(8)]
+            # A pool each, so a node each, until both triggers have a node to tell about.
+            node_of: dict[str, str] = {}  # pool -> its node
+            while {trigger_for(node, BOTH) for node in node_of.values()} != set(BOTH):
+                assert len(pools) < 10, node_of
+                pool = f"replicas-{len(pools)}"
+                pools.append(pool)
+                make_pool(stack.kube, pool, empty_ttl=2)
+                await _create_pod(stack, pool, f"{pool}-pod")
+                [pod] = await eventually(
+                    lambda pool=pool: _pods(stack, pool),  # type: ignore[misc]
+                    lambda pods: len(pods) == 1 and pods[0].status.phase == "Running",
+                    90,
+                )
+                node_of[pool] = str(pod.spec.node_name)
+            for pool in pools:
+                assert await _observations_told_twice(stack, pool) == [], pool
+
+            crashing.kill()  # no Lease released: the other waits for it to run out
+            orphaned = next(p for p, node in node_of.items() if trigger_for(node, BOTH) == CRASHING)
+            await in_thread(stack.core.delete_namespaced_pod, f"{orphaned}-pod", "default")
+            # Its claim hears the node went empty (from the trigger still running, once the
+            # crashed one's Lease ran out), and lets the node go after the pool's empty TTL.
             await eventually(
-                lambda: _pods(stack, POOL),
-                lambda pods: all(p.status.phase == "Running" for p in pods),
+                lambda: asyncio.sleep(
+                    0,
+                    stack.cluster.cloud.list_instances(label_selector={labels.NODEPOOL: orphaned}),
+                ),
+                lambda vms: vms == [],
                 90,
             )
-            told = await _times_told(stack, POOL)
-            # Once each, not once per trigger; and both triggers had a share to tell.
-            assert {uid: told[uid] for uid in uids} == dict.fromkeys(uids, 1)
-            shares = collections.Counter(trigger_for(uid, both) for uid in uids)
-            assert set(shares) == set(both), shares
-            # And each claim heard about its node from one trigger, not from both.
-            assert await _observations_told_twice(stack, POOL) == []
-
-            crashing.kill()  # no Lease released: the other waits for it to expire
-            orphans: list[str] = []
-            for index in itertools.count():
-                name = f"{LATER_POOL}-{index}"
-                uid = await _create_pod(stack, LATER_POOL, name)
-                if trigger_for(uid, both) == lease_name("crashing"):
-                    orphans.append(uid)
-                    if len(orphans) == 2:
-                        break
-                else:  # the staying trigger's own share: not what this part is about
-                    await in_thread(stack.core.delete_namespaced_pod, name, "default")
-            await eventually(
-                lambda: _pods(stack, LATER_POOL),
-                lambda pods: len(pods) == 2 and all(p.status.phase == "Running" for p in pods),
-                90,
-            )
-            assert peers.triggers == [lease_name("staying")]
-            told = await _times_told(stack, LATER_POOL)
-            assert all(told[uid] >= 1 for uid in orphans), told
+            assert peers.triggers == [STAYING]
     finally:
         crashing.stop()
-        for pool in (POOL, LATER_POOL):
+        for pool in pools:
             await in_thread(
                 stack.core.delete_collection_namespaced_pod,
                 "default",

@@ -8,8 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 from kubernetes import client as k8s
 
-from api.nodepool.messages import TriggerShare, trigger_for
-from trigger.peers import TriggerPeers, lease_name
+from trigger.peers import TriggerPeers, TriggerShare, lease_name, trigger_for
 
 UIDS = [str(uuid.UUID(int=index * 7919 + 1)) for index in range(2000)]
 WALL = datetime(2026, 11, 28, 12, 0, tzinfo=UTC)

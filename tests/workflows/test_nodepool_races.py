@@ -31,7 +31,6 @@ with workflow.unsafe.imports_passed_through():
         PoolSpecs,
         PoolState,
         PoolStatus,
-        TriggerShare,
     )
     from api.planning import Plan, PlannedNode, PlanRequest, PodDemand, Resources
     from tests.workflows.pool_workers import end_claims, pool_workers
@@ -142,44 +141,3 @@ async def test_a_pod_resolved_while_its_plan_is_made_breaks_nothing(
         assert not failed, failed[0].workflow_task_failed_event_attributes.failure.message
         await handle.terminate("test over")
         await end_claims(temporal_client, (claim.name for claim in status.claims))
-
-
-async def test_a_triggers_full_resync_resolves_only_its_share_of_the_pods(
-    temporal_client: Client,
-) -> None:
-    """Two triggers share the pods: one's full list after a re-list names only its share,
-    and must not take the other's pods from the pool (they would wait unplanned)."""
-    queue = f"races-{uuid.uuid4()}"
-    gate = PlanningGate()  # never released: every pod stays pending, none nominated
-    pool_id = f"nodepool-races-{uuid.uuid4().hex[:8]}"
-    uids = [f"pod-{index}" for index in range(12)]
-    share = TriggerShare(triggers=["trigger-a", "trigger-b"], trigger="trigger-a")
-    others = [uid for uid in uids if not share.covers(uid)]
-    assert others and len(others) < len(uids)  # both have a share
-    async with pool_workers(
-        temporal_client,
-        queue,
-        [NodePoolWorkflow, StandInClaim],
-        [gate.plan_capacity, record_events, sync_nodepool_status],
-    ):
-        handle = await temporal_client.start_workflow(
-            NodePoolWorkflow.run,
-            NodePoolInput(namespace="default", name="shared", state=PoolState(specs=specs())),
-            id=pool_id,
-            task_queue=queue,
-            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-            start_signal="demand",
-            start_signal_args=[DemandUpdate(pods=[pod(uid) for uid in uids])],
-        )
-        # Trigger a's pods were all bound while it was away: its list is empty.
-        await handle.signal(
-            NodePoolWorkflow.demand, DemandUpdate(full_resync=True, pods=[], share=share)
-        )
-        status: PoolStatus | None = None
-        for _ in range(100):
-            status = await handle.query(NodePoolWorkflow.status)
-            if status.pending_pods < len(uids):
-                break
-            await asyncio.sleep(0.1)
-        assert status is not None and status.pending_pods == len(others), status
-        await handle.terminate("test over")
