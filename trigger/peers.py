@@ -76,12 +76,13 @@ def default_identity() -> str:
 
 
 def lease_name(identity: str) -> str:
-    """`cloudburst-trigger-<identity>` as a valid object name (a DNS subdomain)."""
-    cleaned = re.sub(r"[^a-z0-9.-]+", "-", identity.lower()).strip("-.") or "trigger"
+    """`cloudburst-trigger-<identity>` as a valid object name: lower-case letters, digits
+    and dashes (a host name's dots become dashes), a long one cut and told apart by a hash."""
+    cleaned = re.sub(r"[^a-z0-9]+", "-", identity.lower()).strip("-") or "trigger"
     name = f"cloudburst-trigger-{cleaned}"
     if len(name) > 253:
         digest = hashlib.blake2b(identity.encode(), digest_size=6).hexdigest()
-        name = f"{name[:240]}-{digest}"
+        name = f"{name[:240].rstrip('-')}-{digest}"
     return name
 
 

@@ -39,7 +39,7 @@ def test_a_share_covers_exactly_its_triggers_pods() -> None:
 
 
 def test_lease_names_are_object_names() -> None:
-    assert lease_name("Worker_Host.local-42") == "cloudburst-trigger-worker-host.local-42"
+    assert lease_name("Worker_Host..local-42") == "cloudburst-trigger-worker-host-local-42"
     long = lease_name("x" * 400)
     assert len(long) <= 253 and long != lease_name("x" * 401)
 
