@@ -199,10 +199,18 @@ class TriggerPeers:
         return list(listing.items)
 
     def _renew(self) -> None:
+        """Renew this trigger's Lease, with its group and duration as configured now (a
+        restart may have changed either), or create it."""
         now = _micro_time(datetime.now(UTC))
+        labels = {GROUP_LABEL: self._group, COMPONENT_LABEL: "trigger"}
+        spec = {
+            "holderIdentity": self._identity,
+            "leaseDurationSeconds": self._duration_s,
+            "renewTime": now,
+        }
         try:
             self._coordination.patch_namespaced_lease(
-                self.name, self._namespace, {"spec": {"renewTime": now}}
+                self.name, self._namespace, {"metadata": {"labels": labels}, "spec": spec}
             )
         except ApiException as err:
             if err.status != 404:
@@ -210,10 +218,7 @@ class TriggerPeers:
             self._coordination.create_namespaced_lease(
                 self._namespace,
                 k8s.V1Lease(
-                    metadata=k8s.V1ObjectMeta(
-                        name=self.name,
-                        labels={GROUP_LABEL: self._group, COMPONENT_LABEL: "trigger"},
-                    ),
+                    metadata=k8s.V1ObjectMeta(name=self.name, labels=labels),
                     spec=k8s.V1LeaseSpec(
                         holder_identity=self._identity,
                         lease_duration_seconds=self._duration_s,
