@@ -34,7 +34,7 @@ T = TypeVar("T")
 STAYING, CRASHING = lease_name("staying"), lease_name("crashing")
 BOTH = sorted([STAYING, CRASHING])
 # Long enough that a loaded CI machine never misses three renewals of a live trigger (it
-# would take the other's share for a moment and tell some pods twice), short for the test.
+# would take the other's nodes for a moment and tell about some twice), short for the test.
 LEASE_S = 6
 
 
