@@ -36,7 +36,6 @@ from typing import Any
 
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
-from pydantic import BaseModel
 
 log = logging.getLogger(__name__)
 
@@ -54,17 +53,6 @@ def trigger_for(key: str, triggers: list[str]) -> str:
         triggers,
         key=lambda trigger: hashlib.blake2b(f"{trigger}/{key}".encode(), digest_size=8).digest(),
     )
-
-
-class TriggerShare(BaseModel):
-    """What one of several triggers tells about: what `trigger_for` gives it among the
-    triggers it saw running."""
-
-    triggers: list[str]
-    trigger: str
-
-    def covers(self, key: str) -> bool:
-        return trigger_for(key, self.triggers) == self.trigger
 
 
 def default_identity() -> str:
@@ -137,15 +125,14 @@ class TriggerPeers:
         self._long_dead: list[str] = []  # peers' Leases to delete at the next renewal
         self._listeners: list[Callable[[], None]] = []
         self.triggers: list[str] = [self.name]
-        # This trigger's share of the nodes; None: all of them (it runs alone).
-        self.share: TriggerShare | None = None
 
     def mine(self, key: str) -> bool:
-        """Whether this trigger tells about the node (`trigger_for`)."""
-        return self.share is None or self.share.covers(key)
+        """Whether this trigger tells about the node (`trigger_for`; all of them alone)."""
+        return self.triggers == [self.name] or trigger_for(key, self.triggers) == self.name
 
     def on_change(self, listener: Callable[[], None]) -> None:
-        """Called (in the event loop, at once after `share` changed) when triggers come or go."""
+        """Called (in the event loop, at once after `triggers` changed) when triggers come or
+        go."""
         self._listeners.append(listener)
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -158,10 +145,6 @@ class TriggerPeers:
                 if triggers != self.triggers:
                     log.info("triggers sharing the nodes: %s", ", ".join(triggers))
                     self.triggers = triggers
-                    alone = triggers == [self.name]
-                    self.share = (
-                        None if alone else TriggerShare(triggers=triggers, trigger=self.name)
-                    )
                     for listener in self._listeners:
                         listener()
                 with contextlib.suppress(TimeoutError):

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 from kubernetes import client as k8s
 
-from trigger.peers import TriggerPeers, TriggerShare, lease_name, trigger_for
+from trigger.peers import TriggerPeers, lease_name, trigger_for
 
 UIDS = [str(uuid.UUID(int=index * 7919 + 1)) for index in range(2000)]
 WALL = datetime(2026, 11, 28, 12, 0, tzinfo=UTC)
@@ -32,10 +32,11 @@ def test_a_trigger_that_comes_or_goes_moves_only_its_own_share() -> None:
     assert set(alone.values()) == {"trigger-a"}
 
 
-def test_a_share_covers_exactly_its_triggers_pods() -> None:
-    share = TriggerShare(triggers=["trigger-a", "trigger-b"], trigger="trigger-a")
-    other = TriggerShare(triggers=["trigger-a", "trigger-b"], trigger="trigger-b")
-    assert all(share.covers(uid) != other.covers(uid) for uid in UIDS)
+def test_each_node_is_exactly_one_running_triggers() -> None:
+    a, b = peers("a"), peers("b")
+    assert all(a.mine(uid) and b.mine(uid) for uid in UIDS[:50])  # each alone: all its own
+    a.triggers = b.triggers = sorted([a.name, b.name])
+    assert all(a.mine(uid) != b.mine(uid) for uid in UIDS)
 
 
 def test_lease_names_are_object_names() -> None:
@@ -51,9 +52,9 @@ def lease(name: str, renewed: datetime, duration_s: int = 15) -> k8s.V1Lease:
     )
 
 
-def peers() -> TriggerPeers:
+def peers(identity: str = "me") -> TriggerPeers:
     return TriggerPeers(
-        k8s.ApiClient(), namespace="cloudburst-system", group="g", identity="me", duration_s=15
+        k8s.ApiClient(), namespace="cloudburst-system", group="g", identity=identity, duration_s=15
     )
 
 
