@@ -22,9 +22,12 @@ def is_mirror_pod(pod: Any) -> bool:
     return MIRROR_ANNOTATION in annotations
 
 
+_FINISHED = ("Succeeded", "Failed")
+
+
 def is_finished_pod(pod: Any) -> bool:
     phase = pod.status.phase if pod.status else None
-    return phase in ("Succeeded", "Failed")
+    return phase in _FINISHED
 
 
 def is_left_alone(pod: Any) -> bool:
@@ -56,32 +59,38 @@ def is_unschedulable(pod: Any) -> bool:
 
 # What the watchers read of a pod (here and in `cluster.requirements.pod_demand`); the rest
 # (images, env, probes, volumes, container statuses, managed fields) is left out before the
-# client builds its model, which cost more than half of a trigger's CPU during a burst.
+# client builds its model, which cost more than half of a trigger's CPU during a burst. What
+# changes on every write and no watcher reads (the resourceVersion, a condition's message and
+# probe time) is left out too: a watch passes an event on only when what it keeps changed
+# (`trigger.watch.Slim`), and most of a burst's pod events are the scheduler rewriting why a
+# pod waits and the kubelet reporting its containers.
 _METADATA = (
     "name",
     "namespace",
     "uid",
-    "resourceVersion",
     "creationTimestamp",
     "deletionTimestamp",
     "labels",
     "annotations",
     "ownerReferences",
 )
-_SPEC = (
-    "nodeName",
+# Where a pending pod may go: the trigger's match of a pool (not the node watcher's concern).
+_SCHEDULING = (
     "nodeSelector",
     "affinity",
     "tolerations",
-    "overhead",
     "priority",
     "schedulerName",
 )
 _CONTAINER = ("name", "resources", "restartPolicy")
+_CONDITION = ("type", "status", "reason", "lastTransitionTime")
 
 
-def slim_pod(raw: dict[str, Any]) -> k8s.V1Pod:
-    """A pod as the watchers need it, from its JSON."""
+def pod_fields(raw: dict[str, Any], *, bound: bool = False) -> dict[str, Any]:
+    """What the watchers read of a pod, from its JSON. With `bound`, what the node watcher
+    reads of a bound pod: where it runs, what it holds, what keeps its node, and whether it
+    is done (its phase only once finished: Pending and Running are alike to it); not where
+    it could have gone, nor why it waited."""
     metadata = raw.get("metadata") or {}
     spec = raw.get("spec") or {}
     status = raw.get("status") or {}
@@ -90,24 +99,41 @@ def slim_pod(raw: dict[str, Any]) -> k8s.V1Pod:
         listed = spec.get(key) or []
         return [{k: c[k] for k in _CONTAINER if k in c} for c in listed if isinstance(c, dict)]
 
-    slim = {
+    kept_spec = ("nodeName", "overhead", *(() if bound else _SCHEDULING))
+    phase = status.get("phase")
+    fields: dict[str, Any] = {
         "metadata": {k: metadata[k] for k in _METADATA if k in metadata},
         "spec": {
-            **{k: spec[k] for k in _SPEC if k in spec},
+            **{k: spec[k] for k in kept_spec if k in spec},
             "containers": containers("containers"),
             "initContainers": containers("initContainers"),
         },
-        "status": {k: status[k] for k in ("phase", "conditions") if k in status},
+        "status": {"phase": phase} if phase and (not bound or phase in _FINISHED) else {},
     }
+    conditions = status.get("conditions")
+    if not bound and isinstance(conditions, list):
+        fields["status"]["conditions"] = [
+            {k: c[k] for k in _CONDITION if k in c} for c in conditions if isinstance(c, dict)
+        ]
+    return fields
+
+
+def pod_model(fields: dict[str, Any]) -> k8s.V1Pod:
+    """The client's model of a pod's `pod_fields`."""
     try:
         # One pass of pydantic-core over the whole pod: about a sixth of the cost of the
         # client's `from_dict`, which builds every nested model in Python.
-        return k8s.V1Pod.model_validate(slim)
+        return k8s.V1Pod.model_validate(fields)
     except ValidationError:
         pass
     # A field this client does not know (a newer API server: its models forbid extras),
     # or a value it refuses: `from_dict` leaves unknown fields out, as the client does.
-    pod = k8s.V1Pod.from_dict(slim)
+    pod = k8s.V1Pod.from_dict(fields)
     if pod is None:  # from_dict gives None only for None
         raise ValueError("no pod")
     return pod
+
+
+def slim_pod(raw: dict[str, Any], *, bound: bool = False) -> k8s.V1Pod:
+    """A pod as the watchers need it, from its JSON."""
+    return pod_model(pod_fields(raw, bound=bound))

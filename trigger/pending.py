@@ -40,13 +40,13 @@ from api.nodepool.messages import (
 )
 from api.planning import PodDemand
 from api.problems import summary
-from cluster.pods import is_unschedulable, slim_pod
+from cluster.pods import is_unschedulable, pod_fields, pod_model
 from cluster.requirements import pod_demand, pool_can_host
 from cluster.tenancy import Refusal, Tenancy
 from reporting import metrics
 from reporting.events import record_event
 from trigger.verdicts import INVALID_SPEC, SpecVerdicts
-from trigger.watch import start_watches
+from trigger.watch import Slim, start_watches
 from worker.settings import BATCH_IDLE_S, BATCH_MAX_S, Settings
 from worker.telemetry import tracer
 from workflows.nodepool import NodePoolWorkflow
@@ -155,7 +155,7 @@ class PendingPodTrigger:
                     "pod",
                     self._core.list_pod_for_all_namespaces,
                     {"field_selector": "spec.nodeName="},
-                    slim_pod,
+                    Slim(pod_fields, pod_model),
                 ),
             ],
         )

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import logging
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
+import orjson
 from kubernetes import watch as k8s_watch
 from kubernetes.client.exceptions import ApiException
 
@@ -34,9 +37,75 @@ def items_of(listing: Any) -> tuple[list[Any], str]:
     return listing.items, str(listing.metadata.resource_version)
 
 
-# A watch that reads the objects' JSON itself and turns each into what its consumer wants
-# (`cluster.pods.slim_pod`), instead of the client's model of the whole object.
-Decode = Callable[[dict[str, Any]], Any]
+@dataclass(frozen=True)
+class Slim:
+    """A watch that reads its objects' JSON itself: `fields` keeps what its consumer reads
+    (`cluster.pods.pod_fields`), `build` makes what the consumer gets of them
+    (`cluster.pods.pod_model`), instead of the client's model of the whole object.
+
+    An event that changes none of the kept fields is not passed on: the consumer would get
+    the very object it has. Most of a pod watch's events in a burst are such (the scheduler
+    rewriting why a pod waits, the kubelet reporting its containers), and each cost a model
+    and a turn of the consumer's loop."""
+
+    fields: Callable[[dict[str, Any]], dict[str, Any]]
+    build: Callable[[dict[str, Any]], Any]
+
+
+class _Kept:
+    """What a slim watch last passed on, per object: a digest of its kept fields."""
+
+    def __init__(self, slim: Slim) -> None:
+        self._slim = slim
+        self._digests: dict[str, bytes] = {}
+
+    def listed(self, kind: str, items: list[Any]) -> list[Any]:
+        self._digests.clear()
+        objects = (self.changed(kind, "ADDED", raw) for raw in items)
+        return [obj for obj in objects if obj is not None]
+
+    def changed(self, kind: str, event: str, raw: dict[str, Any]) -> Any:
+        """The consumer's object, or None: unchanged for it, or unreadable (logged, skipped:
+        it must not stop the watch, which would list it again and stop again, hiding every
+        other object)."""
+        try:
+            fields = self._slim.fields(raw)
+            key = _key(raw)
+            digest = _digest(fields)
+            if event == "DELETED":
+                self._digests.pop(key, None)
+            elif self._digests.get(key) == digest:
+                return None
+            obj = self._slim.build(fields)
+        except Exception as err:
+            name = (raw.get("metadata") or {}).get("name") if isinstance(raw, dict) else None
+            log.warning("%s %s skipped: it cannot be read: %s", kind, name or "?", err)
+            return None
+        if event != "DELETED":
+            self._digests[key] = digest
+        return obj
+
+
+def _digest(fields: dict[str, Any]) -> bytes:
+    try:
+        data = orjson.dumps(fields, option=orjson.OPT_SORT_KEYS)
+    except TypeError:  # an integer beyond 64 bits, which orjson refuses
+        data = json.dumps(fields, sort_keys=True).encode()
+    return hashlib.blake2b(data, digest_size=16).digest()
+
+
+def _loads(data: bytes) -> Any:
+    """orjson reads a burst's listing several times faster; what it refuses (an integer
+    beyond 64 bits) the standard library reads, as the watch itself does."""
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return json.loads(data)
+
+
+def _key(raw: dict[str, Any]) -> str:
+    metadata = raw["metadata"]
+    return str(metadata.get("uid") or f"{metadata.get('namespace')}/{metadata['name']}")
 
 
 def watch_forever(
@@ -45,21 +114,22 @@ def watch_forever(
     kwargs: dict[str, Any],
     emit: Emit,
     halt: threading.Event,
-    decode: Decode | None = None,
+    slim: Slim | None = None,
 ) -> None:
     """List, then watch from that resourceVersion; on any error or expiry, list again.
 
     A "SYNC" event carries the full listing, so the consumer can forget what it knew: that
     is how a restart or a 410 Gone stays correct.
     """
+    kept = _Kept(slim) if slim is not None else None
     while not halt.is_set():
         try:
-            if decode is None:
+            if kept is None:
                 items, version = items_of(list_fn(**kwargs))
             else:
-                listing = json.loads(list_fn(**kwargs, _preload_content=False).data)
+                listing = _loads(list_fn(**kwargs, _preload_content=False).data)
                 items, version = items_of(listing)
-                items = [d for d in (_decoded(kind, decode, item) for item in items) if d]
+                items = kept.listed(kind, items)
             emit(kind, "SYNC", items)
             while not halt.is_set():
                 # Bookmarks keep `version` current while nothing of this kind changes, so a
@@ -69,7 +139,7 @@ def watch_forever(
                     resource_version=version,
                     timeout_seconds=WATCH_TIMEOUT_S,
                     allow_watch_bookmarks=True,
-                    deserialize=decode is None,
+                    deserialize=kept is None,
                     **kwargs,
                 )
                 for event in stream:
@@ -78,7 +148,10 @@ def watch_forever(
                     version = resource_version(event["object"])
                     if event["type"] != "BOOKMARK":  # a bookmark only moves the version on
                         obj = event["object"]
-                        if decode is not None and not (obj := _decoded(kind, decode, obj)):
+                        if (
+                            kept is not None
+                            and (obj := kept.changed(kind, event["type"], obj)) is None
+                        ):
                             continue
                         emit(kind, event["type"], obj)
         except ApiException as err:
@@ -89,24 +162,13 @@ def watch_forever(
         halt.wait(RETRY_AFTER_ERROR_S)
 
 
-def _decoded(kind: str, decode: Decode, raw: dict[str, Any]) -> Any:
-    """The decoded object, or None (logged) for one that cannot be read: it must not stop
-    the watch, which would list it again and stop again, hiding every other object."""
-    try:
-        return decode(raw)
-    except Exception as err:
-        name = (raw.get("metadata") or {}).get("name") if isinstance(raw, dict) else None
-        log.warning("%s %s skipped: it cannot be read: %s", kind, name or "?", err)
-        return None
-
-
 def start_watches(
     loop: asyncio.AbstractEventLoop,
     queue: asyncio.Queue[tuple[str, str, Any]],
     halt: threading.Event,
-    watches: list[tuple[str, Callable[..., Any], dict[str, Any], Decode | None]],
+    watches: list[tuple[str, Callable[..., Any], dict[str, Any], Slim | None]],
 ) -> list[threading.Thread]:
-    """One thread per (kind, list function, its arguments, decode or None for the client's
+    """One thread per (kind, list function, its arguments, `Slim` or None for the client's
     models)."""
 
     def emit(kind: str, event: str, obj: Any) -> None:
@@ -115,11 +177,11 @@ def start_watches(
     threads = [
         threading.Thread(
             target=watch_forever,
-            args=(kind, list_fn, kwargs, emit, halt, decode),
+            args=(kind, list_fn, kwargs, emit, halt, slim),
             name=f"watch-{kind}",
             daemon=True,
         )
-        for kind, list_fn, kwargs, decode in watches
+        for kind, list_fn, kwargs, slim in watches
     ]
     for thread in threads:
         thread.start()

@@ -178,7 +178,10 @@ def test_a_slim_pod_reads_as_the_whole_one_to_every_watcher_rule() -> None:
     for rule in (is_unschedulable, is_left_alone, is_do_not_disrupt):
         assert rule(slim) == rule(whole)
     assert is_unschedulable(slim) and is_do_not_disrupt(slim)
-    assert slim.metadata.resource_version == "42"
+    # What changes on every write and no watcher reads: an event changing only these is
+    # no news (trigger.watch.Slim).
+    assert slim.metadata.resource_version is None
+    assert slim.status.conditions[0].message is None
     assert slim.status.conditions[0].last_transition_time == datetime(
         2026, 11, 26, 3, 0, 1, tzinfo=UTC
     )
@@ -216,3 +219,21 @@ def test_a_slim_pod_keeps_a_daemonset_pod_and_a_bound_one_what_they_are() -> Non
     slim = slim_pod(daemon)
     assert is_left_alone(slim) and slim.spec.node_name == "burst-abcde"
     assert pod_demand(slim).requests.pods == 1
+
+
+def test_the_node_watchers_view_of_a_bound_pod_keeps_what_its_node_holds_and_whether_it_is_done() -> (
+    None
+):
+    bound = copy.deepcopy(FULL_POD)
+    bound["spec"]["nodeName"] = "burst-abcde"
+    whole = k8s.ApiClient().deserialize(json.dumps(bound), "V1Pod", "application/json")
+    for phase in ("Pending", "Running"):
+        bound["status"]["phase"] = phase
+        view = slim_pod(bound, bound=True)
+        assert pod_demand(view).requests == pod_demand(whole).requests
+        assert is_do_not_disrupt(view) and not is_left_alone(view)
+        # Pending and Running are alike to it: the kubelet starting a pod is no news.
+        assert view == slim_pod(FULL_POD | {"spec": bound["spec"]}, bound=True)
+        assert view.status.conditions is None and view.spec.node_selector is None
+    bound["status"]["phase"] = "Succeeded"
+    assert is_left_alone(slim_pod(bound, bound=True))
