@@ -59,6 +59,7 @@ from kubernetes import watch as k8s_watch
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client
+from temporalio.service import RPCError, RPCStatusCode
 
 from api.messages import claim_workflow_id
 from api.nodepool.messages import pool_workflow_id
@@ -137,6 +138,10 @@ class Report:
     # The pool's workflow tasks that timed out (a task left on a killed worker's sticky
     # queue, or started there): whether a kill stalled the pool or only claims.
     pool_task_timeouts: int = 0
+    # How long the pool's activities waited from scheduled to started ({"p50", "p99",
+    # "max"}): at once when handed back eagerly with the workflow task's answer, later
+    # when left to the task queue.
+    pool_activity_start_wait_s: dict[str, float] = field(default_factory=dict)
     # Whether the killed worker ran the pool's last workflow task before the kill: a kill
     # there stalls every pod still waiting, elsewhere only the claims it held.
     killed_worker_held_pool: bool | None = None
@@ -292,18 +297,36 @@ class PoolStages:
     plans: int = 0
     cost_eur_per_hour: float = 0.0  # the claims it started, at their first offering
     task_timeouts: int = 0
+    activity_start_waits: list[float] = field(default_factory=list)
     task_starts: list[tuple[float, str]] = field(default_factory=list)  # (when, worker identity)
 
 
 async def pool_stages(client: Client) -> PoolStages:
     stages = PoolStages()
     signalled, planned = stages.signalled, stages.planned
-    query = f"WorkflowId = '{pool_workflow_id(NAMESPACE, POOL)}'"
-    async for execution in client.list_workflows(query):
-        handle = client.get_workflow_handle(execution.id, run_id=execution.run_id)
+    # Every run, newest first, each found from the one that continued it: the visibility
+    # list is written after the fact and could miss a run started moments before.
+    workflow_id = pool_workflow_id(NAMESPACE, POOL)
+    try:
+        run_id: str | None = (await client.get_workflow_handle(workflow_id).describe()).run_id
+    except RPCError as err:
+        if err.status != RPCStatusCode.NOT_FOUND:
+            raise
+        run_id = None
+    while run_id:
+        handle = client.get_workflow_handle(workflow_id, run_id=run_id)
+        run_id = None
         plan_pods: dict[int, list[str]] = {}
+        scheduled_at: dict[int, float] = {}
         async for event in handle.fetch_history_events():
             kind = event.event_type
+            if kind == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED:
+                started = event.workflow_execution_started_event_attributes
+                run_id = started.continued_execution_run_id or None
+            if kind == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED:
+                scheduled = event.activity_task_started_event_attributes.scheduled_event_id
+                if scheduled in scheduled_at:
+                    stages.activity_start_waits.append(_at(event) - scheduled_at[scheduled])
             if kind == EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT:
                 stages.task_timeouts += 1
             elif kind == EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED:
@@ -320,6 +343,7 @@ async def pool_stages(client: Client) -> PoolStages:
                     stages.pods_in_signals += 1
                     _earliest(signalled, pod["name"], _at(event))
             elif kind == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+                scheduled_at[event.event_id] = _at(event)
                 attributes = event.activity_task_scheduled_event_attributes
                 if attributes.activity_type.name == "plan_capacity":
                     request = _payload(attributes.input) or {}
@@ -515,6 +539,8 @@ async def run_split(args: argparse.Namespace) -> Report:
         report.pods_in_demand_signals = from_pool.pods_in_signals
         report.usage_signals = from_pool.usage_signals
         report.pool_task_timeouts = from_pool.task_timeouts
+        if from_pool.activity_start_waits:
+            report.pool_activity_start_wait_s = _percentiles(from_pool.activity_start_waits)
         report.killed_worker_held_pool = held_pool(report, from_pool)
         report.cost_eur_per_hour = round(from_pool.cost_eur_per_hour, 4)
         starts = await claim_starts(client, set(node_of.values()))
@@ -707,6 +733,11 @@ def table(report: Report) -> str:
     ]
     if parts:
         lines.append("  claim started → create call, per claim p50/p99: " + ", ".join(parts))
+    if wait := report.pool_activity_start_wait_s:
+        lines.append(
+            f"  pool's activities, scheduled → started: p50 {wait['p50']:.3f} s, "
+            f"p99 {wait['p99']:.3f} s, max {wait['max']:.3f} s"
+        )
     lines.append(
         "  CPU s during the burst: "
         + ", ".join(f"{name} {cpu}" for name, cpu in report.cpu_s_during_burst.items())

@@ -99,6 +99,9 @@ def build_workers(
             nonsticky_to_sticky_poll_ratio=SHARED_QUEUE_POLL_SHARE,
             max_concurrent_activities=settings.max_concurrent_activities,
             max_concurrent_local_activities=settings.max_concurrent_local_activities,
+            max_eager_activity_reservations_per_workflow_task=(
+                settings.eager_activities_per_workflow_task
+            ),
             max_cached_workflows=settings.max_cached_workflows,
             interceptors=[HeartbeatInterceptor()],
             sticky_queue_schedule_to_start_timeout=timedelta(

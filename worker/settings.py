@@ -84,6 +84,12 @@ class Settings(BaseSettings):
     # workflow task open waiting for one. As many as activities: 1,000 claims scaled down at
     # once queue their mirror writes here (with 16, that teardown took 404 s; with 64, 313 s).
     max_concurrent_local_activities: int = Field(default=64, ge=1)
+    # Activities a workflow task's completion may start on this worker at once (eager
+    # execution: Temporal hands them back in its answer, no task queue between). The SDK's
+    # default, 3, left the fourth of a pool's round (a plan beside the previous round's
+    # claim starts, Events and status) to the task queue, where it waited 0.1-1.3 s in a
+    # burst (docs/benchmarks.md "Eighteenth pass"). Slots come from the activities' above.
+    eager_activities_per_workflow_task: int = Field(default=8, ge=1)
     # Workflows kept in memory between their tasks, by each task queue's worker: the claims'
     # fills it, the pools' holds a few pools and schedules. Each cached claim holds about
     # half a megabyte (docs/benchmarks.md "Scale"): the SDK's default of 1,000 put 1,000 live
