@@ -118,6 +118,12 @@ def pod_fields(raw: dict[str, Any], *, bound: bool = False) -> dict[str, Any]:
     return fields
 
 
+def bound_pod_fields(raw: dict[str, Any]) -> dict[str, Any]:
+    """A bound pod as the node watcher reads it: the kubelet's reports of it (its
+    readiness, its containers starting) are no news there."""
+    return pod_fields(raw, bound=True)
+
+
 def pod_model(fields: dict[str, Any]) -> k8s.V1Pod:
     """The client's model of a pod's `pod_fields`."""
     try:

@@ -34,7 +34,7 @@ from api.messages import NodeObservation, ScaleDownRequest, claim_workflow_id
 from api.nodepool.messages import NodeUsage, pool_workflow_id
 from api.planning import Resources
 from cluster.interruption import interruption_notice
-from cluster.pods import is_do_not_disrupt, is_left_alone, pod_fields, pod_model
+from cluster.pods import bound_pod_fields, is_do_not_disrupt, is_left_alone, pod_model
 from cluster.requirements import pod_demand
 from trigger.peers import TriggerPeers
 from trigger.watch import Slim, start_watches
@@ -128,7 +128,7 @@ class NodeWatcher:
                     "pod",
                     self._core.list_pod_for_all_namespaces,
                     {"field_selector": "spec.nodeName!="},
-                    Slim(_bound_pod_fields, pod_model),
+                    Slim(bound_pod_fields, pod_model),
                 ),
                 (
                     "nodeclaim",
@@ -469,9 +469,3 @@ def _node_view(node: Any) -> _NodeView | None:
         interruption=interruption_notice(node),
         capacity=dict((node.status.capacity if node.status else None) or {}),
     )
-
-
-def _bound_pod_fields(raw: dict[str, Any]) -> dict[str, Any]:
-    """A bound pod as this watcher reads it: the kubelet's reports of it (its readiness,
-    its containers starting) are no news here."""
-    return pod_fields(raw, bound=True)

@@ -13,9 +13,8 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from cluster.pods import pod_fields, pod_model
+from cluster.pods import bound_pod_fields, pod_fields, pod_model
 from sim.kubeapi import KubeApiServer
-from trigger.nodes import _bound_pod_fields
 from trigger.watch import Slim, watch_forever
 
 WAIT_S = 10.0
@@ -122,7 +121,7 @@ def test_a_bound_pods_readiness_is_no_news_to_the_node_watcher_its_finishing_is(
     core: Any, ns: str
 ) -> None:
     core.create_namespaced_pod(ns, _pod("job", node="burst-abcde"))
-    watching = Watching(core, ns, "spec.nodeName!=", Slim(_bound_pod_fields, pod_model))
+    watching = Watching(core, ns, "spec.nodeName!=", Slim(bound_pod_fields, pod_model))
     try:
         assert watching.next()[0] == "SYNC"
         ready = {"type": "Ready", "status": "True", "lastTransitionTime": "2026-11-28T14:00:01Z"}
