@@ -138,8 +138,3 @@ def pod_model(fields: dict[str, Any]) -> k8s.V1Pod:
     if pod is None:  # from_dict gives None only for None
         raise ValueError("no pod")
     return pod
-
-
-def slim_pod(raw: dict[str, Any], *, bound: bool = False) -> k8s.V1Pod:
-    """A pod as the watchers need it, from its JSON."""
-    return pod_model(pod_fields(raw, bound=bound))

@@ -71,17 +71,17 @@ class _Kept:
         try:
             fields = self._slim.fields(raw)
             key = _key(raw)
-            digest = _digest(fields)
-            if event == "DELETED":
-                self._digests.pop(key, None)
-            elif self._digests.get(key) == digest:
+            digest = None if event == "DELETED" else _digest(fields)
+            if digest is not None and self._digests.get(key) == digest:
                 return None
             obj = self._slim.build(fields)
         except Exception as err:
             name = (raw.get("metadata") or {}).get("name") if isinstance(raw, dict) else None
             log.warning("%s %s skipped: it cannot be read: %s", kind, name or "?", err)
             return None
-        if event != "DELETED":
+        if digest is None:
+            self._digests.pop(key, None)
+        else:
             self._digests[key] = digest
         return obj
 

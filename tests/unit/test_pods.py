@@ -6,11 +6,19 @@ from __future__ import annotations
 import copy
 import json
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 from kubernetes import client as k8s
 
-from cluster.pods import is_do_not_disrupt, is_left_alone, is_unschedulable, slim_pod
+from cluster.pods import (
+    bound_pod_fields,
+    is_do_not_disrupt,
+    is_left_alone,
+    is_unschedulable,
+    pod_fields,
+    pod_model,
+)
 from cluster.requirements import pod_demand
 
 
@@ -96,6 +104,18 @@ def test_only_a_pod_the_scheduler_found_no_room_for_asks_for_a_node(
 
 # A pod as an API server sends it, with what the watchers leave out (images, env, probes,
 # volumes, statuses, managed fields) and all they read.
+
+
+def slim_pod(raw: dict[str, Any]) -> k8s.V1Pod:
+    """A pod as the pending-pod trigger's watch reads it."""
+    return pod_model(pod_fields(raw))
+
+
+def bound_view(raw: dict[str, Any]) -> k8s.V1Pod:
+    """A bound pod as the node watcher's watch reads it."""
+    return pod_model(bound_pod_fields(raw))
+
+
 FULL_POD = {
     "apiVersion": "v1",
     "kind": "Pod",
@@ -229,11 +249,11 @@ def test_the_node_watchers_view_of_a_bound_pod_keeps_what_its_node_holds_and_whe
     whole = k8s.ApiClient().deserialize(json.dumps(bound), "V1Pod", "application/json")
     for phase in ("Pending", "Running"):
         bound["status"]["phase"] = phase
-        view = slim_pod(bound, bound=True)
+        view = bound_view(bound)
         assert pod_demand(view).requests == pod_demand(whole).requests
         assert is_do_not_disrupt(view) and not is_left_alone(view)
         # Pending and Running are alike to it: the kubelet starting a pod is no news.
-        assert view == slim_pod(FULL_POD | {"spec": bound["spec"]}, bound=True)
+        assert view == bound_view(FULL_POD | {"spec": bound["spec"]})
         assert view.status.conditions is None and view.spec.node_selector is None
     bound["status"]["phase"] = "Succeeded"
-    assert is_left_alone(slim_pod(bound, bound=True))
+    assert is_left_alone(bound_view(bound))
