@@ -132,8 +132,11 @@ async def test_two_triggers_tell_each_node_once_and_take_over_a_crashed_ones_nod
             crashing.kill()  # no Lease released: the other waits for it to run out
             orphaned = next(p for p, node in node_of.items() if trigger_for(node, BOTH) == CRASHING)
             await in_thread(stack.core.delete_namespaced_pod, f"{orphaned}-pod", "default")
-            # Its claim hears the node went empty (from the trigger still running, once the
-            # crashed one's Lease ran out), and lets the node go after the pool's empty TTL.
+            # The trigger still running takes the crashed one's nodes once its Lease ran out
+            # (the claim's own safety-net poll could let the node go even sooner: wait for
+            # the takeover itself, not only for its effect).
+            await eventually(lambda: asyncio.sleep(0, peers.triggers), lambda t: t == [STAYING], 60)
+            # Its claim hears the node went empty and lets it go after the pool's empty TTL.
             await eventually(
                 lambda: asyncio.sleep(
                     0,
@@ -142,7 +145,6 @@ async def test_two_triggers_tell_each_node_once_and_take_over_a_crashed_ones_nod
                 lambda vms: vms == [],
                 90,
             )
-            assert peers.triggers == [STAYING]
     finally:
         crashing.stop()
         for pool in pools:
