@@ -9,6 +9,7 @@ error). Whatever the input, the only error raised is ValueError.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from decimal import MAX_EMAX, MIN_EMIN, Context, Decimal, DecimalException, localcontext
@@ -53,6 +54,14 @@ def parse_quantity(value: str | int | float) -> Decimal:
         return Decimal(str(value))
     if not isinstance(value, str):
         raise ValueError(f"a quantity is a string or a number, not {type(value).__name__}")
+    return _parse_text(value)
+
+
+# A burst's pods ask for a handful of distinct quantities ("500m", "1Gi"), read for each pod
+# and container by the trigger and the planner: each text is worked out once (a Decimal is
+# immutable; a refused text is not kept, it raises again).
+@functools.lru_cache(maxsize=4096)
+def _parse_text(value: str) -> Decimal:
     text = value.strip()
     match = _QUANTITY.match(text) if len(text) <= MAX_QUANTITY_LENGTH else None
     if match is None:

@@ -7,13 +7,14 @@ import hashlib
 import json
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
 from kubernetes import watch as k8s_watch
 from kubernetes.client.exceptions import ApiException
+from kubernetes.watch.watch import iter_resp_lines
 
 log = logging.getLogger(__name__)
 
@@ -103,6 +104,36 @@ def _loads(data: bytes) -> Any:
         return json.loads(data)
 
 
+def _raw_events(
+    list_fn: Callable[..., Any], kwargs: dict[str, Any], version: str
+) -> Iterator[dict[str, Any]]:
+    """One watch request's events as JSON, each line read with orjson. The client's
+    `Watch.stream(deserialize=False)` reads them with the standard library, and meets an
+    ERROR event (a 410 the API server sends inside the stream) with a `KeyError`, hiding
+    the error; here it is the `ApiException` it stands for."""
+    response = list_fn(
+        **kwargs,
+        watch=True,
+        resource_version=version,
+        timeout_seconds=WATCH_TIMEOUT_S,
+        allow_watch_bookmarks=True,
+        _preload_content=False,
+    )
+    try:
+        if not 200 <= response.status <= 299:
+            raise ApiException(http_resp=response)
+        for line in iter_resp_lines(response):
+            event = _loads(line)
+            if event["type"] == "ERROR":
+                status = event.get("object") or {}
+                reason = f"{status.get('reason')}: {status.get('message')}"
+                raise ApiException(status=status.get("code"), reason=reason)
+            yield event
+    finally:
+        response.close()
+        response.release_conn()
+
+
 def _key(raw: dict[str, Any]) -> str:
     metadata = raw["metadata"]
     return str(metadata.get("uid") or f"{metadata.get('namespace')}/{metadata['name']}")
@@ -134,13 +165,16 @@ def watch_forever(
             while not halt.is_set():
                 # Bookmarks keep `version` current while nothing of this kind changes, so a
                 # quiet watch resumes instead of expiring (410) and re-listing everything.
-                stream = k8s_watch.Watch().stream(
-                    list_fn,
-                    resource_version=version,
-                    timeout_seconds=WATCH_TIMEOUT_S,
-                    allow_watch_bookmarks=True,
-                    deserialize=kept is None,
-                    **kwargs,
+                stream = (
+                    k8s_watch.Watch().stream(
+                        list_fn,
+                        resource_version=version,
+                        timeout_seconds=WATCH_TIMEOUT_S,
+                        allow_watch_bookmarks=True,
+                        **kwargs,
+                    )
+                    if kept is None
+                    else _raw_events(list_fn, kwargs, version)
                 )
                 for event in stream:
                     if halt.is_set():

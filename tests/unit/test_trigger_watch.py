@@ -1,6 +1,7 @@
 """The trigger's pod watches pass on only the events that change what their watcher reads:
 the scheduler rewriting why a pod waits and the kubelet reporting a running pod's readiness
-are most of a burst's pod events, and news to no watcher. Against the emulator's real watch."""
+are most of a burst's pod events, and news to no watcher. A watch the API server expires
+lists again quietly. Against the emulator's real watch."""
 
 from __future__ import annotations
 
@@ -137,3 +138,57 @@ def test_a_bound_pods_readiness_is_no_news_to_the_node_watcher_its_finishing_is(
         assert pod.spec.containers[0].resources.requests == {"cpu": "1"}
     finally:
         watching.stop()
+
+
+def test_a_watch_the_api_server_expired_lists_again_without_a_false_alarm(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # A server keeping few events: writes between the listing and the watch push the
+    # listing's resourceVersion out, and the watch gets 410 Expired inside its stream.
+    server = KubeApiServer(host="127.0.0.1", port=0, event_log_size=3)
+    server.start()
+    api = server.api_client()
+    core = client.CoreV1Api(api)
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name="busy")))
+    core.create_namespaced_pod("busy", _pod("web"))
+    listings = 0
+
+    def list_then_churn(**kwargs: Any) -> Any:
+        nonlocal listings
+        answer = core.list_namespaced_pod(**kwargs)
+        if not kwargs.get("watch"):
+            listings += 1
+            if listings == 1:
+                for n in range(5):
+                    labels = {"metadata": {"labels": {"n": str(n)}}}
+                    core.patch_namespaced_pod("web", "busy", labels)
+        return answer
+
+    events: queue.Queue[tuple[str, Any]] = queue.Queue()
+    halt = threading.Event()
+    watching = threading.Thread(
+        target=watch_forever,
+        args=(
+            "pod",
+            list_then_churn,
+            {"namespace": "busy"},
+            lambda _kind, event, obj: events.put((event, obj)),
+            halt,
+            Slim(pod_fields, pod_model),
+        ),
+        daemon=True,
+    )
+    try:
+        with caplog.at_level("WARNING", logger="trigger.watch"):
+            watching.start()
+            event, first = events.get(timeout=WAIT_S)
+            assert event == "SYNC" and first[0].metadata.labels is None
+            # Listed again, with what the expired watch missed.
+            event, again = events.get(timeout=WAIT_S)
+            assert event == "SYNC" and again[0].metadata.labels == {"n": "4"}
+        # An expired watch is routine: re-listed, not reported as a failure.
+        assert not [r for r in caplog.records if "watch failed" in r.getMessage()]
+    finally:
+        halt.set()
+        api.close()
+        server.stop()
