@@ -47,7 +47,7 @@ from reporting import metrics
 from reporting.events import record_event
 from trigger.verdicts import INVALID_SPEC, SpecVerdicts
 from trigger.watch import Slim, start_watches
-from worker.settings import BATCH_IDLE_S, BATCH_MAX_S, Settings
+from worker.settings import BATCH_IDLE_S, BATCH_MAX_S, PENDING_RESEND_S, Settings
 from worker.telemetry import tracer
 from workflows.nodepool import NodePoolWorkflow
 
@@ -66,6 +66,8 @@ class BatchWindows(BaseModel):
     max_s: float = BATCH_MAX_S
     # What the pools it starts hold back for more of a burst (NodePoolInput).
     partial_node_hold_s: float = PARTIAL_NODE_HOLD_S
+    # How often a pool with waiting pods hears all of them again (`Settings`).
+    resend_s: float = PENDING_RESEND_S
 
     @classmethod
     def of(cls, settings: Settings) -> BatchWindows:
@@ -73,6 +75,7 @@ class BatchWindows(BaseModel):
             idle_s=settings.batch_idle_s,
             max_s=settings.batch_max_s,
             partial_node_hold_s=settings.partial_node_hold_s,
+            resend_s=settings.pending_resend_s,
         )
 
 
@@ -139,6 +142,7 @@ class PendingPodTrigger:
         # What each pool was last told of its specs: a NodePool's own status writes (and
         # every other pool's) come back as events, which are no news for a pool.
         self._specs_told: dict[PoolKey, PoolSpecs] = {}  # `observed_at` left out
+        self._resent_at = time.monotonic()
         self.updates_sent = 0
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -168,6 +172,7 @@ class PendingPodTrigger:
                         await self._apply_logged(*queue.get_nowait())
                 except TimeoutError:
                     pass
+                self._resend_due()
                 await self._flush_due()
         finally:
             halt.set()
@@ -291,12 +296,28 @@ class PendingPodTrigger:
         where it would be planned a node again once its nomination lapsed."""
         if not self._pods_synced:
             return
-        for key in self._pools:
+        self._resync(set(self._pools))
+
+    def _resync(self, pools: set[PoolKey]) -> None:
+        for key in pools:
             self._batch(key).full_resync = True
         # A full resync replaces the pool's pending set: it carries every pod still pending.
         for uid, key in self._pending.items():
-            if key in self._pools:
+            if key in pools:
                 self._batch(key).add(self._pending_demand[uid])
+
+    def _resend_due(self) -> None:
+        """Level-triggered, as an informer's resync period is: every `resend_s`, each pool
+        with pods still waiting hears its whole pending set again. The trigger sends a pod
+        when it changes; a pod its pool never heard of (its workflow terminated by hand and
+        started anew by the next demand) would otherwise wait for the trigger's next
+        re-list, which a healthy watch never needs."""
+        now = time.monotonic()
+        if now - self._resent_at < self._windows.resend_s:
+            return
+        self._resent_at = now
+        if self._pods_synced:
+            self._resync({key for key in self._pending.values() if key in self._pools})
 
     def _apply_pod_logged(self, event: str, pod: Any) -> None:
         """One pod the trigger cannot read (a malformed quantity the API server let through

@@ -42,6 +42,7 @@ CONFIG_FILE_ENV = "CLOUDBURST_CONFIG_FILE"
 
 BATCH_IDLE_S = 0.2
 BATCH_MAX_S = 0.5
+PENDING_RESEND_S = 300.0
 
 
 class WorkerQueues(StrEnum):
@@ -128,6 +129,12 @@ class Settings(BaseSettings):
     # `partial_node_hold_s`, for the rest to be packed with it (docs/benchmarks.md "Burst").
     batch_idle_s: float = Field(default=BATCH_IDLE_S, gt=0)
     batch_max_s: float = Field(default=BATCH_MAX_S, gt=0)
+    # Like an informer's resync period: every `pending_resend_s`, each pool with pods still
+    # waiting hears its whole pending set again, so a pod its pool never heard of (the
+    # pool's workflow terminated by hand, then started anew) is planned then, instead of
+    # at the trigger's next re-list. Only pools with waiting pods: an idle pool hears
+    # nothing.
+    pending_resend_s: float = Field(default=PENDING_RESEND_S, gt=0)
     # Bounded: it becomes a pool's durable timer, and a duration no timer can hold would
     # fail the pool's workflow task, not this setting.
     partial_node_hold_s: float = Field(default=PARTIAL_NODE_HOLD_S, ge=0, le=60)

@@ -324,6 +324,7 @@ async def running_trigger(
     hold_s: float = 0.3,
     pool_task_timeout: timedelta | None = None,
     claim_task_timeout: timedelta | None = None,
+    resend_s: float = 300.0,
 ) -> AsyncIterator[PendingPodTrigger]:
     """The pending-pod trigger with short batching windows (and pools holding partly
     filled nodes back briefly), feeding this test's task queue."""
@@ -333,7 +334,9 @@ async def running_trigger(
         stack.kube,
         task_queue=stack.task_queue,
         cluster_id=CLUSTER_ID,
-        windows=BatchWindows(idle_s=idle_s, max_s=max_s, partial_node_hold_s=hold_s),
+        windows=BatchWindows(
+            idle_s=idle_s, max_s=max_s, partial_node_hold_s=hold_s, resend_s=resend_s
+        ),
         claim_timings=timings,
         tenancy=stack.settings.tenancy(),
         pool_task_timeout=pool_task_timeout,

@@ -151,6 +151,39 @@ async def test_pending_pods_get_nodes_then_leave(stack: Stack) -> None:
         )
 
 
+async def test_a_pool_workflow_terminated_by_hand_hears_its_waiting_pods_again(
+    stack: Stack,
+) -> None:
+    """The trigger sends a pod when it changes. An operator terminating a pool's workflow
+    (it runs on, without one) must not leave the pods its pool had heard of waiting for
+    good: the trigger sends each pool its waiting pods again every `resend_s`, and the
+    first such demand starts the pool anew."""
+    make_pool(stack.kube, "resend", empty_ttl=2)
+    workflow_id = pool_workflow_id("default", "resend")
+    async with running_trigger(stack, resend_s=3) as trigger:
+        await in_thread(stack.core.create_namespaced_pod, "default", pool_pod("resend-0", "resend"))
+        # No worker yet: the pool's workflow heard of the pod and planned nothing.
+        first = await eventually(
+            lambda: stack.temporal.get_workflow_handle(workflow_id).describe(),
+            lambda described: described is not None,
+        )
+        await stack.temporal.get_workflow_handle(workflow_id).terminate("an operator's mistake")
+        async with in_process_worker(stack), running_watcher(stack.temporal, stack.kube):
+            await eventually(lambda: pods_of(stack, "resend"), all_running(1), timeout_s=60)
+            described = await stack.temporal.get_workflow_handle(workflow_id).describe()
+            assert described.run_id != first.run_id
+            await delete_pods(stack, "resend")
+            await eventually(
+                lambda: asyncio.sleep(0, vms_of_pool(stack.cluster, "resend")),
+                lambda v: v == [],
+                60,
+            )
+            # Nothing waits: the pool hears nothing more (an idle pool's history stays still).
+            sent = trigger.updates_sent
+            await asyncio.sleep(7)
+            assert trigger.updates_sent == sent
+
+
 async def test_a_burst_writes_nominated_events_as_karpenter_does(stack: Stack) -> None:
     """Every pod of a burst gets its node, but the API server is not asked for an Event per
     pod: the first 10 Nominated Events, then 5 a second (Karpenter's rate)."""
