@@ -148,7 +148,7 @@ def test_a_watch_the_api_server_expired_lists_again_without_a_false_alarm(
     server = KubeApiServer(host="127.0.0.1", port=0, event_log_size=3)
     server.start()
     api = server.api_client()
-    core = client.CoreV1Api(api)
+    core: Any = client.CoreV1Api(api)
     core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name="busy")))
     core.create_namespaced_pod("busy", _pod("web"))
     listings = 0
