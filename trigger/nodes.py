@@ -381,21 +381,33 @@ class NodeWatcher:
         self._usage_told_at = asyncio.get_running_loop().time()
         by_pool: dict[tuple[str, str], NodeUsage] = {}
         telling: dict[tuple[str, str], dict[str, Resources]] = {}  # pool -> node -> requested
+        unclaimed: set[str] = set()
         for name in sorted(self._usage_changed):
             node = self._view.nodes.get(name)
-            pool = self._claim_pools.get(node.claim) if node else None
-            if node is None or pool is None or not self._mine(name):
+            if node is None or not self._mine(name):
+                continue
+            pool = self._claim_pools.get(node.claim)
+            if pool is None:
+                if node.claim and node.ready and self._is_new(name):
+                    # Its NodeClaim is not listed yet (a restarted watcher lists the kinds
+                    # in any order): told once it is, while the node is new (a node not
+                    # Ready holds no pods; its turning Ready is news again).
+                    unclaimed.add(name)
                 continue
             pods = self._view.pods.get(name, {}).values()
             requested = sum((p.requests for p in pods), Resources())
-            bound = self._newly_bound.get(name, [])
-            if requested == self._usage_told.get(name, Resources()) and not bound:
+            newly_bound = self._newly_bound.get(name)
+            if requested == self._usage_told.get(name, Resources()) and not newly_bound:
                 continue  # nothing new (a node that took no pod yet is not news either)
             usage = by_pool.setdefault(pool, NodeUsage(observed_at=datetime.now(UTC)))
             usage.requested[node.claim] = requested
-            usage.bound += bound
+            # Every pod on the node, not only those bound since the last report: after a
+            # re-list (a restarted trigger) none is newly bound, and a pod its pool still
+            # holds as pending would count twice there (in `requested` and as nominated to
+            # the node), so the pool would plan it a second node.
+            usage.bound += list(self._view.pods.get(name, {}))
             telling.setdefault(pool, {})[name] = requested
-        self._usage_changed.clear()
+        self._usage_changed = unclaimed
         self._newly_bound.clear()
         self._usage_told = {n: r for n, r in self._usage_told.items() if n in self._view.nodes}
         for pool, usage in by_pool.items():

@@ -184,6 +184,37 @@ async def test_a_pool_workflow_terminated_by_hand_hears_its_waiting_pods_again(
             assert trigger.updates_sent == sent
 
 
+async def test_a_restarted_watcher_tells_the_pool_what_its_node_already_holds(
+    stack: Stack,
+) -> None:
+    """A trigger restarted while its pool still holds a bound pod as pending (the restart
+    lost the word that it was bound): the new node watcher's first report of the node says
+    which pods it holds, or the pool counts the pod twice (in the node's requests and as
+    nominated there) and plans it a second node."""
+    make_pool(stack.kube, "relist", empty_ttl=30)
+    async with in_process_worker(stack):
+        async with running_trigger(stack):
+            # More than half a small node: counted twice, it no longer fits its node.
+            pod = pool_pod("relist-0", "relist", cpu="1500m", memory="1Gi")
+            await in_thread(stack.core.create_namespaced_pod, "default", pod)
+            await eventually(
+                lambda: pool_status(stack, "relist"),
+                lambda s: len(s.claims) == 1 and s.pending_pods == 1,
+            )
+        # The trigger is gone before the pod is bound. The claim sees its node Ready by its own poll; the scheduler binds the pod.
+        await eventually(lambda: pods_of(stack, "relist"), all_running(1), timeout_s=60)
+        status = await pool_status(stack, "relist")
+        assert status.pending_pods == 1  # nobody told the pool it was bound
+        async with running_watcher(stack.temporal, stack.kube):
+            status = await eventually(
+                lambda: pool_status(stack, "relist"), lambda s: s.pending_pods == 0
+            )
+            await asyncio.sleep(2)  # a replan would have started a claim by now
+            status = await pool_status(stack, "relist")
+            assert len(status.claims) == 1, [c.name for c in status.claims]
+        await delete_pods(stack, "relist")
+
+
 async def test_a_burst_writes_nominated_events_as_karpenter_does(stack: Stack) -> None:
     """Every pod of a burst gets its node, but the API server is not asked for an Event per
     pod: the first 10 Nominated Events, then 5 a second (Karpenter's rate)."""
