@@ -394,8 +394,8 @@ class NodeWatcher:
                     # Ready holds no pods; its turning Ready is news again).
                     unclaimed.add(name)
                 continue
-            pods = self._view.pods.get(name, {}).values()
-            requested = sum((p.requests for p in pods), Resources())
+            on_node = self._view.pods.get(name, {})
+            requested = sum((p.requests for p in on_node.values()), Resources())
             newly_bound = self._newly_bound.get(name)
             if requested == self._usage_told.get(name, Resources()) and not newly_bound:
                 continue  # nothing new (a node that took no pod yet is not news either)
@@ -405,7 +405,7 @@ class NodeWatcher:
             # re-list (a restarted trigger) none is newly bound, and a pod its pool still
             # holds as pending would count twice there (in `requested` and as nominated to
             # the node), so the pool would plan it a second node.
-            usage.bound += list(self._view.pods.get(name, {}))
+            usage.bound += list(on_node)
             telling.setdefault(pool, {})[name] = requested
         self._usage_changed = unclaimed
         self._newly_bound.clear()

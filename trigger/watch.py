@@ -104,21 +104,12 @@ def _loads(data: bytes) -> Any:
         return json.loads(data)
 
 
-def _raw_events(
-    list_fn: Callable[..., Any], kwargs: dict[str, Any], version: str
-) -> Iterator[dict[str, Any]]:
+def _raw_events(list_fn: Callable[..., Any], kwargs: dict[str, Any]) -> Iterator[dict[str, Any]]:
     """One watch request's events as JSON, each line read with orjson. The client's
     `Watch.stream(deserialize=False)` reads them with the standard library, and meets an
     ERROR event (a 410 the API server sends inside the stream) with a `KeyError`, hiding
     the error; here it is the `ApiException` it stands for."""
-    response = list_fn(
-        **kwargs,
-        watch=True,
-        resource_version=version,
-        timeout_seconds=WATCH_TIMEOUT_S,
-        allow_watch_bookmarks=True,
-        _preload_content=False,
-    )
+    response = list_fn(**kwargs, watch=True, _preload_content=False)
     try:
         if not 200 <= response.status <= 299:
             raise ApiException(http_resp=response)
@@ -165,16 +156,16 @@ def watch_forever(
             while not halt.is_set():
                 # Bookmarks keep `version` current while nothing of this kind changes, so a
                 # quiet watch resumes instead of expiring (410) and re-listing everything.
+                watching = {
+                    **kwargs,
+                    "resource_version": version,
+                    "timeout_seconds": WATCH_TIMEOUT_S,
+                    "allow_watch_bookmarks": True,
+                }
                 stream = (
-                    k8s_watch.Watch().stream(
-                        list_fn,
-                        resource_version=version,
-                        timeout_seconds=WATCH_TIMEOUT_S,
-                        allow_watch_bookmarks=True,
-                        **kwargs,
-                    )
+                    k8s_watch.Watch().stream(list_fn, **watching)
                     if kept is None
-                    else _raw_events(list_fn, kwargs, version)
+                    else _raw_events(list_fn, watching)
                 )
                 for event in stream:
                     if halt.is_set():
