@@ -56,6 +56,16 @@ log = logging.getLogger(__name__)
 TOKEN_NAMESPACE = "kube-system"
 TOKEN_SECRET_TYPE = "bootstrap.kubernetes.io/token"
 TOKEN_GROUPS = "system:bootstrappers:kubeadm:default-node-token"
+# Each token also carries a group naming its claim (`claim_token_group`), so that a CSR
+# approver can tell which claim's token asked for a node's client certificate.
+CLAIM_GROUP_PREFIX = "system:bootstrappers:cloudburst:nodeclaim:"
+CLAIM_GROUP_HASH_PREFIX = "system:bootstrappers:cloudburst:nodeclaim-sha256:"
+# The API server's pattern for a token's extra groups (k8s.io/cluster-bootstrap,
+# token/api BootstrapGroupPattern): one group outside it and the token authenticates nobody.
+_BOOTSTRAP_GROUP = re.compile(r"\Asystem:bootstrappers:[a-z0-9:-]{0,255}[a-z0-9]\Z")
+# The clouds whose instance metadata service the first-boot script asks for the VM's
+# identity (the kubelet's --provider-id); the fake cloud's kubelet sets its own.
+METADATA_PROVIDERS = ("aws", "gcp", "azure", "hetzner", "scaleway", "digitalocean", "ovh")
 TOKEN_ALPHABET = string.ascii_lowercase + string.digits
 TOKEN_PURPOSE = "bootstrap-token"
 SCRIPT_PURPOSE = "bootstrap-script"
@@ -90,6 +100,8 @@ _LABEL_KEY = re.compile(
 )
 _LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
 _K8S_VERSION = re.compile(r"^v?(\d+)\.(\d+)\.(\d+)$")
+# A region as a providerID path segment (and safe unquoted in YAML).
+_REGION = re.compile(r"^[A-Za-z0-9._-]{1,63}$")
 
 
 class _Template(string.Template):
@@ -124,6 +136,22 @@ def new_token() -> tuple[str, str]:
     return token_id, token_secret
 
 
+def claim_token_group(namespace: str, claim_name: str) -> str:
+    """The extra group naming the claim whose join token carries it.
+
+    `system:bootstrappers:cloudburst:nodeclaim:<namespace>:<name>`, each '.' of the name
+    written ':' (the API server allows only [a-z0-9:-] there). A namespace has neither '.'
+    nor ':' and a name no ':', so the first ':' after the prefix ends the namespace and the
+    group names one claim only. Where that would not fit the pattern (256 characters after
+    `system:bootstrappers:`), `...:nodeclaim-sha256:<hex>` of `<namespace>/<name>` does.
+    """
+    readable = f"{CLAIM_GROUP_PREFIX}{namespace}:{claim_name.replace('.', ':')}"
+    if ":" not in namespace + claim_name and _BOOTSTRAP_GROUP.match(readable):
+        return readable
+    digest = hashlib.sha256(f"{namespace}/{claim_name}".encode()).hexdigest()
+    return CLAIM_GROUP_HASH_PREFIX + digest
+
+
 def api_server_endpoint(host_api_server: str) -> str:
     """`host:port` for kubeadm discovery from a URL or address (6443 when no port is given)."""
     raw = host_api_server.strip()
@@ -153,11 +181,24 @@ def registration_taints(taints: list[Taint]) -> list[Taint]:
 
 
 def registration_labels(
-    claim_name: str, node_pool: str, labels_in: dict[str, str], offering: Offering | None
+    claim_name: str,
+    namespace: str,
+    node_pool: str,
+    labels_in: dict[str, str],
+    offering: Offering | None,
 ) -> dict[str, str]:
-    """The labels a node registers with: the pool's template labels, pool and claim, and
-    (when the offering is known) provider, region, instance type and capacity type."""
-    result = {**labels_in, **labels.ownership_labels(claim_name, node_pool=node_pool)}
+    """The labels a node registers with: the pool's template labels, namespace, pool and
+    claim, and (when the offering is known) provider, region, instance type and capacity type.
+
+    Labels a kubelet may not set on itself (`node-restriction.kubernetes.io/`, which the
+    NodeRestriction admission plugin reserves for the control plane, and a kubelet refuses
+    to start with) are left out: the claim's worker sets them once the node is its VM's.
+    """
+    kept = {key: value for key, value in labels_in.items() if labels.kubelet_may_set(key)}
+    result = {
+        **kept,
+        **labels.ownership_labels(claim_name, namespace=namespace, node_pool=node_pool),
+    }
     if offering is not None:
         result[labels.PROVIDER] = offering.provider
         result[labels.REGION] = offering.region
@@ -182,6 +223,7 @@ def render_claim_script(
 ) -> str:
     """The first-boot script of one claim: what `prepare_bootstrap` stores and what
     `cloudburst bootstrap render` prints (with placeholders for the secrets)."""
+    provider, region = _identity_source(node_class, offering)
     return render_script(
         namespace=namespace,
         claim_name=claim_name,
@@ -189,10 +231,28 @@ def render_claim_script(
         api_server=api_server_endpoint(node_class.join.host_api_server),
         token=token,
         ca_hash=ca_hash,
-        node_labels=registration_labels(claim_name, node_pool, node_labels, offering),
+        node_labels=registration_labels(claim_name, namespace, node_pool, node_labels, offering),
         taints=taints,
         tailscale_auth_key=tailscale_auth_key,
+        provider=provider,
+        region=region,
     )
+
+
+def _identity_source(
+    node_class: NodeClassSpec, offering: Offering | None
+) -> tuple[str | None, str | None]:
+    """Whose metadata service the script asks for the VM's identity, and the region to name
+    where that service does not (OVH's): the offering's. Without one (a preview, or a claim
+    whose single render precedes its offerings) the class's provider when it has only one,
+    which every offering of the class is; else none, and the kubelet gets no provider ID."""
+    if offering is not None:
+        return offering.provider, offering.region if offering.provider == "ovh" else None
+    providers = node_class.configured_providers()
+    if len(providers) != 1:
+        return None, None
+    ovh = node_class.ovh
+    return providers[0], ovh.region if ovh is not None else None
 
 
 def render_script(
@@ -206,11 +266,16 @@ def render_script(
     node_labels: dict[str, str],
     taints: list[Taint],
     tailscale_auth_key: str | None,
+    provider: str | None = None,
+    region: str | None = None,
 ) -> str:
     """The first-boot script, from `bootstrap.sh.tmpl` beside this module.
 
     Values landing in shell are `shlex.quote`d; values in the join YAML are JSON-quoted.
-    The node registers with `taints` plus the startup taint (`registration_taints`).
+    The node registers with `taints` plus the startup taint (`registration_taints`), and
+    with `--provider-id` read from `provider`'s metadata service (one of
+    `METADATA_PROVIDERS`; `region` names OVH's region, which its service does not); `fake`
+    or None: no lookup.
     """
     if not _DNS_LABELISH.match(claim_name):
         raise _invalid(f"claim name {claim_name!r} is not a valid node/host name")
@@ -227,6 +292,11 @@ def render_script(
             f"bootstrap.kubernetesVersion {kubernetes_version!r}: pkgs.k8s.io has packages "
             f"from {MIN_KUBERNETES[0]}.{MIN_KUBERNETES[1]} on"
         )
+    lookup = None if provider in (None, "fake") else provider
+    if lookup is not None and lookup not in METADATA_PROVIDERS:
+        raise _invalid(f"no instance metadata lookup for provider {provider!r}")
+    if lookup == "ovh" and not _REGION.match(region or ""):
+        raise _invalid(f"OVH region {region!r} is not a region name (spec.ovh.region)")
     # kubeadm reads JoinConfiguration v1beta4 from 1.31 on; older releases only v1beta3.
     beta4 = (major, minor) >= (1, 31)
     template = _Template(
@@ -239,6 +309,9 @@ def render_script(
         K8S_MINOR=shlex.quote(f"{major}.{minor}"),
         TAILSCALE_ENABLED="true" if tailscale_auth_key is not None else "false",
         TAILSCALE_AUTHKEY=shlex.quote(tailscale_auth_key or ""),
+        PROVIDER=shlex.quote(lookup or ""),
+        REGION=shlex.quote(region if lookup == "ovh" and region else ""),
+        KUBELET_ARGS_FORM="list" if beta4 else "map",
         JOIN_API_VERSION="kubeadm.k8s.io/v1beta4" if beta4 else "kubeadm.k8s.io/v1beta3",
         API_SERVER_ENDPOINT=_yaml_str(api_server),
         TOKEN=_yaml_str(token),
@@ -486,7 +559,13 @@ class BootstrapActivities:
             try:
                 script = render(token.value, minted.key if minted else reusable)
                 version = self._put_script(
-                    input.claim_name, script_secret, script, token, minted, replace=replace
+                    input.namespace,
+                    input.claim_name,
+                    script_secret,
+                    script,
+                    token,
+                    minted,
+                    replace=replace,
                 )
             except BaseException:
                 self._revoke(input, minted)
@@ -644,7 +723,9 @@ class BootstrapActivities:
             metadata=client.V1ObjectMeta(
                 name=token.secret_name,
                 namespace=TOKEN_NAMESPACE,
-                labels=labels.ownership_labels(claim_name, purpose=TOKEN_PURPOSE),
+                labels=labels.ownership_labels(
+                    claim_name, namespace=namespace, purpose=TOKEN_PURPOSE
+                ),
             ),
             data={
                 k: _b64(v)
@@ -655,7 +736,10 @@ class BootstrapActivities:
                     "expiration": _rfc3339(token.expires_at),
                     "usage-bootstrap-authentication": "true",
                     "usage-bootstrap-signing": "true",
-                    "auth-extra-groups": TOKEN_GROUPS,
+                    # kubeadm's group (its join RBAC is bound to it), then the claim's.
+                    "auth-extra-groups": ",".join(
+                        (TOKEN_GROUPS, claim_token_group(namespace, claim_name))
+                    ),
                 }.items()
             },
         )
@@ -673,6 +757,7 @@ class BootstrapActivities:
 
     def _put_script(
         self,
+        claim_namespace: str,
         claim_name: str,
         name: str,
         script: str,
@@ -684,7 +769,9 @@ class BootstrapActivities:
         """Create the script Secret; one already there is replaced (a retry may carry a
         different token or key) when `replace`, else left for the caller (None). Written:
         its resourceVersion ("" if the answer had none)."""
-        secret_labels = labels.ownership_labels(claim_name, purpose=SCRIPT_PURPOSE)
+        secret_labels = labels.ownership_labels(
+            claim_name, namespace=claim_namespace, purpose=SCRIPT_PURPOSE
+        )
         annotations: dict[str, str | None] = {
             labels.TOKEN_SECRET: token.secret_name,
             labels.TOKEN_EXPIRES: _rfc3339(token.expires_at),

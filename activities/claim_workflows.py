@@ -63,7 +63,7 @@ class ClaimWorkflowActivities:
                     await client.start_workflow(
                         "NodeClaimWorkflow",
                         item.input,
-                        id=claim_workflow_id(claim.metadata.name),
+                        id=claim_workflow_id(claim.metadata.namespace, claim.metadata.name),
                         task_queue=item.task_queue,
                         task_timeout=(
                             None
@@ -92,21 +92,21 @@ class ClaimWorkflowActivities:
 
     @activity.defn(name="claim_workflow_states")
     async def claim_workflow_states(self, input: ClaimStatesInput) -> ClaimStates:
-        """`nodeclaim-<claim>` running, closed or unknown, for each claim named."""
+        """Each claim workflow named: running, closed or unknown."""
         client = activity.client()
         limit = asyncio.Semaphore(_DESCRIBE_CONCURRENCY)
 
-        async def state(claim: str) -> tuple[str, ClaimState]:
+        async def state(workflow_id: str) -> tuple[str, ClaimState]:
             async with limit:
-                handle = client.get_workflow_handle(claim_workflow_id(claim))
+                handle = client.get_workflow_handle(workflow_id)
                 try:
                     desc = await handle.describe()
                 except RPCError as err:
                     if err.status == RPCStatusCode.NOT_FOUND:
-                        return claim, ClaimState.UNKNOWN
+                        return workflow_id, ClaimState.UNKNOWN
                     raise
             running = desc.status == WorkflowExecutionStatus.RUNNING
-            return claim, ClaimState.RUNNING if running else ClaimState.CLOSED
+            return workflow_id, ClaimState.RUNNING if running else ClaimState.CLOSED
 
-        results = await asyncio.gather(*(state(c) for c in sorted(set(input.claim_names))))
+        results = await asyncio.gather(*(state(c) for c in sorted(set(input.workflow_ids))))
         return ClaimStates(states=dict(results))

@@ -110,7 +110,7 @@ class GcActivities:
         with heartbeating(details=lambda: f"listing {progress['scope']}"):
             scopes = self._scopes(errors)
             vms: list[OwnedVm] = []
-            seen: set[str] = set()
+            seen: dict[str, OwnedVm] = {}
             for index, scope in enumerate(scopes):
                 where = f"{scope.provider} (NodeClass {scope.namespace}/{scope.node_class_name})"
                 progress["scope"] = where
@@ -125,20 +125,22 @@ class GcActivities:
                     errors.append(f"{where}: {_message(exc)}")
                     continue
                 for inst in owned:
-                    if inst.id in seen:  # two NodeClasses reaching the same account
+                    known = seen.get(inst.id)
+                    if known is not None:  # two NodeClasses reaching the same account
+                        if scope.namespace not in known.namespaces:
+                            known.namespaces.append(scope.namespace)
                         continue
-                    seen.add(inst.id)
-                    vms.append(
-                        OwnedVm(
-                            scope=index,
-                            instance_id=inst.id,
-                            provider=inst.provider,
-                            claim_name=inst.labels.get(labels.NODECLAIM),
-                            node_pool=inst.labels.get(labels.NODEPOOL),
-                            state=inst.state.value,
-                            created_at=inst.created_at,
-                        )
+                    seen[inst.id] = vm = OwnedVm(
+                        scope=index,
+                        namespaces=[scope.namespace],
+                        instance_id=inst.id,
+                        provider=inst.provider,
+                        claim_name=inst.labels.get(labels.NODECLAIM),
+                        node_pool=inst.labels.get(labels.NODEPOOL),
+                        state=inst.state.value,
+                        created_at=inst.created_at,
                     )
+                    vms.append(vm)
             progress["scope"] = "bootstrap Secrets"
             secrets = self._secrets()
         log.info(
@@ -219,12 +221,14 @@ class GcActivities:
             created = meta.creation_timestamp
             created_at = created if isinstance(created, datetime) else None
             claim = (meta.labels or {}).get(labels.NODECLAIM)
+            claim_namespace = (meta.labels or {}).get(labels.NODEPOOL_NAMESPACE)
             out.append(
                 LabelledSecret(
                     namespace=meta.namespace or self._tenancy.worker_namespace,
                     name=meta.name,
                     purpose=SecretPurpose.BOOTSTRAP_SCRIPT,
                     claim_name=claim,
+                    claim_namespace=claim_namespace,
                     created_at=created_at,
                 )
             )
@@ -236,6 +240,7 @@ class GcActivities:
                         name=token,
                         purpose=SecretPurpose.BOOTSTRAP_TOKEN,
                         claim_name=claim,
+                        claim_namespace=claim_namespace,
                         created_at=created_at,
                         expires_at=_parse_time((meta.annotations or {}).get(labels.TOKEN_EXPIRES)),
                     )

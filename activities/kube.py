@@ -2,6 +2,10 @@
 
 Every activity here is sync (the client blocks; the worker runs it in its thread pool) and
 idempotent: a retry after a crash finds the world half-changed and finishes the job.
+
+A Node is the claim's only if its providerID names the claim's VM
+(`cluster/node_identity.py`): a Node of the claim's name that is not is never labelled,
+cordoned, drained or deleted here — it is treated as no node at all, and logged.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from api._base import SecretKeyRef
 from api.errors import INVALID_CONFIGURATION, KUBE_CONFLICT, NODE_NOT_FOUND, kube_api_error
 from api.messages import DrainInput, DrainResult, LabelNodeInput, NodeRef, NodeState
 from cluster.interruption import interruption_notice
+from cluster.node_identity import is_claims_node, stranger_message
 from cluster.pods import is_do_not_disrupt, is_left_alone
 from cluster.responses import discard
 
@@ -158,6 +163,18 @@ class KubeActivities:
                 return None
             raise
 
+    def _read_claims_node(self, name: str, instance_id: str | None) -> client.V1Node | None:
+        """The Node `name` if it is the VM `instance_id`; None if it is not there, or is
+        another machine's (logged)."""
+        node = self._read_node(name)
+        if node is None:
+            return None
+        provider_id = node.spec.provider_id if node.spec else None
+        if not is_claims_node(provider_id, instance_id):
+            log.warning("%s", stranger_message(name, provider_id, instance_id))
+            return None
+        return node
+
     def _pods_on(self, node_name: str) -> list[client.V1Pod]:
         pods = self.core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node_name}")
         return list(pods.items or [])
@@ -166,23 +183,32 @@ class KubeActivities:
 
     @activity.defn(name="label_node")
     def label_node(self, input: LabelNodeInput) -> None:
-        """Merge `input.labels` into the node's labels and lift the startup taint.
+        """Merge `input.labels` into the node's labels, make sure it has the claim's taints,
+        and lift the startup taint.
 
         The first-boot script registers the node with `STARTUP_TAINT` (NoExecute) so nothing
         runs there before its labels are synced; once they are, the taint goes, in the same
-        patch (Karpenter does the same with its unregistered taint). Other labels and taints
-        are kept; running it again changes nothing.
+        patch (Karpenter does the same with its unregistered taint). A kubelet registers its
+        own taints, so a claim taint it left out (a tenant's, which keeps other namespaces'
+        pods away) is put back here. Other labels and taints are kept; running it again
+        changes nothing.
         """
 
         def patch(node: client.V1Node) -> dict[str, Any]:
             taints = list((node.spec.taints if node.spec else None) or [])
             kept = [t for t in taints if t.key != STARTUP_TAINT]
+            present = {(t.key, t.effect) for t in kept}
+            missing = [
+                client.V1Taint(key=t.key, value=t.value, effect=t.effect)
+                for t in input.taints
+                if (t.key, t.effect) not in present and t.key != STARTUP_TAINT
+            ]
             body: dict[str, Any] = {"metadata": {"labels": dict(input.labels)}}
-            if len(kept) != len(taints):
-                body = _merge(body, self._taints_patch(node, kept))
+            if len(kept) != len(taints) or missing:
+                body = _merge(body, self._taints_patch(node, [*kept, *missing]))
             return body
 
-        self._patch_node(input.node_name, "labelling", patch, missing_ok=False)
+        self._patch_node(input.node_name, input.instance_id, "labelling", patch, missing_ok=False)
 
     @activity.defn(name="cordon_node")
     def cordon_node(self, input: NodeRef) -> None:
@@ -202,7 +228,7 @@ class KubeActivities:
                 body = _merge(body, self._taints_patch(node, [*taints, disrupted]))
             return body
 
-        self._patch_node(input.node_name, "cordoning", patch, missing_ok=True)
+        self._patch_node(input.node_name, input.instance_id, "cordoning", patch, missing_ok=True)
 
     @activity.defn(name="cordon_and_look")
     def cordon_and_look(self, input: NodeRef) -> NodeState:
@@ -223,7 +249,7 @@ class KubeActivities:
                 return None
             return _merge({"spec": {"unschedulable": False}}, self._taints_patch(node, kept))
 
-        self._patch_node(input.node_name, "uncordoning", patch, missing_ok=True)
+        self._patch_node(input.node_name, input.instance_id, "uncordoning", patch, missing_ok=True)
 
     def _taints_patch(self, node: client.V1Node, taints: list[client.V1Taint]) -> dict[str, Any]:
         """Node taints are an atomic list for the API server (no merge key): the whole list is
@@ -238,19 +264,24 @@ class KubeActivities:
     def _patch_node(
         self,
         name: str,
+        instance_id: str | None,
         doing: str,
         patch_for: Callable[[client.V1Node], dict[str, Any] | None],
         *,
         missing_ok: bool,
     ) -> None:
-        """Read, build the merge patch (None: nothing to do), send; again on a 409 conflict."""
+        """Read, build the merge patch (None: nothing to do), send guarded by the
+        resourceVersion read (so the node judged the claim's is the one patched); again on a
+        409 conflict. Another machine's Node of that name counts as missing."""
         for _ in range(_CONFLICT_RETRIES):
-            node = self._read_node(name)
+            node = self._read_claims_node(name, instance_id)
             body = patch_for(node) if node is not None else None
             if node is None or body is None:
                 if node is None and not missing_ok:
                     raise _node_not_found(name)
                 return
+            version = node.metadata.resource_version if node.metadata else None
+            body = _merge(body, {"metadata": {"resourceVersion": version}})
             try:
                 self.core.patch_node(name, body, _content_type=MERGE_PATCH)
                 return
@@ -266,11 +297,19 @@ class KubeActivities:
 
     @activity.defn(name="delete_node")
     def delete_node(self, input: NodeRef) -> None:
+        """Delete the claim's Node, and only it: the uid read with its providerID is the
+        delete's precondition (a Node deleted and registered anew meanwhile is kept)."""
+        node = self._read_claims_node(input.node_name, input.instance_id)
+        if node is None or node.metadata is None:
+            return
+        body = client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=node.metadata.uid))
         try:
             # Raw reply: a Status or the Node, depending on finalizers; we need neither.
-            discard(self.core.delete_node(input.node_name, _preload_content=False))
+            discard(self.core.delete_node(input.node_name, body=body, _preload_content=False))
         except ApiException as err:
-            if not is_not_found(err):
+            if err.status == 409:
+                log.warning("node %s was replaced before its deletion: kept", input.node_name)
+            elif not is_not_found(err):
                 raise
 
     @activity.defn(name="get_node_state")
@@ -297,6 +336,7 @@ class KubeActivities:
             allocatable=dict(status.allocatable or {}) if status else {},
             observed_at=observed_at,
             interruption=interruption_notice(node),
+            provider_id=(node.spec.provider_id if node.spec else None) or None,
         )
 
     @activity.defn(name="drain_node")
@@ -345,7 +385,7 @@ class KubeActivities:
         with heartbeating(interval_s=max(0.5, min(input.poll_interval_s, 5.0)), details=progress):
             while True:
                 raise_if_cancelled()
-                if self._read_node(input.node_name) is None:
+                if self._read_claims_node(input.node_name, input.instance_id) is None:
                     return result()
                 pods = self._pods_on(input.node_name)
                 left_alone = sum(1 for p in pods if is_left_alone(p))

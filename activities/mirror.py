@@ -21,7 +21,7 @@ from api._base import OwnerReference
 from api.claims import pool_owner
 from api.errors import KUBE_CONFLICT
 from api.events import ObjectRef
-from api.messages import MirrorInput
+from api.messages import MirrorInput, MirrorResult
 from api.nodeclaim import NodeClaimStatus
 from api.nodepool import READY, VALIDATION_SUCCEEDED
 from api.nodepool.messages import NodePoolStatusUpdate
@@ -44,8 +44,10 @@ class MirrorActivities:
         return [self.sync_nodeclaim, self.sync_nodepool_status]
 
     @activity.defn(name="sync_nodeclaim")
-    def sync_nodeclaim(self, input: MirrorInput) -> None:
-        """Create-or-update the resource and its status; record Events; remove when done."""
+    def sync_nodeclaim(self, input: MirrorInput) -> MirrorResult:
+        """Create-or-update the resource and its status; record Events; remove when done.
+        Answers the resource's uid (a `kubectl delete` of another object of its name is no
+        scale-down of this claim)."""
         claim = input.claim
         name, namespace = claim.metadata.name, claim.metadata.namespace
         if input.remove:
@@ -76,6 +78,7 @@ class MirrorActivities:
                 uid=uid,
             )
             record_event(self._core, event.model_copy(update={"regarding": regarding}))
+        return MirrorResult(uid=uid)
 
     @activity.defn(name="sync_nodepool_status")
     def sync_nodepool_status(self, update: NodePoolStatusUpdate) -> None:

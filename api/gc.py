@@ -34,7 +34,7 @@ class OrphanGcInput(BaseModel):
 class ClaimState(StrEnum):
     RUNNING = "running"
     CLOSED = "closed"
-    UNKNOWN = "unknown"  # no workflow `nodeclaim-<claim>` (never started, or past retention)
+    UNKNOWN = "unknown"  # no such claim workflow (never started, or past retention)
 
 
 class GcScope(BaseModel):
@@ -47,7 +47,10 @@ class GcScope(BaseModel):
 
 
 class OwnedVm(BaseModel):
-    scope: int  # index into GcInventory.scopes
+    scope: int  # index into GcInventory.scopes: the first that listed it
+    # The namespaces of every scope (NodeClass) whose account lists it: its claim is one of
+    # theirs (an account reached from several namespaces lists its VMs for each).
+    namespaces: list[str] = []
     instance_id: str
     provider: str
     claim_name: str | None = None
@@ -66,6 +69,7 @@ class LabelledSecret(BaseModel):
     name: str
     purpose: SecretPurpose
     claim_name: str | None = None
+    claim_namespace: str | None = None
     created_at: datetime | None = None
     expires_at: datetime | None = None  # bootstrap tokens only
 
@@ -82,11 +86,11 @@ class GcInventory(BaseModel):
 
 
 class ClaimStatesInput(BaseModel):
-    claim_names: list[str]
+    workflow_ids: list[str]  # claims' (`claim_workflow_id`)
 
 
 class ClaimStates(BaseModel):
-    states: dict[str, ClaimState] = {}
+    states: dict[str, ClaimState] = {}  # by workflow id
 
 
 class OrphanVm(BaseModel):

@@ -3,6 +3,8 @@
 GROUP = "cloudburst.io"
 NODEPOOL = "cloudburst.io/nodepool"
 NODECLAIM = "cloudburst.io/nodeclaim"
+# The namespace of a Node's (and a Secret's) claim and pool: names are unique only within it.
+NODEPOOL_NAMESPACE = "cloudburst.io/nodepool-namespace"
 PROVIDER = "cloudburst.io/provider"
 REGION = "cloudburst.io/region"
 INSTANCE_TYPE = "cloudburst.io/instance-type"
@@ -36,9 +38,28 @@ TERMINATION_FINALIZER = "cloudburst.io/termination"
 STARTUP_TAINT = "cloudburst.io/unregistered"
 
 
+# Labels a kubelet may not put on its own Node (the NodeRestriction admission plugin), so that
+# pods can rely on them to choose nodes: only the control plane (here, the worker) sets them.
+NODE_RESTRICTION_DOMAIN = "node-restriction.kubernetes.io"
+# On every node of a tenant's pool: the namespace whose pods it serves. Set by the worker once
+# the node is known to be the claim's VM; a tenant namespace's pods select it
+# (`cloudburst tenant-rbac`: the PodNodeSelector annotation).
+TENANT_LABEL = f"{NODE_RESTRICTION_DOMAIN}/cloudburst-tenant"
+# On every node of a tenant's pool, from its registration: only that namespace's pods
+# tolerate it (the PodTolerationRestriction annotations).
+TENANT_TAINT = "cloudburst.io/tenant"
+
+
+def kubelet_may_set(key: str) -> bool:
+    """Whether a kubelet may register its node with label `key` (`--node-labels`)."""
+    prefix, _, _ = key.rpartition("/")
+    return not (prefix == NODE_RESTRICTION_DOMAIN or prefix.endswith("." + NODE_RESTRICTION_DOMAIN))
+
+
 def ownership_labels(
     claim_name: str,
     *,
+    namespace: str | None = None,
     node_pool: str | None = None,
     cluster_id: str | None = None,
     purpose: str | None = None,
@@ -46,13 +67,16 @@ def ownership_labels(
     """The labels that mark something as one claim's, the one place they are built.
 
     A VM gets `cluster_id` and `node_pool` (managed, cluster, pool, claim: what orphan GC
-    selects on), a Node `node_pool` (pool, claim), a Secret `purpose` (claim, purpose). Keys
-    come in that order, as they always have: recorded histories carry these dicts.
+    selects on; the claim's namespace is that of the NodeClass whose account lists it), a
+    Node `namespace` and `node_pool` (namespace, pool, claim), a Secret `namespace` and
+    `purpose` (namespace, claim, purpose).
     """
     owned: dict[str, str] = {}
     if cluster_id is not None:
         owned[MANAGED] = "true"
         owned[CLUSTER] = cluster_id
+    if namespace is not None:
+        owned[NODEPOOL_NAMESPACE] = namespace
     if node_pool is not None:
         owned[NODEPOOL] = node_pool
     owned[NODECLAIM] = claim_name

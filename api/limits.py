@@ -11,6 +11,7 @@ no backreferences.
 
 from __future__ import annotations
 
+import re
 from typing import Annotated
 
 from pydantic import Field
@@ -195,3 +196,13 @@ MEMORY_BOUND_RULE = cel(
     "memory must be at most 1Ei",
     ".memory",
 )
+
+
+def label_key(key: str) -> str:
+    """A qualified name (`[prefix/]name`), as Kubernetes checks label and taint keys."""
+    if not re.fullmatch(LABEL_KEY_PATTERN, key):
+        raise ValueError(f"{key[:80]!r} is not a label key ('[prefix/]name', name ≤ 63)")
+    prefix, _, _ = key.rpartition("/")
+    if len(prefix) > MAX_LABEL_PREFIX_LENGTH:
+        raise ValueError(f"the prefix of {key[:80]!r} is longer than {MAX_LABEL_PREFIX_LENGTH}")
+    return key

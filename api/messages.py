@@ -18,12 +18,39 @@ from api.nodepool import Taint
 
 TASK_QUEUE = "cloudburst"
 _CLAIMS_QUEUE_SUFFIX = "-claims"
-_CLAIM_PREFIX = "nodeclaim-"
+_CLAIM_KIND = "nodeclaim"
+# Between kind, namespace and name in a workflow id: neither a namespace (a DNS label) nor an
+# object name (a DNS subdomain) may contain it, so no two objects share an id (`team/b-web`
+# and `team-b/web` are `nodepool/team/b-web` and `nodepool/team-b/web`).
+ID_SEPARATOR = "/"
 
 
-def claim_workflow_id(claim_name: str) -> str:
-    """Claim names are `<pool>-<suffix>` and name the node too, so they are cluster-unique."""
-    return f"{_CLAIM_PREFIX}{claim_name}"
+def workflow_id_of(kind: str, namespace: str, name: str) -> str:
+    """The workflow id of the object `namespace/name` of `kind` (nodeclaim, nodepool)."""
+    return ID_SEPARATOR.join((kind, namespace, name))
+
+
+def object_key_of(kind: str, workflow_id: str) -> tuple[str, str] | None:
+    """(namespace, name) of a workflow id made by `workflow_id_of` for `kind`, else None."""
+    parts = workflow_id.split(ID_SEPARATOR)
+    if len(parts) != 3 or parts[0] != kind or not parts[1] or not parts[2]:
+        return None
+    return parts[1], parts[2]
+
+
+def claim_workflow_id(namespace: str, claim_name: str) -> str:
+    """A claim's workflow: one per NodeClaim, named by its namespace and name."""
+    return workflow_id_of(_CLAIM_KIND, namespace, claim_name)
+
+
+class ClaimSignal(StrEnum):
+    """The NodeClaimWorkflow's signals, by name: its handlers are declared with these, and
+    the trigger, the pool and the CLI send them."""
+
+    OBSERVE_NODE = "observe_node"
+    SCALE_DOWN = "scale_down"
+    DISRUPTION_PERMITTED = "disruption_permitted"
+    MARK_DRIFTED = "mark_drifted"
 
 
 def claim_task_queue(task_queue: str) -> str:
@@ -36,9 +63,9 @@ def claim_task_queue(task_queue: str) -> str:
     return f"{task_queue}{_CLAIMS_QUEUE_SUFFIX}"
 
 
-def claim_name_of(workflow_id: str) -> str:
-    """The inverse of `claim_workflow_id`."""
-    return workflow_id.removeprefix(_CLAIM_PREFIX)
+def claim_key_of(workflow_id: str) -> tuple[str, str] | None:
+    """(namespace, name) of a claim's workflow id; None for any other id."""
+    return object_key_of(_CLAIM_KIND, workflow_id)
 
 
 class ClaimTimings(BaseModel):
@@ -73,6 +100,8 @@ class NodeObservation(BaseModel):
     interruption: str | None = None
     # The kubelet's capacity (cpu, memory, pods …) as the node reports it.
     capacity: dict[str, str] = {}
+    # The Node's spec.providerID: the claim trusts the node only when it names its VM.
+    provider_id: str | None = None
 
 
 class NodeClaimInput(BaseModel):
@@ -114,6 +143,9 @@ class ScaleDownRequest(BaseModel):
     requested_by: str = "cli"
     # Skip the pool's disruption budgets (and do-not-disrupt pods): the operator knows.
     force: bool = False
+    # The NodeClaim resource whose deletion asks it (`kubectl delete nodeclaim`): the claim
+    # goes only if that is its own resource, not an older or newer one of the same name.
+    resource_uid: str | None = None
 
 
 class ScaleDownResult(BaseModel):
@@ -190,7 +222,11 @@ class InstanceRef(BaseModel):
 
 
 class NodeRef(BaseModel):
+    """The claim's node: the Node named `node_name` whose providerID names `instance_id`
+    (`cluster/node_identity.py`); a Node of that name that is not that VM is not acted on."""
+
     node_name: str
+    instance_id: str | None = None
 
 
 class TailnetDeviceRef(BaseModel):
@@ -214,11 +250,15 @@ class TailnetDeviceRemoval(BaseModel):
 
 class LabelNodeInput(BaseModel):
     node_name: str
+    instance_id: str | None = None  # as in NodeRef
     labels: dict[str, str]
+    # The claim's taints: put back if the node registered without them.
+    taints: list[Taint] = []
 
 
 class DrainInput(BaseModel):
     node_name: str
+    instance_id: str | None = None  # as in NodeRef
     # When the drain stops waiting on PDBs and deletes the remaining pods.
     force_after: datetime
     # The same as a grace period counted by the drain itself from when it began (kept across
@@ -253,6 +293,7 @@ class NodeState(BaseModel):
     # from here, a value in history, rather than from its own clock.
     observed_at: datetime | None = None
     interruption: str | None = None  # a spot interruption notice on the node
+    provider_id: str | None = None  # the Node's spec.providerID: whether it is the claim's VM
 
 
 class FailureReason(StrEnum):
@@ -260,6 +301,12 @@ class FailureReason(StrEnum):
     PROVIDER_ERROR = "ProviderError"
     REGISTRATION_TIMEOUT = "RegistrationTimeout"
     INVALID_CONFIG = "InvalidConfiguration"
+
+
+class MirrorResult(BaseModel):
+    """What the mirror wrote: the NodeClaim resource's uid (None when it wrote none)."""
+
+    uid: str | None = None
 
 
 class MirrorInput(BaseModel):

@@ -62,6 +62,17 @@ class NodeClaimPhase(StrEnum):
         return self in (NodeClaimPhase.DELETED, NodeClaimPhase.FAILED)
 
 
+class DisruptionReason(StrEnum):
+    """Why a claim's node goes (an operator's scale-down carries its own words instead)."""
+
+    EMPTY = "Empty"  # no workload pod past ttlSecondsAfterEmpty
+    DRIFTED = "Drifted"  # built from an older pool template or class: replaced first
+    UNDERUTILIZED = "Underutilized"  # consolidation found it a cheaper home
+    EXPIRED = "Expired"  # past ttlSecondsUntilExpired
+    NODE_LOST = "NodeLost"  # the Node or its VM gone, or NotReady past its grace
+    INTERRUPTED = "Interrupted"  # the provider reclaims the (spot) VM
+
+
 class ConditionType(StrEnum):
     """Karpenter-style conditions, kept beside the Cloudburst phases."""
 

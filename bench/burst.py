@@ -62,7 +62,7 @@ from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
 from api.messages import claim_workflow_id
-from api.nodepool.messages import pool_workflow_id
+from api.nodepool.messages import PoolSignal, pool_workflow_id
 from cli.demo import BURST_SHAPES, run_burst
 from worker.payload_codec import decompressed
 from worker.settings import BATCH_MAX_S
@@ -84,7 +84,7 @@ from scale import cpu_s
 
 POOL = "burst"
 NAMESPACE = "default"
-LABEL = "bench.cloudburst.io/pool"
+LABEL = "bench-pool"
 STAGES = ("unschedulable", "signalled", "planned", "claim_started", "create_call")
 # A pod bound this soon after it was marked Unschedulable may have been dropped from its
 # trigger's batch before the batch went (a batch goes within `BATCH_MAX_S`, plus the
@@ -345,7 +345,7 @@ async def pool_stages(client: Client) -> PoolStages:
                 signalled_with = event.workflow_execution_signaled_event_attributes
                 if signalled_with.signal_name == "node_usage":
                     stages.usage_signals += 1
-                if signalled_with.signal_name != "demand":
+                if signalled_with.signal_name != PoolSignal.DEMAND:
                     continue
                 stages.signals += 1
                 for pod in (_payload(signalled_with.input) or {}).get("pods", []):
@@ -388,7 +388,7 @@ async def claim_starts(client: Client, nodes: set[str]) -> dict[str, float]:
     starts: dict[str, float] = {}
     async for execution in client.list_workflows("WorkflowType = 'NodeClaimWorkflow'"):
         for node in nodes:
-            if execution.id == claim_workflow_id(node) and execution.start_time:
+            if execution.id == claim_workflow_id(NAMESPACE, node) and execution.start_time:
                 starts[node] = execution.start_time.timestamp()
     return starts
 
@@ -401,7 +401,7 @@ async def claim_step_times(
     for node in sorted(nodes):
         moments: dict[str, float] = {}
         create_scheduled_id = None
-        handle = client.get_workflow_handle(claim_workflow_id(node))
+        handle = client.get_workflow_handle(claim_workflow_id(NAMESPACE, node))
         async for event in handle.fetch_history_events():
             kind = event.event_type
             if kind == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED:

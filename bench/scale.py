@@ -53,6 +53,7 @@ from api.messages import TASK_QUEUE, ClaimTimings, ScaleDownRequest
 from api.nodepool.messages import (
     DemandUpdate,
     NodePoolInput,
+    PoolSignal,
     PoolSpecs,
     PoolState,
     pool_workflow_id,
@@ -261,7 +262,7 @@ async def start_pool_with_short_polls(
         id=pool_workflow_id(NAMESPACE, POOL),
         task_queue=TASK_QUEUE,
         id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-        start_signal="demand",
+        start_signal=PoolSignal.DEMAND,
         start_signal_args=[DemandUpdate(specs=specs)],
     )
 

@@ -23,6 +23,10 @@ err_console = Console(stderr=True, markup=False, emoji=False)  # messages carry 
 TemporalAddress = Annotated[
     str | None, typer.Option("--temporal-address", help="host:port of the Temporal frontend")
 ]
+# The namespace of the object a command names, as kubectl's -n.
+Namespace = Annotated[
+    str, typer.Option("--namespace", "-n", help="namespace of the object (as kubectl's -n)")
+]
 Kubeconfig = Annotated[
     Path | None,
     typer.Option("--kubeconfig", help="kubeconfig (default: $KUBECONFIG or in-cluster)"),

@@ -356,7 +356,7 @@ def _burst_pod(name: str, cpu: str, memory: str) -> k8s.V1Pod:
     return k8s.V1Pod(
         metadata=k8s.V1ObjectMeta(name=name, namespace="default", labels={"app": "burst"}),
         spec=k8s.V1PodSpec(
-            node_selector={"cloudburst.io/burst": "true"},
+            node_selector={"burst": "true"},
             termination_grace_period_seconds=0,
             containers=[
                 k8s.V1Container(

@@ -40,7 +40,7 @@ from temporalio.service import RPCError
 from activities.planning.config import PriceSettings
 from activities.providers import provider_class
 from api import Offering, search_attributes
-from api.messages import NodeObservation, claim_name_of
+from api.messages import NodeObservation, claim_key_of
 from api.nodeclass import NodeClassSpec
 from api.nodepool import API_VERSION
 from sim.cluster import SimulatedCluster
@@ -205,13 +205,14 @@ async def tell_claims_their_cluster_is_new(temporal: Client) -> int:
     async for execution in temporal.list_workflows(
         "WorkflowType = 'NodeClaimWorkflow' AND ExecutionStatus = 'Running'"
     ):
+        key = claim_key_of(execution.id)
+        if key is None:
+            continue
         handle = temporal.get_workflow_handle_for(NodeClaimWorkflow.run, execution.id)
         with contextlib.suppress(RPCError):
             await handle.signal(
                 NodeClaimWorkflow.observe_node,
-                NodeObservation(
-                    node_name=claim_name_of(execution.id), exists=False, observed_at=gone_at
-                ),
+                NodeObservation(node_name=key[1], exists=False, observed_at=gone_at),
             )
             told += 1
     if told:
@@ -272,7 +273,7 @@ def seed_sample_resources(api_client: k8s.ApiClient, cluster: SimulatedCluster, 
             "nodeClassRef": SAMPLE_CLASS,
             "requirements": {"arch": ["x86_64"], "allowedProviders": list(spec)},
             "limits": {"maxNodes": 10},
-            "template": {"labels": {"cloudburst.io/burst": "true"}},
+            "template": {"labels": {"burst": "true"}},
             "disruption": {"ttlSecondsAfterEmpty": ttl, "terminationGracePeriodSeconds": 60},
         },
     }

@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 from kubernetes import client as k8s
 
 from api import labels
-from api.messages import ScaleDownRequest, claim_workflow_id
+from api.messages import ClaimSignal, ScaleDownRequest, claim_workflow_id
 from api.nodepool import API_VERSION
 from cli.devstack import SAMPLE_CLASS, EmbeddedStack, StackOptions, embedded_stack, free_port
 from workflows.nodeclaim import NodeClaimWorkflow
@@ -103,7 +103,8 @@ async def drill(stack: EmbeddedStack, say: Any) -> DrReport:
     say(f"phase 3: the Hetzner VM {native_id} was deleted behind our back")
 
     claim = stack.temporal.get_workflow_handle_for(
-        NodeClaimWorkflow.run, claim_workflow_id(first_node)
+        NodeClaimWorkflow.run,
+        claim_workflow_id(node.metadata.labels[labels.NODEPOOL_NAMESPACE], first_node),
     )
     try:
         final = await asyncio.wait_for(claim.result(), timeout=UNREACHABLE_GRACE_S + 90)
@@ -253,7 +254,8 @@ async def scale_down_and_count_vms(
     ):
         handle = stack.temporal.get_workflow_handle(execution.id)
         await handle.signal(
-            "scale_down", ScaleDownRequest(reason="drill over", requested_by="demo", force=True)
+            ClaimSignal.SCALE_DOWN,
+            ScaleDownRequest(reason="drill over", requested_by="demo", force=True),
         )
     deadline = time.monotonic() + timeout_s
     left = 0

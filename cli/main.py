@@ -334,14 +334,34 @@ def codec_server(
             "calls the codec server from; repeat for several"
         ),
     ] = None,
+    token_file: Annotated[
+        Path | None,
+        typer.Option(
+            help="a file holding the token every request must carry as `Authorization: "
+            "Bearer <token>` (default $CLOUDBURST_CODEC_TOKEN_FILE, which may name a file "
+            "not there yet: an optional Secret; none: no token)"
+        ),
+    ] = None,
 ) -> None:
     """Serve Temporal's codec protocol for our compressed payloads: point the Web UI
     (TEMPORAL_CODEC_ENDPOINT) or `temporal workflow show --codec-endpoint` at it."""
     from aiohttp import web
 
-    from worker.codec_server import codec_app
+    from worker.codec_server import TokenFileError, announce_token, codec_app
+    from worker.logs import configure_logging
 
-    web.run_app(codec_app(cors_origin or []), host=host, port=port, print=None)
+    settings = Settings()
+    configure_logging(settings.log_format, settings.log_level)
+    # Named on the command line, the file must be there: a typo must not serve without one.
+    if token_file is not None and not token_file.is_file():
+        raise fail(f"--token-file {token_file}: no such file")
+    path = token_file or settings.codec_token_file
+    try:
+        announce_token(path)
+    except TokenFileError as err:
+        setting = "--token-file" if token_file else "CLOUDBURST_CODEC_TOKEN_FILE"
+        raise fail(f"{setting}: {err}") from None
+    web.run_app(codec_app(cors_origin or [], path), host=host, port=port, print=None)
 
 
 @app.command()

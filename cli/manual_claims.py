@@ -24,7 +24,8 @@ from api import search_attributes as sa
 from api.claims import claim_details, claim_summary, new_claim
 from api.messages import ClaimTimings, NodeClaimInput, claim_task_queue, claim_workflow_id
 from api.nodeclaim import NodeClaimPhase, NodeClaimStatus
-from api.nodepool import PROVIDERS
+from api.nodepool import PROVIDERS, NodePoolSpec
+from cluster.tenancy import Tenancy
 from workflows.nodeclaim import NodeClaimWorkflow
 
 GROUP, VERSION = "cloudburst.io", "v1alpha1"
@@ -40,9 +41,15 @@ class PoolContext:
     pool: NodePool
     node_class_name: str
     node_class: NodeClass
+    # The pool's spec as its nodes are built (`Tenancy.node_spec`: a tenant's pool's marks).
+    node_spec: NodePoolSpec
 
 
-def load_pool(api_client: k8s.ApiClient, namespace: str, pool_name: str) -> PoolContext:
+def load_pool(
+    api_client: k8s.ApiClient, namespace: str, pool_name: str, tenancy: Tenancy | None = None
+) -> PoolContext:
+    """The pool, its class and the spec its nodes are built from; `tenancy`: the operator's
+    (which namespace holds shared pools), the default install's when None."""
     custom = k8s.CustomObjectsApi(api_client)
     try:
         raw_pool = custom.get_namespaced_custom_object(
@@ -53,6 +60,10 @@ def load_pool(api_client: k8s.ApiClient, namespace: str, pool_name: str) -> Pool
             raise ClaimError(f"NodePool {namespace}/{pool_name} not found") from None
         raise
     pool = _parse(NodePool, raw_pool, f"NodePool {namespace}/{pool_name}")
+    tenancy = tenancy or Tenancy()
+    refusal = tenancy.pool_refusal(namespace, pool.spec)
+    if refusal is not None:
+        raise ClaimError(f"NodePool {namespace}/{pool_name} is not served: {refusal.message}")
     class_name = pool.spec.node_class_ref
     if class_name is None:
         classes: dict[str, Any] = custom.list_namespaced_custom_object(  # type: ignore[assignment]
@@ -75,7 +86,7 @@ def load_pool(api_client: k8s.ApiClient, namespace: str, pool_name: str) -> Pool
             raise ClaimError(f"NodeClass {namespace}/{class_name} not found") from None
         raise
     node_class = _parse(NodeClass, raw_class, f"NodeClass {namespace}/{class_name}")
-    return PoolContext(pool, class_name, node_class)
+    return PoolContext(pool, class_name, node_class, tenancy.node_spec(namespace, pool.spec))
 
 
 def parse_offering(text: str) -> Offering:
@@ -187,7 +198,7 @@ def build_claim(context: PoolContext, offerings: list[Offering], name: str) -> N
         name=name,
         namespace=context.pool.metadata.namespace,
         pool_name=context.pool.metadata.name,
-        pool=context.pool.spec,
+        pool=context.node_spec,
         node_class_name=context.node_class_name,
         offerings=offerings,
         pool_uid=context.pool.metadata.uid,
@@ -217,7 +228,7 @@ async def start_claim(
             cluster_id=cluster_id,
             timings=timings,
         ),
-        id=claim_workflow_id(claim.metadata.name),
+        id=claim_workflow_id(claim.metadata.namespace, claim.metadata.name),
         # `task_queue` is the worker's; claims have their own beside it.
         task_queue=claim_task_queue(task_queue),
         # A claim name is used once: never start a second life under a finished claim's ID.

@@ -69,7 +69,10 @@ async def interruption_drill(stack: EmbeddedStack, say: Any) -> SpotReport:
     aws.interrupt(native_id, notice_s=NOTICE_S)
     say(f"EC2 reclaims {native_id}: interruption notice, terminated in {NOTICE_S:g}s")
 
-    claim = stack.temporal.get_workflow_handle_for(NodeClaimWorkflow.run, claim_workflow_id(first))
+    claim = stack.temporal.get_workflow_handle_for(
+        NodeClaimWorkflow.run,
+        claim_workflow_id(node.metadata.labels[labels.NODEPOOL_NAMESPACE], first),
+    )
     try:
         final = await asyncio.wait_for(claim.result(), timeout=120)
     except Exception as err:

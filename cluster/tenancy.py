@@ -1,6 +1,15 @@
-"""Who may reach what: the namespaces this Cloudburst serves and the endpoints it may call.
+"""Who may reach what: the namespaces this Cloudburst serves, whose pods each pool serves, what
+marks a tenant's nodes, and the endpoints it may call (docs/security.md: the model).
 
-A namespace is a trust boundary (ARCHITECTURE.md rule 7). Whoever may edit a NodeClass in a
+A namespace is a trust boundary. A NodePool serves the pods of its own namespace only. The one
+exception is the operator's namespace (the worker's): a pool there is shared — it serves its
+`spec.namespaceSelector`'s namespaces — and only an operator may create one (tenants have no
+rights there). Where the operator names its tenants (`CLOUDBURST_TENANT_NAMESPACES`), the
+nodes of a tenant's pools carry its tenant label and taint, so that only its pods go there
+(with the namespace annotations `tenant_namespace_annotations` makes); a cluster without
+tenants (the list unset: every namespace served) marks no node.
+
+Whoever may edit a NodeClass in a
 namespace decides which Secrets of *that* namespace the worker reads (the model refuses a
 reference to another namespace) and where the providers send them — but only among the API
 addresses an operator allows: a provider's own public API (no `endpoint` set), or an
@@ -17,16 +26,18 @@ setting changed under a running claim, is refused the same way).
 
 from __future__ import annotations
 
+import json
 import reprlib
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 from temporalio.exceptions import ApplicationError
 
 from api.errors import INVALID_CONFIGURATION
+from api.labels import TENANT_LABEL, TENANT_TAINT
 from api.nodeclass import NodeClassSpec
-from api.nodepool import PROVIDERS
+from api.nodepool import PROVIDERS, NodePoolSpec, Taint
 
 DEFAULT_WORKER_NAMESPACE = "cloudburst-system"
 # Where an endpoint override may be configured: every provider block, and the Tailscale API.
@@ -35,6 +46,7 @@ SERVICES = (*PROVIDERS, "tailscale")
 # Condition and Event reasons on a refused NodeClass / NodePool.
 NAMESPACE_NOT_SERVED = "NamespaceNotServed"
 ENDPOINT_NOT_ALLOWED = "EndpointNotAllowed"
+NAMESPACE_SELECTOR_NOT_ALLOWED = "NamespaceSelectorNotAllowed"
 
 
 @dataclass(frozen=True)
@@ -57,7 +69,72 @@ class Tenancy:
     allowed_endpoints: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
     def serves(self, namespace: str) -> bool:
-        return self.namespaces is None or namespace in self.namespaces
+        """Whether NodePools and NodeClasses of `namespace` are served: the operator's own
+        namespace always, the tenants' as listed."""
+        return (
+            namespace == self.worker_namespace
+            or self.namespaces is None
+            or namespace in self.namespaces
+        )
+
+    def is_shared(self, pool_namespace: str) -> bool:
+        """A pool of the operator's namespace: it may serve other namespaces' pods."""
+        return pool_namespace == self.worker_namespace
+
+    def pool_refusal(self, namespace: str, pool: NodePoolSpec) -> Refusal | None:
+        """Why the NodePool `namespace`/… is not served, if it is not."""
+        refusal = self.refusal(namespace)
+        if refusal is not None or pool.namespace_selector is None or self.is_shared(namespace):
+            return refusal
+        return Refusal(
+            NAMESPACE_SELECTOR_NOT_ALLOWED,
+            f"spec.namespaceSelector is for shared pools, which only an operator creates in "
+            f"namespace {self.worker_namespace}: a NodePool in {namespace} serves the pods of "
+            f"{namespace} alone; remove the field (docs/security.md)",
+        )
+
+    def pool_serves(
+        self,
+        pool_namespace: str,
+        pool: NodePoolSpec,
+        pod_namespace: str,
+        namespace_labels: Mapping[str, str] | None,
+    ) -> bool:
+        """Whether the pool may launch nodes for a pod of `pod_namespace`, whose Namespace
+        carries `namespace_labels` (None: not known yet)."""
+        if pod_namespace == pool_namespace:
+            return True
+        selector = pool.namespace_selector
+        return (
+            self.is_shared(pool_namespace)
+            and selector is not None
+            and namespace_labels is not None
+            and selector.matches(namespace_labels)
+        )
+
+    def is_tenant(self, namespace: str) -> bool:
+        """A namespace the operator named as a tenant: its pools' nodes are its alone."""
+        return (
+            self.namespaces is not None
+            and namespace in self.namespaces
+            and not self.is_shared(namespace)
+        )
+
+    def node_spec(self, namespace: str, pool: NodePoolSpec) -> NodePoolSpec:
+        """The pool's spec as its nodes are built and matched: a tenant's pool's template
+        carries the tenant label and taint of its namespace (any other pool's, nothing)."""
+        if not self.is_tenant(namespace):
+            return pool
+        template = pool.template.model_copy(
+            update={
+                "labels": {**pool.template.labels, TENANT_LABEL: namespace},
+                "taints": [
+                    *(t for t in pool.template.taints if t.key != TENANT_TAINT),
+                    tenant_taint(namespace),
+                ],
+            }
+        )
+        return pool.model_copy(update={"template": template})
 
     def refusal(
         self,
@@ -110,6 +187,70 @@ class Tenancy:
             ):
                 return True
         return False
+
+
+# Namespace annotations of kube-apiserver's PodNodeSelector and PodTolerationRestriction
+# admission plugins (their own names), which give a tenant namespace's pods its node selector
+# and toleration, and refuse any other toleration.
+NODE_SELECTOR_ANNOTATION = "scheduler.alpha.kubernetes.io/node-selector"
+DEFAULT_TOLERATIONS_ANNOTATION = "scheduler.alpha.kubernetes.io/defaultTolerations"
+TOLERATIONS_WHITELIST_ANNOTATION = "scheduler.alpha.kubernetes.io/tolerationsWhitelist"
+# The node controller's condition taints: tolerating them reaches no other tenant's node (its
+# tenant taint still keeps a pod off), and Kubernetes itself adds some to every pod
+# (DefaultTolerationSeconds: not-ready and unreachable; PodTolerationRestriction:
+# memory-pressure), so a whitelist without them would refuse ordinary pods.
+NODE_CONDITION_TOLERATIONS: tuple[dict[str, str], ...] = (
+    {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute"},
+    {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute"},
+    *(
+        {"key": f"node.kubernetes.io/{condition}", "operator": "Exists", "effect": "NoSchedule"}
+        for condition in (
+            "memory-pressure",
+            "disk-pressure",
+            "pid-pressure",
+            "network-unavailable",
+            "unschedulable",
+        )
+    ),
+)
+
+
+def tenant_toleration(namespace: str) -> dict[str, str]:
+    """The toleration of `namespace`'s tenant taint, as a pod spec writes it."""
+    return {"key": TENANT_TAINT, "operator": "Equal", "value": namespace, "effect": "NoSchedule"}
+
+
+def tenant_namespace_annotations(
+    namespace: str,
+    *,
+    node_selector: bool = True,
+    tolerations: Sequence[Mapping[str, str]] = (),
+) -> dict[str, str]:
+    """What makes `namespace` a tenant, for the two admission plugins: its pods tolerate its
+    own nodes' taint and no other tenant's (the whitelist: its toleration, the node
+    conditions' and `tolerations`, e.g. of its pools' own taints), and with `node_selector`
+    they run on its own nodes only (the label only the worker sets, once a node is known to
+    be the claim's VM; without it they may also run on the cluster's other nodes)."""
+    own = tenant_toleration(namespace)
+    # The same toleration as a pod may also write it, without `operator` (Equal by default):
+    # the plugin compares such a toleration with the whitelist's field by field.
+    own_unspelled = {k: v for k, v in own.items() if k != "operator"}
+    annotations = {
+        DEFAULT_TOLERATIONS_ANNOTATION: json.dumps([own]),
+        TOLERATIONS_WHITELIST_ANNOTATION: json.dumps(
+            [own, own_unspelled, *NODE_CONDITION_TOLERATIONS, *(dict(t) for t in tolerations)]
+        ),
+    }
+    if node_selector:
+        annotations[NODE_SELECTOR_ANNOTATION] = f"{TENANT_LABEL}={namespace}"
+    return annotations
+
+
+def tenant_taint(namespace: str) -> Taint:
+    """What keeps other namespaces' pods off a tenant's nodes: only pods that tolerate it go
+    there, and the PodTolerationRestriction annotations let only `namespace`'s tolerate it.
+    Built unvalidated: the key lies in a domain pools may not use, which is why it is ours."""
+    return Taint.model_construct(key=TENANT_TAINT, value=namespace, effect="NoSchedule")
 
 
 def url_parts(url: str) -> tuple[str, str, int, tuple[str, ...]] | None:

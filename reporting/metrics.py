@@ -34,9 +34,19 @@ from opentelemetry.metrics import (
     _Gauge as Gauge,  # the synchronous gauge; public name still pending upstream
 )
 
+from api.nodeclaim import DisruptionReason
+
 METER_NAME = "cloudburst"
 # Voluntary and involuntary reasons that count as a disruption (Karpenter's reasons, ours).
-DISRUPTION_REASONS = frozenset({"Empty", "Expired", "Drifted", "Underutilized", "NodeLost"})
+DISRUPTION_REASONS = frozenset(
+    {
+        DisruptionReason.EMPTY,
+        DisruptionReason.EXPIRED,
+        DisruptionReason.DRIFTED,
+        DisruptionReason.UNDERUTILIZED,
+        DisruptionReason.NODE_LOST,
+    }
+)
 
 # Seconds: cloud calls take from tens of milliseconds (get) to minutes (create and wait).
 _CLOUD_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)

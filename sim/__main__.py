@@ -13,6 +13,7 @@ import sys
 import threading
 
 from sim.cluster import SimulatedCluster
+from sim.kubeapi.__main__ import add_admission_arguments, disabled_plugins
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -29,6 +30,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--boot-delay", type=float, default=1.0, help="VM pending -> running (s)")
     parser.add_argument("--ready-delay", type=float, default=1.0, help="Node joined -> Ready (s)")
     parser.add_argument("--cloud-token", default=None, help="require this bearer token")
+    add_admission_arguments(parser)
     parser.add_argument("-v", "--verbose", action="store_true")
     args = parser.parse_args(argv)
     logging.basicConfig(
@@ -43,6 +45,7 @@ def main(argv: list[str] | None = None) -> None:
         kube_port=args.kube_port,
         cloud_port=args.cloud_port,
         host=args.host,
+        disable_admission_plugins=disabled_plugins(args),
     )
     sim.start()
     print(f"Kubernetes API: {sim.kube_url}", flush=True)

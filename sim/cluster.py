@@ -11,6 +11,10 @@ tailnet (`sim/tailscale.py`, its API over HTTP) that the kubelets join with the 
 user data. `endpoints()` is what an operator would allow as endpoint overrides
 (`CLOUDBURST_ALLOWED_ENDPOINTS`): every stand-in's address.
 
+The API server runs the PodNodeSelector and PodTolerationRestriction admission plugins, as
+Cloudburst's docs ask of a cluster, unless `disable_admission_plugins` names them
+(`admission_config`: their configuration; sim/kubeapi/pod_admission.py).
+
 The cluster is one where Cloudburst is installed: its namespace (`cloudburst-system`, as
 deploy/base/namespace.yaml makes it) exists, for the worker's first-boot script Secrets.
 """
@@ -18,6 +22,7 @@ deploy/base/namespace.yaml makes it) exists, for the worker's first-boot script 
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -87,8 +92,15 @@ class SimulatedCluster:
         clouds: list[str] | None = None,
         missing_standins: Literal["error", "skip"] = "error",
         tailscale: bool = False,
+        disable_admission_plugins: Iterable[str] = (),
+        admission_config: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> None:
-        self.kube = KubeApiServer(host=host, port=kube_port)
+        self.kube = KubeApiServer(
+            host=host,
+            port=kube_port,
+            disable_admission_plugins=disable_admission_plugins,
+            admission_config=admission_config,
+        )
         self.tailnet = TailnetStandin(host=host) if tailscale else None
         self.cloud = FakeCloud(
             regions=regions,

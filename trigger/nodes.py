@@ -30,7 +30,7 @@ from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
 from api import labels
-from api.messages import NodeObservation, ScaleDownRequest, claim_workflow_id
+from api.messages import ClaimSignal, NodeObservation, ScaleDownRequest, claim_workflow_id
 from api.nodepool.messages import NodeUsage, pool_workflow_id
 from api.planning import Resources
 from cluster.interruption import interruption_notice
@@ -50,15 +50,20 @@ USAGE_WINDOW_S = 30.0
 USAGE_EVERY_S = 0.25
 
 
+ClaimKey = tuple[str, str]  # (namespace, name) of a NodeClaim
+
+
 @dataclass
 class _NodeView:
-    claim: str
+    claim: ClaimKey
     ready: bool
     not_ready_since: datetime | None
     ready_since: datetime | None = None
     interruption: str | None = None
     # What the kubelet reports: the claim records it, without a read of its own.
     capacity: dict[str, str] = field(default_factory=dict)
+    # spec.providerID: the claim trusts the node only when it names the claim's VM.
+    provider_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -79,6 +84,10 @@ class _ClusterView:
 
 
 _SHARE = "share"  # a queue item: the running triggers changed
+# What a claim was last told of its node: exists, ready, empty, do-not-disrupt pods,
+# interruption, providerID.
+_Sent = tuple[bool, bool, bool, tuple[str, ...], str | None, str | None]
+_GONE: _Sent = (False, False, True, (), None, None)
 
 
 class NodeWatcher:
@@ -91,12 +100,14 @@ class NodeWatcher:
         self._view = _ClusterView()
         # Per node: the last (exists, ready, empty) sent and when the node became empty.
         # node -> (exists, ready, empty, do-not-disrupt pods) last sent: a change is a transition
-        self._sent: dict[str, tuple[bool, bool, bool, tuple[str, ...], str | None]] = {}
+        self._sent: dict[str, _Sent] = {}
+        # node -> the claim it was last seen labelled for: told when the node goes.
+        self._node_claims: dict[str, ClaimKey] = {}
         self._empty_since: dict[str, datetime] = {}
-        # NodeClaim resource name -> its status.phase and its pool (namespace, name), and
-        # whether Nodes have been listed.
-        self._claim_phases: dict[str, str] = {}
-        self._claim_pools: dict[str, tuple[str, str]] = {}
+        # NodeClaim resource (namespace, name) -> its uid and status.phase, and its pool's
+        # (namespace, name): a claim's namespace is its pool's.
+        self._claim_phases: dict[ClaimKey, tuple[str, str]] = {}
+        self._claim_pools: dict[ClaimKey, tuple[str, str]] = {}
         # node -> workload pods last counted: fewer is news for the pool's consolidation.
         self._workload: dict[str, int] = {}
         self._nodes_listed = False
@@ -193,7 +204,9 @@ class NodeWatcher:
 
     async def _claim_resource(self, event: str, obj: Any) -> None:
         """`kubectl delete nodeclaim X` sets a deletion timestamp (our finalizer holds the
-        resource): ask the claim's workflow to scale down, which removes the finalizer last."""
+        resource): ask the claim's workflow to scale down, which removes the finalizer last.
+        The workflow is the one of that namespace and name, so deleting a NodeClaim reaches
+        only the claim of the namespace it was deleted in."""
         for claim in obj if event == "SYNC" else [obj]:
             metadata = claim.get("metadata", {})
             if event == "DELETED" or not metadata.get("deletionTimestamp"):
@@ -201,18 +214,25 @@ class NodeWatcher:
             phase = claim.get("status", {}).get("phase")
             if phase in ("Deleting", "Deleted", "Failed"):
                 continue
-            handle = self._temporal.get_workflow_handle(claim_workflow_id(metadata["name"]))
+            key = _claim_key(metadata)
+            if key is None:
+                continue
+            handle = self._temporal.get_workflow_handle(claim_workflow_id(*key))
             try:
                 await handle.signal(
-                    "scale_down",
-                    ScaleDownRequest(reason="NodeClaim deleted", requested_by="kubectl"),
+                    ClaimSignal.SCALE_DOWN,
+                    ScaleDownRequest(
+                        reason="NodeClaim deleted",
+                        requested_by="kubectl",
+                        resource_uid=str(metadata.get("uid") or "") or None,
+                    ),
                 )
             except RPCError as err:
                 if err.status == RPCStatusCode.NOT_FOUND:
                     # No live workflow will ever release it: let the resource go.
                     await asyncio.to_thread(self._release, metadata)
                 else:
-                    log.warning("scale-down of %s failed: %s", metadata["name"], err)
+                    log.warning("scale-down of %s/%s failed: %s", *key, err)
 
     def _note_claim_phases(self, event: str, obj: Any) -> None:
         if event == "SYNC":
@@ -220,42 +240,52 @@ class NodeWatcher:
             self._claim_pools.clear()
         for claim in obj if event == "SYNC" else [obj]:
             metadata = claim.get("metadata") or {}
-            name = metadata.get("name")
-            if not name:
+            key = _claim_key(metadata)
+            if key is None:
                 continue
+            uid = str(metadata.get("uid") or "")
             if event == "DELETED":
-                self._claim_phases.pop(name, None)
-                self._claim_pools.pop(name, None)
+                # An older object's deletion never forgets the one now under its name.
+                if self._claim_phases.get(key, (uid, ""))[0] == uid:
+                    self._claim_phases.pop(key, None)
+                    self._claim_pools.pop(key, None)
                 continue
-            self._claim_phases[name] = str((claim.get("status") or {}).get("phase") or "")
+            self._claim_phases[key] = (uid, str((claim.get("status") or {}).get("phase") or ""))
             pool = (claim.get("spec") or {}).get("nodePool")
             if pool:
-                self._claim_pools[name] = (str(metadata.get("namespace") or "default"), pool)
+                self._claim_pools[key] = (key[0], str(pool))
 
     async def _tell_nodes_gone_unseen(self) -> None:
         """Ready claims whose Node the list does not have, confirmed by a direct read."""
         if not self._nodes_listed:
             return
-        for name, phase in sorted(self._claim_phases.items()):
-            if phase != "Ready" or name in self._view.nodes or name in self._found_by_reading:
+        for key, (_uid, phase) in sorted(self._claim_phases.items()):
+            name = key[1]  # its node's name
+            node = self._view.nodes.get(name)
+            if phase != "Ready" or (node is not None and node.claim == key):
+                continue
+            if name in self._found_by_reading:
                 continue
             if not self._mine(name):
                 continue  # another trigger's to look up and tell
             if name in self._sent and not self._sent[name][0]:
                 continue  # already told
             try:
-                await asyncio.to_thread(self._core.read_node, name)
-                self._found_by_reading.add(name)  # it exists: its watch event is on its way
-                continue
+                read = await asyncio.to_thread(self._core.read_node, name)
             except k8s.ApiException as err:
                 if err.status != 404:
                     log.warning("could not look up node %s: %s", name, err.reason)
                     continue
+                read = None
+            found = _node_view(read) if read is not None else None
+            if found is not None and found.claim == key:
+                self._found_by_reading.add(name)  # it exists: its watch event is on its way
+                continue
             observation = NodeObservation(
                 node_name=name, exists=False, observed_at=datetime.now(UTC)
             )
-            if await self._send(name, observation):
-                self._sent[name] = (False, False, True, (), None)
+            if await self._send(key, observation):
+                self._sent[name] = _GONE
 
     def _release(self, metadata: dict[str, Any]) -> None:
         finalizers = [
@@ -328,12 +358,12 @@ class NodeWatcher:
             node = self._view.nodes.get(name)
             if node is None:
                 self._workload.pop(name, None)
-                if name in self._sent and self._sent[name][0]:
-                    claim = name  # node name == claim name
+                claim = self._node_claims.pop(name, None)
+                if claim is not None and name in self._sent and self._sent[name][0]:
                     await self._send(
                         claim, NodeObservation(node_name=name, exists=False, observed_at=now)
                     )
-                    self._sent[name] = (False, False, True, (), None)
+                    self._sent[name] = _GONE
                 self._empty_since.pop(name, None)
                 continue
             pods = self._view.pods.get(name, {}).values()
@@ -347,7 +377,8 @@ class NodeWatcher:
                 self._empty_since.setdefault(name, now)
             else:
                 self._empty_since.pop(name, None)
-            key = (True, node.ready, empty, protected, node.interruption)
+            self._node_claims[name] = node.claim
+            key = (True, node.ready, empty, protected, node.interruption, node.provider_id)
             if self._sent.get(name) == key:
                 continue
             observation = NodeObservation(
@@ -361,6 +392,7 @@ class NodeWatcher:
                 observed_at=now,
                 interruption=node.interruption,
                 capacity=node.capacity,
+                provider_id=node.provider_id,
             )
             if await self._send(node.claim, observation):
                 self._sent[name] = key
@@ -400,7 +432,7 @@ class NodeWatcher:
             if requested == self._usage_told.get(name, Resources()) and not newly_bound:
                 continue  # nothing new (a node that took no pod yet is not news either)
             usage = by_pool.setdefault(pool, NodeUsage(observed_at=datetime.now(UTC)))
-            usage.requested[node.claim] = requested
+            usage.requested[node.claim[1]] = requested
             # Every pod on the node, not only those bound since the last report: after a
             # re-list (a restarted trigger) none is newly bound, and a pod its pool still
             # holds as pending would count twice there (in `requested` and as nominated to
@@ -414,12 +446,13 @@ class NodeWatcher:
             if await self._tell_pool(pool, NodePoolWorkflow.node_usage, usage, "its nodes' usage"):
                 self._usage_told.update(telling[pool])
 
-    async def _tell_pool_workload_left(self, claim: str) -> None:
+    async def _tell_pool_workload_left(self, claim: ClaimKey) -> None:
         """Pods left a node that still runs some: the pool may consolidate it (an empty node
         is its claim's business). Best effort: the pool's periodic look covers a lost one."""
         pool = self._claim_pools.get(claim)
         if pool is not None:
-            await self._tell_pool(pool, NodePoolWorkflow.workload_left, claim, f"pods left {claim}")
+            name = claim[1]
+            await self._tell_pool(pool, NodePoolWorkflow.workload_left, name, f"pods left {name}")
 
     async def _tell_pool(
         self,
@@ -441,23 +474,23 @@ class NodeWatcher:
                 return False
         return True
 
-    async def _send(self, claim: str, observation: NodeObservation) -> bool:
+    async def _send(self, claim: ClaimKey, observation: NodeObservation) -> bool:
         """Tell the claim about its node (named as the claim), if the node is in this
         trigger's share; True once told, or when it is another trigger's to tell."""
-        if not self._mine(claim):
+        if not self._mine(observation.node_name):
             return True
-        handle = self._temporal.get_workflow_handle(claim_workflow_id(claim))
+        handle = self._temporal.get_workflow_handle(claim_workflow_id(*claim))
         try:
-            await handle.signal("observe_node", observation)
+            await handle.signal(ClaimSignal.OBSERVE_NODE, observation)
         except RPCError as err:
             if err.status == RPCStatusCode.NOT_FOUND:
                 return True  # the claim's workflow is closed: nothing to tell it
-            log.warning("signal to %s failed: %s", claim, err)
+            log.warning("signal to %s/%s failed: %s", *claim, err)
             return False
         self.signals_sent += 1
         log.info(
-            "claim %s: node exists=%s ready=%s pods=%d",
-            claim,
+            "claim %s/%s: node exists=%s ready=%s pods=%d",
+            *claim,
             observation.exists,
             observation.ready,
             observation.pod_count,
@@ -465,19 +498,33 @@ class NodeWatcher:
         return True
 
 
+def _claim_key(metadata: dict[str, Any]) -> ClaimKey | None:
+    """(namespace, name) of a NodeClaim resource's metadata; None without a name."""
+    name = metadata.get("name")
+    if not name:
+        return None
+    return str(metadata.get("namespace") or "default"), str(name)
+
+
 def _node_view(node: Any) -> _NodeView | None:
-    claim = (node.metadata.labels or {}).get(labels.NODECLAIM)
-    if not claim:
+    """A Node as the watcher tells its claim about it; None unless it is labelled as the node
+    of the claim it is named after (a node name is its claim's name) and that claim's
+    namespace. Whether it is really that claim's VM is the claim's to judge (providerID)."""
+    node_labels = node.metadata.labels or {}
+    claim = node_labels.get(labels.NODECLAIM)
+    namespace = node_labels.get(labels.NODEPOOL_NAMESPACE)
+    if not claim or not namespace or claim != node.metadata.name:
         return None
     conditions = (node.status.conditions if node.status else None) or []
     ready = next((c for c in conditions if c.type == "Ready"), None)
     is_ready = ready is not None and ready.status == "True"
     since = None if is_ready or ready is None else ready.last_transition_time
     return _NodeView(
-        claim=claim,
+        claim=(namespace, claim),
         ready=is_ready,
         not_ready_since=since,
         ready_since=ready.last_transition_time if is_ready and ready else None,
         interruption=interruption_notice(node),
         capacity=dict((node.status.capacity if node.status else None) or {}),
+        provider_id=(node.spec.provider_id if node.spec else None) or None,
     )

@@ -5,9 +5,12 @@ Stateless in every way that matters: the pool workflow keys demand by pod UID, s
 nothing. Pods no pool can host get a `NoMatchingNodePool` Event saying why.
 
 Only what the operator lets this Cloudburst serve is served (cluster/tenancy.py): a
-NodePool or NodeClass outside the tenant namespaces, or a NodeClass whose endpoint override
-is not allowed, is refused like an invalid one (condition, Event; its pods are told why) and
-never reaches a workflow, so nothing reads its Secrets or calls its endpoint.
+NodePool or NodeClass outside the tenant namespaces, a NodeClass whose endpoint override
+is not allowed, or a tenant's NodePool with a namespaceSelector, is refused like an invalid
+one (condition, Event; its pods are told why) and never reaches a workflow, so nothing reads
+its Secrets or calls its endpoint. A pod is matched only to the pools that serve its
+namespace — its own namespace's and the shared pools whose namespaceSelector selects it — and
+its Event names only those: another tenant's pools are neither used nor shown.
 """
 
 from __future__ import annotations
@@ -29,11 +32,14 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from api import NodeClass, NodePool, events
 from api.events import KubeEvent, ObjectRef
+from api.labels import TENANT_TAINT
 from api.messages import ClaimTimings
+from api.nodepool import NodePoolSpec
 from api.nodepool.messages import (
     PARTIAL_NODE_HOLD_S,
     DemandUpdate,
     NodePoolInput,
+    PoolSignal,
     PoolSpecs,
     PoolState,
     pool_workflow_id,
@@ -122,7 +128,11 @@ class PendingPodTrigger:
         self._pool_task_timeout = pool_task_timeout  # None: Temporal's default
         self._claim_task_timeout = claim_task_timeout  # the same, for the pools' claims
         self._pools: dict[PoolKey, NodePool] = {}
+        # Each pool's spec as its nodes are built (a tenant's with its tenant label and taint).
+        self._node_specs: dict[PoolKey, NodePoolSpec] = {}
         self._classes: dict[PoolKey, NodeClass] = {}
+        # Namespace name -> its labels, which shared pools' namespaceSelectors match.
+        self._namespace_labels: dict[str, dict[str, str]] = {}
         self._pending: dict[str, PoolKey] = {}  # pod uid -> pool it was sent to
         self._pending_demand: dict[str, PodDemand] = {}  # pod uid -> what was sent
         # pod uid -> since when it waits for capacity (epoch seconds), for the latency metric
@@ -153,6 +163,7 @@ class PendingPodTrigger:
             queue,
             halt,
             [
+                ("namespace", self._core.list_namespace, {}, None),
                 ("nodepool", self._custom.list_cluster_custom_object, _crd("nodepools"), None),
                 ("nodeclass", self._custom.list_cluster_custom_object, _crd("nodeclasses"), None),
                 (
@@ -187,7 +198,9 @@ class PendingPodTrigger:
             log.exception("could not handle %s %s", kind, event)
 
     async def _apply(self, kind: str, event: str, obj: Any) -> None:
-        if kind == "nodepool":
+        if kind == "namespace":
+            self._apply_namespace(event, obj)
+        elif kind == "nodepool":
             await self._apply_spec("nodepool", self._pools, NodePool, event, obj)
         elif kind == "nodeclass":
             await self._apply_spec("nodeclass", self._classes, NodeClass, event, obj)
@@ -231,14 +244,21 @@ class PendingPodTrigger:
             except Exception as err:  # a model bug must not stop the trigger either
                 invalid[key] = Refusal(INVALID_SPEC, f"could not be read: {type(err).__name__}")
             else:
-                spec = parsed.spec if isinstance(parsed, NodeClass) else None
-                refusal = self._tenancy.refusal(key[0], spec)
+                if isinstance(parsed, NodePool):
+                    refusal = self._tenancy.pool_refusal(key[0], parsed.spec)
+                elif isinstance(parsed, NodeClass):
+                    refusal = self._tenancy.refusal(key[0], parsed.spec)
+                else:
+                    refusal = self._tenancy.refusal(key[0])
                 if refusal is None:
                     store[key] = parsed
                 else:
                     invalid[key] = refusal
             await self._tell_verdict(plural, key, raw)
         if kind == "nodepool":
+            self._node_specs = {
+                key: self._tenancy.node_spec(key[0], pool.spec) for key, pool in self._pools.items()
+            }
             for key in known_before:
                 if self._deleted(key):
                     # Its workflow outlives it: it must forget the pods it was told of, or
@@ -248,13 +268,40 @@ class PendingPodTrigger:
             # Pools listed after the pods: each hears its full pending set now (the pods'
             # own re-list could not reach pools not yet known).
             self._resync_all_pools()
-        # A pod that matched nothing may match now (a pool created after it went pending);
-        # one of a deleted pool matches another, or none.
+        self._match_waiting_again()
+        await self._specs_changed()
+
+    def _match_waiting_again(self, namespaces: set[str] | None = None) -> None:
+        """A pod that matched nothing may match now (a pool created after it went pending, its
+        namespace labelled for a shared pool); one of a deleted pool matches another, or
+        none. `namespaces`: only pods of those."""
         for uid, pod in list(self._waiting_pods.items()):
+            if namespaces is not None and pod.metadata.namespace not in namespaces:
+                continue
             pool = self._pending.get(uid)
             if pool is None or self._deleted(pool):
                 self._apply_pod_logged("MODIFIED", pod)
-        await self._specs_changed()
+
+    def _apply_namespace(self, event: str, obj: Any) -> None:
+        """Namespace labels, for shared pools' namespaceSelectors. A change re-matches the
+        waiting pods of that namespace that no pool took."""
+        listed = obj if event == "SYNC" else [obj]
+        before = dict(self._namespace_labels)
+        if event == "SYNC":
+            self._namespace_labels.clear()
+        for namespace in listed:
+            name = namespace.metadata.name
+            if event == "DELETED":
+                self._namespace_labels.pop(name, None)
+            else:
+                self._namespace_labels[name] = dict(namespace.metadata.labels or {})
+        changed = {
+            name
+            for name in set(before) | set(self._namespace_labels)
+            if before.get(name) != self._namespace_labels.get(name)
+        }
+        if changed:
+            self._match_waiting_again(changed)
 
     async def _tell_verdict(self, plural: str, key: PoolKey, raw: dict[str, Any]) -> None:
         """Condition and Event on the object itself; failures only logged (told again on the
@@ -361,25 +408,35 @@ class PendingPodTrigger:
         self._batch(pool).add(demand)
 
     def _match(self, pod: Any, demand: PodDemand) -> PoolKey | None:
-        """The highest-weight pool that can host the pod (ties by name), else None + Event."""
+        """The highest-weight pool that serves the pod's namespace and can host the pod (ties
+        by namespace and name), else None + an Event naming only the pools that serve it."""
+        namespace = demand.namespace
+        labels = self._namespace_labels.get(namespace)
         matching: list[tuple[int, PoolKey]] = []
         reasons: dict[str, str] = {}
         for key, refusal in self._invalid["nodepool"].items():
-            reasons[f"{key[0]}/{key[1]}"] = f"the NodePool {_described(refusal)}"
+            if key[0] == namespace:
+                reasons[f"{key[0]}/{key[1]}"] = f"the NodePool {_described(refusal)}"
         for key, pool in self._pools.items():
+            if not self._tenancy.pool_serves(key[0], pool.spec, namespace, labels):
+                continue
             if self._node_class_of(key) is None:
                 reasons[f"{key[0]}/{key[1]}"] = self._class_problem(key)
                 continue
-            why = pool_can_host(key[1], pool.spec, demand)
+            why = pool_can_host(key[1], self._node_specs[key], demand)
             if why is None:
                 matching.append((-pool.spec.weight, key))
             else:
-                reasons[f"{key[0]}/{key[1]}"] = why
+                reasons[f"{key[0]}/{key[1]}"] = _explained(why, key[0])
         if matching:
             self._unmatched.pop(demand.uid, None)
             return min(matching)[1]
         reason = "; ".join(f"{pool}: {why}" for pool, why in sorted(reasons.items()))
-        reason = reason or "no NodePool (with a NodeClass) exists"
+        reason = reason or (
+            f"no NodePool serves namespace {namespace} (a NodePool serves its own namespace's "
+            f"pods; a shared pool in {self._tenancy.worker_namespace} those of the namespaces "
+            "its namespaceSelector selects)"
+        )
         if self._unmatched.get(demand.uid) != reason and self._specs_listed >= _SPEC_KINDS:
             self._unmatched[demand.uid] = reason
             self._warn_unmatched(pod, reason)
@@ -482,7 +539,7 @@ class PendingPodTrigger:
         it for that."""
         handle = self._temporal.get_workflow_handle(pool_workflow_id(*key))
         try:
-            await handle.signal("demand", update)
+            await handle.signal(PoolSignal.DEMAND, update)
         except RPCError as err:
             if err.status != RPCStatusCode.NOT_FOUND:
                 raise
@@ -513,7 +570,7 @@ class PendingPodTrigger:
             task_timeout=self._pool_task_timeout,
             # One workflow per pool: a start for a running pool just delivers the signal.
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-            start_signal="demand",
+            start_signal=PoolSignal.DEMAND,
             start_signal_args=[update],
             static_summary=f"NodePool {namespace}/{name}",
         )
@@ -537,7 +594,7 @@ class PendingPodTrigger:
                 continue
             handle = self._temporal.get_workflow_handle(pool_workflow_id(*key))
             try:
-                await handle.signal("update_specs", specs)
+                await handle.signal(PoolSignal.UPDATE_SPECS, specs)
             except RPCError as err:
                 if err.status != RPCStatusCode.NOT_FOUND:
                     log.warning("spec update for pool %s/%s failed: %s", *key, err)
@@ -551,7 +608,7 @@ class PendingPodTrigger:
             return None
         node_class = self._classes[class_key]
         return PoolSpecs(
-            pool=pool.spec,
+            pool=self._node_specs[key],
             node_class_name=class_key[1],
             node_class=node_class.spec,
             pool_generation=pool.metadata.generation or 0,
@@ -592,6 +649,18 @@ class PendingPodTrigger:
             return ref if ref in self._classes else None
         in_namespace = [k for k in self._classes if k[0] == namespace]
         return in_namespace[0] if len(in_namespace) == 1 else None
+
+
+def _explained(why: str, pool_namespace: str) -> str:
+    """Why a pool cannot host a pod, with what to do when it is its tenant taint."""
+    if TENANT_TAINT not in why:
+        return why
+    return (
+        f"{why}: every node of a pool in {pool_namespace} carries it; the pods of "
+        f"{pool_namespace} get its toleration from the namespace's "
+        f"scheduler.alpha.kubernetes.io/defaultTolerations annotation (`cloudburst tenant-rbac "
+        f"{pool_namespace}`, docs/security.md)"
+    )
 
 
 def _described(refusal: Refusal) -> str:

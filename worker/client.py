@@ -32,10 +32,12 @@ class TemporalConfigError(Exception):
 
 def client_options(settings: Settings) -> dict[str, Any]:
     """The keyword arguments of `Client.connect` (besides the address) that settings decide."""
+    # TLS first: an API key that TLS would not protect is refused before its file is read.
+    tls = tls_config(settings)
     options: dict[str, Any] = {
         "namespace": settings.temporal_namespace,
         "api_key": _api_key(settings),
-        "tls": tls_config(settings),
+        "tls": tls,
         "data_converter": DATA_CONVERTER,
         "interceptors": telemetry.client_interceptors(),
     }
@@ -43,11 +45,23 @@ def client_options(settings: Settings) -> dict[str, Any]:
 
 
 def tls_config(settings: Settings) -> TLSConfig | bool:
-    """False, or the TLS config: mTLS client pair, server CA and server name when given."""
+    """False, or the TLS config: mTLS client pair, server CA and server name when given.
+
+    With TLS off, a client certificate or an API key is refused: the key would cross the
+    network in cleartext (gRPC's `authorization` header) to whoever answers the address."""
     if not settings.tls_enabled():
         if settings.temporal_tls_cert or settings.temporal_tls_key:
             raise TemporalConfigError(
-                "CLOUDBURST_TEMPORAL_TLS is false but a client certificate is configured"
+                "CLOUDBURST_TEMPORAL_TLS is false but a client certificate is configured "
+                "(CLOUDBURST_TEMPORAL_TLS_CERT / CLOUDBURST_TEMPORAL_TLS_KEY): set "
+                "CLOUDBURST_TEMPORAL_TLS=true, or remove the certificate"
+            )
+        if settings.temporal_api_key or settings.temporal_api_key_file:
+            raise TemporalConfigError(
+                "CLOUDBURST_TEMPORAL_TLS is false but an API key is configured "
+                "(CLOUDBURST_TEMPORAL_API_KEY / CLOUDBURST_TEMPORAL_API_KEY_FILE), and it would "
+                "be sent in cleartext: set CLOUDBURST_TEMPORAL_TLS=true (or leave it unset: an "
+                "API key turns TLS on), or remove the API key"
             )
         return False
     if (settings.temporal_tls_cert is None) != (settings.temporal_tls_key is None):

@@ -23,6 +23,9 @@ from opentelemetry import trace
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from api.messages import claim_key_of
+from api.nodepool.messages import pool_key_of
+
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
@@ -139,8 +142,10 @@ def _temporal_fields(record: logging.LogRecord) -> dict[str, Any]:
         if details.get(key) is not None
     }
     workflow_id = str(fields.get("workflow_id", ""))
-    if workflow_id.startswith("nodeclaim-"):
-        fields["claim"] = workflow_id.removeprefix("nodeclaim-")
-    elif workflow_id.startswith("nodepool-"):
-        fields["nodepool"] = workflow_id.removeprefix("nodepool-")
+    claim = claim_key_of(workflow_id)
+    pool = pool_key_of(workflow_id)
+    if claim is not None:
+        fields["claim"] = "/".join(claim)
+    elif pool is not None:
+        fields["nodepool"] = "/".join(pool)
     return fields

@@ -183,6 +183,12 @@ class Settings(BaseSettings):
     log_format: Literal["text", "json"] = "text"
     log_level: str = "INFO"
 
+    # --- the codec server (`cloudburst codec-server`, worker/codec_server.py) -------------
+    # A file (a mounted Secret) whose content every request must carry as `Authorization:
+    # Bearer <token>`, read on every request so that the Secret rotates. A file not there
+    # (the Deployment's optional Secret, not created) means no token until it appears.
+    codec_token_file: Path | None = None
+
     @classmethod
     def settings_customise_sources(
         cls,

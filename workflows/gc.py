@@ -4,8 +4,9 @@ Run every few minutes by the Schedule `cloudburst-orphan-gc` (see `worker/gc_sch
 overlap SKIP). One run: list (activity) → ask which claim workflows still run (activity) →
 decide here → remove (activity) → report. The rules:
 
-- a VM labelled for this cluster is an orphan when its claim workflow `nodeclaim-<claim>`
-  is closed or unknown (or it has no claim label) and it is older than the grace period;
+- a VM labelled for this cluster is an orphan when its claim's workflow is closed or unknown
+  in every namespace whose NodeClasses reach its account (or it has no claim label) and it
+  is older than the grace period;
 - a bootstrap-token Secret is stale when it has expired, or its claim workflow is closed, or
   the workflow is unknown and the Secret is older than the grace period; a bootstrap-script
   Secret likewise, without the expiry rule.
@@ -29,14 +30,17 @@ with workflow.unsafe.imports_passed_through():
         ClaimStates,
         ClaimStatesInput,
         GcInventory,
+        LabelledSecret,
         OrphanGcInput,
         OrphanGcReport,
         OrphanVm,
+        OwnedVm,
         RemovalResult,
         RemoveOrphansInput,
         SecretPurpose,
         StaleSecret,
     )
+    from api.messages import claim_workflow_id
     from workflows.timeouts import HEARTBEAT, PLANNING, QUICK_HEARTBEAT, VM_CALL
 
 _RETRY = RetryPolicy(
@@ -81,14 +85,14 @@ class OrphanGcWorkflow:
         report.errors.extend(inventory.errors)
 
         claims = sorted(
-            {vm.claim_name for vm in inventory.vms if vm.claim_name}
-            | {s.claim_name for s in inventory.secrets if s.claim_name}
+            {wid for vm in inventory.vms for wid in _vm_claims(vm)}
+            | {wid for s in inventory.secrets if (wid := _secret_claim(s))}
         )
         states = ClaimStates()
         if claims:
             states = await workflow.execute_activity_method(
                 ClaimWorkflowActivities.claim_workflow_states,
-                ClaimStatesInput(claim_names=claims),
+                ClaimStatesInput(workflow_ids=claims),
                 start_to_close_timeout=PLANNING,
                 heartbeat_timeout=QUICK_HEARTBEAT,
                 retry_policy=_RETRY,
@@ -98,7 +102,7 @@ class OrphanGcWorkflow:
         now = workflow.now()
         grace = input.grace_period_s
         for vm in inventory.vms:
-            state = states.states.get(vm.claim_name or "", ClaimState.UNKNOWN)
+            state = _vm_claim_state(vm, states)
             if vm.claim_name and state is ClaimState.RUNNING:
                 report.vms_kept_live += 1
                 continue
@@ -112,7 +116,8 @@ class OrphanGcWorkflow:
             report.orphan_vms.append(OrphanVm(vm=vm, reason=f"{why}{age_text}"))
 
         for secret in inventory.secrets:
-            state = states.states.get(secret.claim_name or "", ClaimState.UNKNOWN)
+            wid = _secret_claim(secret)
+            state = states.states.get(wid, ClaimState.UNKNOWN) if wid else ClaimState.UNKNOWN
             age = _age_s(now, secret.created_at)
             old = age is None or age >= grace
             reason = None
@@ -180,3 +185,25 @@ class OrphanGcWorkflow:
         for err in report.errors:
             lines.append(f"- error: {err}")
         return "\n".join(lines)
+
+
+def _vm_claims(vm: OwnedVm) -> list[str]:
+    """The workflow ids the VM's claim may have: one per namespace whose account lists it."""
+    if not vm.claim_name:
+        return []
+    return [claim_workflow_id(namespace, vm.claim_name) for namespace in vm.namespaces]
+
+
+def _vm_claim_state(vm: OwnedVm, states: ClaimStates) -> ClaimState:
+    """Running if its claim runs in any of those namespaces, else closed if it ran in one."""
+    found = {states.states.get(wid, ClaimState.UNKNOWN) for wid in _vm_claims(vm)}
+    for state in (ClaimState.RUNNING, ClaimState.CLOSED):
+        if state in found:
+            return state
+    return ClaimState.UNKNOWN
+
+
+def _secret_claim(secret: LabelledSecret) -> str | None:
+    if not secret.claim_name or not secret.claim_namespace:
+        return None
+    return claim_workflow_id(secret.claim_namespace, secret.claim_name)

@@ -35,23 +35,20 @@ HARD_HISTORY_EVENTS = 1_500
 
 @dataclass(frozen=True)
 class HistoryBound:
-    bounded: bool  # runs recorded before the bound know only Temporal's suggestion
     start_bytes: int  # the history at the run's first task: its input, carried over
-    hard: bool = False  # runs recorded before `HARD_HISTORY_EVENTS` know only the soft bound
 
     @classmethod
-    def of_this_run(cls, bounded: bool, hard: bool = False) -> HistoryBound:
-        """Made in the workflow's `__init__`: its first task, the same in every replay."""
-        start_bytes = workflow.info().get_current_history_size() if bounded else 0
-        return cls(bounded, start_bytes, hard and bounded)
+    def of_this_run(cls) -> HistoryBound:
+        """Made when the run's state is, in its first task: the same in every replay."""
+        return cls(workflow.info().get_current_history_size())
 
     def overdue(self) -> bool:
         """Past the hard bound: news waits until the run can continue as new."""
-        return self.hard and workflow.info().get_current_history_length() >= HARD_HISTORY_EVENTS
+        return workflow.info().get_current_history_length() >= HARD_HISTORY_EVENTS
 
     def reached(self) -> bool:
         info = workflow.info()
-        return self.bounded and (
+        return (
             info.get_current_history_length() >= HISTORY_EVENTS
             or info.get_current_history_size() - self.start_bytes >= HISTORY_BYTES
         )

@@ -22,13 +22,11 @@ from api.limits import (
     BUDGET_NODES_PATTERN,
     CPU_BOUND_RULE,
     CRON_PATTERN,
-    LABEL_KEY_PATTERN,
     MAX_BUDGET_WINDOW_S,
     MAX_BUDGETS,
     MAX_CRON_LENGTH,
     MAX_DURATION_LENGTH,
     MAX_GRACE_S,
-    MAX_LABEL_PREFIX_LENGTH,
     MAX_LABELS,
     MAX_POOL_NAME_LENGTH,
     MAX_SHORT_LIST,
@@ -48,9 +46,12 @@ from api.limits import (
     Seconds,
     Text,
     cel,
+    label_key,
     validations,
 )
 from api.quantity import cpu_within_bounds, memory_within_bounds
+from api.restricted_keys import LABELS_RULE, TAINTS_RULE, refuse_restricted_keys
+from api.selectors import LabelSelector
 
 API_VERSION = "cloudburst.io/v1alpha1"
 PROVIDERS = ("aws", "gcp", "azure", "hetzner", "scaleway", "digitalocean", "ovh", "fake")
@@ -69,6 +70,8 @@ def _items_enum(values: tuple[str, ...]) -> JsonDict:
 
 
 class Taint(CamelModel):
+    # Any domain: Cloudburst's own taints are Taints too (the startup and tenant taints); a
+    # pool's template may not use restricted ones (NodePool, api/restricted_keys.py).
     key: LabelKey
     value: LabelValue | None = None
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
@@ -77,16 +80,6 @@ class Taint(CamelModel):
     @classmethod
     def _key_prefix(cls, value: str) -> str:
         return label_key(value)
-
-
-def label_key(key: str) -> str:
-    """A qualified name (`[prefix/]name`), as Kubernetes checks label and taint keys."""
-    if not re.fullmatch(LABEL_KEY_PATTERN, key):
-        raise ValueError(f"{key[:80]!r} is not a label key ('[prefix/]name', name ≤ 63)")
-    prefix, _, _ = key.rpartition("/")
-    if len(prefix) > MAX_LABEL_PREFIX_LENGTH:
-        raise ValueError(f"the prefix of {key[:80]!r} is longer than {MAX_LABEL_PREFIX_LENGTH}")
-    return key
 
 
 class Requirements(CamelModel):
@@ -178,15 +171,22 @@ def _valid_labels(labels: dict[str, str]) -> dict[str, str]:
 
 
 class NodeTemplate(CamelModel):
-    # Label keys are checked by the model only: a structural CRD schema cannot constrain the
-    # keys of a map (no patternProperties), so the API server checks the values alone.
-    labels: dict[str, LabelValue] = Field(default={}, max_length=MAX_LABELS)
-    taints: list[Taint] = Field(default=[], max_length=MAX_TAINTS)
+    # The grammar of label keys is checked by the model only: a structural CRD schema cannot
+    # constrain the keys of a map (no patternProperties). Keys in restricted domains are
+    # refused by the NodePool model and by these CEL rules, not by NodeTemplate itself: the
+    # template a pool's workflow is sent also carries Cloudburst's tenant label and taint.
+    labels: dict[str, LabelValue] = Field(
+        default={}, max_length=MAX_LABELS, json_schema_extra=validations(LABELS_RULE)
+    )
+    taints: list[Taint] = Field(
+        default=[], max_length=MAX_TAINTS, json_schema_extra=validations(TAINTS_RULE)
+    )
 
     _labels = field_validator("labels")(_valid_labels)
 
 
-DisruptionReason = Literal["Empty", "Drifted", "Underutilized"]
+# The voluntary reasons a budget may limit (`DisruptionReason`'s, spelled for the CRD enum).
+BudgetReason = Literal["Empty", "Drifted", "Underutilized"]
 _DURATION = re.compile(r"^(?:([0-9]{1,9})h)?(?:([0-9]{1,9})m)?(?:([0-9]{1,9})s)?$")
 
 
@@ -245,7 +245,7 @@ class Budget(CamelModel):
     schedule: str | None = Field(default=None, max_length=MAX_CRON_LENGTH, pattern=CRON_PATTERN)
     duration: Duration | None = None
     # Only these voluntary reasons are limited by this budget; None = all of them.
-    reasons: list[DisruptionReason] | None = Field(default=None, max_length=3)
+    reasons: list[BudgetReason] | None = Field(default=None, max_length=3)
 
     @field_validator("schedule")
     @classmethod
@@ -326,6 +326,10 @@ class NodePoolSpec(CamelModel):
     weight: int = Field(default=0, strict=True, ge=0, le=MAX_WEIGHT)
     # The NodeClass this pool's nodes are built from; defaults to the only one in the namespace.
     node_class_ref: ObjectName | None = None
+    # Which namespaces' pods the pool serves besides its own: only for a pool in the operator's
+    # namespace (a shared pool; `cluster/tenancy.py`). Matched against Namespace labels;
+    # `{}` selects every namespace. A pool anywhere else serves its own namespace only.
+    namespace_selector: LabelSelector | None = None
 
 
 class NodePool(CamelModel):
@@ -353,6 +357,18 @@ class NodePool(CamelModel):
                 f"name: a NodePool's name is at most {MAX_POOL_NAME_LENGTH} characters (its "
                 "claims are named <pool>-<5 characters>, a label value of at most 63)"
             )
+        return value
+
+    @field_validator("spec")
+    @classmethod
+    def _no_restricted_keys(cls, value: NodePoolSpec, info: ValidationInfo) -> NodePoolSpec:
+        # Judged on the resource a user writes, not on NodePoolSpec: that also carries
+        # Cloudburst's own keys to the pool's workflow, and is read back from its history.
+        metadata = info.data.get("metadata")
+        name = metadata.name if isinstance(metadata, ObjectMeta) else None
+        template = value.template
+        taint_keys = [taint.key for taint in template.taints]
+        refuse_restricted_keys("NodePoolSpec", name, template.labels, taint_keys)
         return value
 
 

@@ -4,12 +4,13 @@
 from __future__ import annotations
 
 from datetime import datetime
+from enum import StrEnum
 from typing import Literal
 
 from pydantic import BaseModel
 
 from api._base import CamelModel
-from api.messages import ClaimTimings
+from api.messages import ClaimTimings, object_key_of, workflow_id_of
 from api.nodeclaim import NodeClaimPhase, Offering
 from api.nodeclass import NodeClassSpec
 from api.nodepool import NodePoolSpec, NodePoolStatus
@@ -20,8 +21,31 @@ from api.planning import PlannedNode, PodDemand, Resources
 PARTIAL_NODE_HOLD_S = 1.0
 
 
+_POOL_KIND = "nodepool"
+
+
+class PoolSignal(StrEnum):
+    """The NodePoolWorkflow's signals, by name: its handlers are declared with these, and
+    the trigger and the claims send them."""
+
+    DEMAND = "demand"
+    UPDATE_SPECS = "update_specs"
+    NODE_USAGE = "node_usage"
+    RETRY_NOW = "retry_now"
+    CLAIM_REPORT = "claim_report"
+    WORKLOAD_LEFT = "workload_left"
+    REQUEST_DISRUPTION = "request_disruption"
+    WITHDRAW_DISRUPTION = "withdraw_disruption"
+
+
 def pool_workflow_id(namespace: str, name: str) -> str:
-    return f"nodepool-{namespace}-{name}"
+    """A NodePool's workflow: one per pool, named by its namespace and name."""
+    return workflow_id_of(_POOL_KIND, namespace, name)
+
+
+def pool_key_of(workflow_id: str) -> tuple[str, str] | None:
+    """(namespace, name) of a pool's workflow id; None for any other id."""
+    return object_key_of(_POOL_KIND, workflow_id)
 
 
 class PoolSpecs(BaseModel):

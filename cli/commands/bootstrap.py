@@ -18,6 +18,7 @@ from activities.bootstrap import ca_cert_hash, render_claim_script
 from api import NodeClass, NodePool, Offering
 from cli.manifests import load_manifests
 from cli.manual_claims import ClaimError, PoolContext, check_offering, parse_offering
+from cluster.tenancy import Tenancy
 
 bootstrap_app = typer.Typer(help="Inspect the first-boot script burst VMs run.")
 
@@ -58,14 +59,18 @@ def render_preview(
     claim_name: str | None = None,
     offering: Offering | None = None,
     ca_cert_pem: bytes | None = None,
+    tenancy: Tenancy | None = None,
 ) -> str:
-    """The script for a claim of `pool`, secrets replaced by placeholders."""
+    """The script for a claim of `pool`, secrets replaced by placeholders; `tenancy`: the
+    operator's (which namespace holds shared pools), the default install's when None."""
     namespace = pool.metadata.namespace or "default"
     pool_name = pool.metadata.name
     name = claim_name or f"{pool_name}-xxxxx"
+    node_spec = (tenancy or Tenancy()).node_spec(namespace, pool.spec)
     if offering is not None:
+        context = PoolContext(pool, node_class.metadata.name, node_class, node_spec)
         try:
-            check_offering(PoolContext(pool, node_class.metadata.name, node_class), offering)
+            check_offering(context, offering)
         except ClaimError as err:
             raise RenderError(str(err)) from None
     ca_hash = CA_HASH_PLACEHOLDER
@@ -80,8 +85,8 @@ def render_preview(
             namespace=namespace,
             node_pool=pool_name,
             node_class=node_class.spec,
-            node_labels=dict(pool.spec.template.labels),
-            taints=list(pool.spec.template.taints),
+            node_labels=dict(node_spec.template.labels),
+            taints=list(node_spec.template.taints),
             offering=offering,
             token=TOKEN_PLACEHOLDER,
             ca_hash=ca_hash,

@@ -23,9 +23,10 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from api import NodeClaimStatus, search_attributes
 from api._base import CamelModel
-from api.messages import ScaleDownRequest, ScaleDownResult, claim_name_of, claim_workflow_id
+from api.messages import ScaleDownRequest, ScaleDownResult, claim_key_of, claim_workflow_id
 from cli.connect import (
     Kubeconfig,
+    Namespace,
     TemporalAddress,
     answered,
     cli_settings,
@@ -65,13 +66,14 @@ claims_app = typer.Typer(help="Inspect and steer NodeClaims (one workflow per no
 # Markup off: names, messages and reasons are user text, never rich markup.
 err_console = Console(stderr=True, markup=False, emoji=False)
 
-LIST_COLUMNS = ("NAME", "NODEPOOL", "PROVIDER", "REGION", "INSTANCE", "PHASE", "AGE")
+LIST_COLUMNS = ("NAMESPACE", "NAME", "NODEPOOL", "PROVIDER", "REGION", "INSTANCE", "PHASE", "AGE")
 WIDE_COLUMNS = ("STATUS", "WORKFLOW")
 
 
 class ClaimSummary(CamelModel):
     """One claim as `claims list` shows it, from Temporal visibility (no workflow query)."""
 
+    namespace: str
     name: str
     node_pool: str = ""
     provider: str = ""
@@ -88,8 +90,10 @@ class ClaimSummary(CamelModel):
     @classmethod
     def of(cls, execution: WorkflowExecution) -> ClaimSummary:
         attrs = execution.typed_search_attributes
+        namespace, name = claim_key_of(execution.id) or ("", execution.id)
         return cls(
-            name=claim_name_of(execution.id),
+            namespace=namespace,
+            name=name,
             node_pool=attrs.get(search_attributes.NODE_POOL) or "",
             provider=attrs.get(search_attributes.PROVIDER) or "",
             region=attrs.get(search_attributes.REGION) or "",
@@ -104,6 +108,7 @@ class ClaimSummary(CamelModel):
 
     def row(self, wide: bool) -> list[str]:
         cells = [
+            self.namespace,
             self.name,
             self.node_pool,
             self.provider,
@@ -131,6 +136,7 @@ class ClaimDescription(CamelModel):
     """`claims describe -o json|yaml`: the claim's status as its workflow answers the query,
     and its phase timeline from the workflow history."""
 
+    namespace: str
     name: str
     workflow_id: str
     execution_status: str
@@ -154,7 +160,7 @@ def claims_create(
     try:
         wanted = [parse_offering(text) for text in offering]
         api_client = kube_api_client(settings)
-        context = load_pool(api_client, namespace, pool)
+        context = load_pool(api_client, namespace, pool, settings.tenancy())
         offerings = []
         for candidate in wanted:
             priced, note = price_offering(api_client, context, candidate)
@@ -187,7 +193,7 @@ def claims_create(
         Text.assemble(
             "NodeClaim ",
             (claim.metadata.name, "bold"),
-            f" started (workflow {claim_workflow_id(claim.metadata.name)})",
+            f" started (workflow {claim_workflow_id(namespace, claim.metadata.name)})",
         )
     )
 
@@ -302,7 +308,10 @@ async def _ended(client: Client, claim: ClaimSummary) -> ClaimSummary | None:
 
 @claims_app.command("describe")
 def claims_describe(
-    name: str, output: Output = OutputFormat.TABLE, temporal_address: TemporalAddress = None
+    name: str,
+    namespace: Namespace = "default",
+    output: Output = OutputFormat.TABLE,
+    temporal_address: TemporalAddress = None,
 ) -> None:
     """Phase, offering, price, instance, node, conditions and the phase timeline of one claim.
 
@@ -312,18 +321,20 @@ def claims_describe(
 
     async def main() -> tuple[NodeClaimStatus, WorkflowExecutionStatus | None, list[PhaseSpan]]:
         client = await connect_or_exit(settings)
-        handle = client.get_workflow_handle_for(NodeClaimWorkflow.run, claim_workflow_id(name))
+        handle = client.get_workflow_handle_for(
+            NodeClaimWorkflow.run, claim_workflow_id(namespace, name)
+        )
         try:
             description = await handle.describe()
             status = await answered(lambda: handle.query(NodeClaimWorkflow.status))
-            timeline = await phase_timeline(client, claim_workflow_id(name))
+            timeline = await phase_timeline(client, claim_workflow_id(namespace, name))
         except TimeoutError:
-            raise fail(f"NodeClaim {name}: no answer (is a worker running?)") from None
+            raise fail(f"NodeClaim {namespace}/{name}: no answer (is a worker running?)") from None
         except WorkflowQueryFailedError as err:
-            raise fail(f"NodeClaim {name}: {err}") from None
+            raise fail(f"NodeClaim {namespace}/{name}: {err}") from None
         except RPCError as err:
             if err.status == RPCStatusCode.NOT_FOUND:
-                raise fail(f"no NodeClaim named {name}") from None
+                raise fail(f"no NodeClaim {name} in namespace {namespace}") from None
             raise
         return status, description.status, timeline
 
@@ -331,8 +342,9 @@ def claims_describe(
     if output.is_data:
         now = datetime.now(UTC)
         description = ClaimDescription(
+            namespace=namespace,
             name=name,
-            workflow_id=claim_workflow_id(name),
+            workflow_id=claim_workflow_id(namespace, name),
             execution_status=_status_name(execution),
             status=status,
             timeline=[
@@ -347,10 +359,11 @@ def claims_describe(
         )
         print_data(dump(description), output)
         return
-    print_claim(name, status, execution, timeline, wide=output == OutputFormat.WIDE)
+    print_claim(namespace, name, status, execution, timeline, wide=output == OutputFormat.WIDE)
 
 
 def print_claim(
+    namespace: str,
     name: str,
     status: NodeClaimStatus,
     execution: WorkflowExecutionStatus | None,
@@ -362,8 +375,8 @@ def print_claim(
     console = stdout_console()
     console.print(
         Text.assemble(
-            (f"NodeClaim {name}", "bold"),
-            f"  workflow {claim_workflow_id(name)} ({_status_name(execution) or '?'})",
+            (f"NodeClaim {namespace}/{name}", "bold"),
+            f"  workflow {claim_workflow_id(namespace, name)} ({_status_name(execution) or '?'})",
         )
     )
     price = status.price_eur_per_hour
@@ -420,6 +433,7 @@ def _timeline_table(timeline: list[PhaseSpan]) -> Table:
 @claims_app.command("scale-down")
 def claims_scale_down(
     name: str,
+    namespace: Namespace = "default",
     reason: Annotated[str, typer.Option(help="why; recorded on the claim")] = "Manual",
     force: Annotated[
         bool, typer.Option(help="skip the pool's disruption budgets and do-not-disrupt pods")
@@ -433,7 +447,9 @@ def claims_scale_down(
 
     async def main() -> ScaleDownResult:
         client = await connect_or_exit(settings)
-        handle = client.get_workflow_handle_for(NodeClaimWorkflow.run, claim_workflow_id(name))
+        handle = client.get_workflow_handle_for(
+            NodeClaimWorkflow.run, claim_workflow_id(namespace, name)
+        )
         try:
             return await handle.execute_update(
                 NodeClaimWorkflow.request_scale_down, ScaleDownRequest(reason=reason, force=force)
@@ -444,7 +460,7 @@ def claims_scale_down(
             return ScaleDownResult(accepted=False, reason=message)
         except RPCError as err:
             if err.status == RPCStatusCode.NOT_FOUND:
-                raise fail(f"no running NodeClaim named {name}") from None
+                raise fail(f"no running NodeClaim {name} in namespace {namespace}") from None
             raise
 
     result = run_or_exit(main(), settings)

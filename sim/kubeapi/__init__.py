@@ -29,6 +29,11 @@ the `scale` subresource, Service defaults, pods' default tolerations
 (DefaultTolerationSeconds), a `default` ServiceAccount per namespace, `?dryRun=All`, and the
 server's Status bodies and media-type errors.
 
+Pods are admitted as by a kube-apiserver with `--enable-admission-plugins=PodNodeSelector,
+PodTolerationRestriction` (sim/kubeapi/pod_admission.py): a namespace's node-selector,
+default-tolerations and tolerations-whitelist annotations are merged into or judge its pods.
+`KubeApiServer(disable_admission_plugins=[...])` turns them off.
+
 Writes are judged as a real server judges them (sim/kubeapi/admission.py): custom resources
 against the CRDs in deploy/base/crds (structural schema, unknown-field pruning and
 `?fieldValidation=Strict`, CEL rules when cel-python is installed, ratcheting of unchanged
@@ -38,8 +43,10 @@ templates by their resource quantities; refusals are the server's 400/422 Status
 Where it deliberately differs from a real server (it is a test double):
 - built-in kinds keep the `status` given on create, and their main-resource writes may
   change it (custom resources follow the real rules: `/status` only);
-- built-in kinds are validated only for unknown fields and quantities; no admission
-  plugins; defaulting only where kubectl shows it (Services, workloads, pod phase);
+- built-in kinds are validated only for unknown fields and quantities; of kube-apiserver's
+  admission plugins, only DefaultTolerationSeconds, PodNodeSelector and
+  PodTolerationRestriction; defaulting only where kubectl shows it (Services, workloads, pod
+  phase);
   deleting a pod removes it at once, PDB status is computed on read;
 - `store.create(...)` called directly (no `WriteOptions`) skips validation: tests plant
   objects a real server would have refused that way;

@@ -1,19 +1,23 @@
 """What the API server checks on a write before it stores anything.
 
-Two steps, in the server's order and with its answers:
+Three steps, in the server's order and with its answers:
 
 - `decode` (create and replace bodies) and `decode_patched` (the result of a patch): a custom
   resource's unknown fields are pruned, or refused under `?fieldValidation=Strict`
   (`strict decoding error: unknown field "spec.x"`), or reported in a `Warning` header under
   Warn, the default; a built-in's quantities must parse. Failing, a body is a 400 BadRequest
   and a patch result a 422 on the field `patch`.
+- `admit` (creates and updates of pods): kube-apiserver's PodNodeSelector and
+  PodTolerationRestriction admission plugins (sim/kubeapi/pod_admission.py), which may change
+  the pod or refuse it; on a create, DefaultTolerationSeconds ran before them with the
+  server's defaults (sim/kubeapi/builtins.py).
 - `validate` (every write): the CRD's structural schema and CEL rules (sim/kubeapi/schema.py),
   or the built-in kinds' quantity checks (sim/kubeapi/quantities.py) and apps/v1 workloads'
   selectors (sim/kubeapi/workloads.py); 422 Invalid, each cause with its field path.
 
-Writes the store makes for itself (seeding, bindings, evictions) skip both, and so do objects
-put in with `Store.create(...)` without options: that is how tests plant an object a real
-server would refuse, to see that controllers survive it.
+Writes the store makes for itself (seeding, bindings, evictions) skip all three, and so do
+objects put in with `Store.create(...)` without options: that is how tests plant an object a
+real server would refuse, to see that controllers survive it.
 """
 
 from __future__ import annotations
@@ -21,13 +25,17 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sim.kubeapi import builtin_schema, errors, objectmeta, quantities, workloads
 from sim.kubeapi.builtin_schema import Node
 from sim.kubeapi.crds import CrdSchemas
 from sim.kubeapi.patch import STRATEGIC_PATCH
-from sim.kubeapi.resources import ResourceType
+from sim.kubeapi.pod_admission import PodAdmission
+from sim.kubeapi.resources import PODS, ResourceType
+
+if TYPE_CHECKING:
+    from sim.kubeapi.store import Store
 
 log = logging.getLogger(__name__)
 
@@ -48,10 +56,12 @@ class WriteOptions:
 
 
 class Admission:
-    """Decoding and validation of writes; schemas are read on the first custom-resource write."""
+    """Decoding, admission and validation of writes; schemas are read on the first
+    custom-resource write. `pods` holds the pod admission plugins (all on by default)."""
 
-    def __init__(self, crds: CrdSchemas | None = None) -> None:
+    def __init__(self, crds: CrdSchemas | None = None, pods: PodAdmission | None = None) -> None:
         self.crds = crds or CrdSchemas()
+        self.pods = pods or PodAdmission()
         self._crd_nodes: dict[str, Node | None] = {}
 
     def crd_node(self, rt: ResourceType) -> Node | None:
@@ -94,6 +104,24 @@ class Admission:
                 shown = before or json.dumps(obj, sort_keys=True, separators=(",", ":"))
             raise errors.invalid_patch(shown, problem)
         return obj
+
+    def admit(
+        self,
+        store: Store,
+        rt: ResourceType,
+        namespace: str,
+        name: str,
+        new: dict[str, Any],
+        old: dict[str, Any] | None,
+    ) -> None:
+        """The admission plugins, on `new` in place; a refusal raises their answer. `name` is
+        the one the request gave (empty on a create by `generateName`)."""
+        if rt is not PODS:
+            return
+        if old is None:
+            self.pods.admit_create(store, namespace, name, new)
+        else:
+            self.pods.admit_update(store, namespace, new)
 
     def validate(
         self, rt: ResourceType, name: str, new: dict[str, Any], old: dict[str, Any] | None

@@ -38,6 +38,7 @@ ROOTS = [
     "io.k8s.api.apps.v1.ReplicaSet",
     "io.k8s.api.apps.v1.StatefulSet",
     "io.k8s.api.batch.v1.Job",
+    "io.k8s.api.networking.v1.NetworkPolicy",
     "io.k8s.api.batch.v1.CronJob",
     "io.k8s.api.coordination.v1.Lease",
     "io.k8s.api.rbac.v1.Role",

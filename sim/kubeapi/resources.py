@@ -117,6 +117,10 @@ _ALL = [
         short_names=("cj",), categories=_ALL_CATEGORY,
     ),
     ResourceType("coordination.k8s.io", "v1", "leases", "Lease", True),
+    ResourceType(
+        "networking.k8s.io", "v1", "networkpolicies", "NetworkPolicy", True,
+        short_names=("netpol",),
+    ),
     *(
         ResourceType("rbac.authorization.k8s.io", "v1", plural, kind, namespaced)
         for plural, kind, namespaced in (

@@ -25,6 +25,7 @@ import threading
 import time
 import traceback
 from collections import deque
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -46,10 +47,11 @@ from sim.kubeapi import (
     resources,
     tables,
 )
-from sim.kubeapi.admission import WriteOptions
+from sim.kubeapi.admission import Admission, WriteOptions
 from sim.kubeapi.errors import ApiError, status_body
 from sim.kubeapi.patch import JSON_PATCH, MERGE_PATCH, STRATEGIC_PATCH, apply_patch
 from sim.kubeapi.pki import client_kubeconfig, cluster_info_kubeconfig, make_ca_pem
+from sim.kubeapi.pod_admission import PodAdmission
 from sim.kubeapi.resources import CONFIGMAPS, NAMESPACES, PDBS, PODS, SERVICES, ResourceType
 from sim.kubeapi.selectors import parse_field_selector, parse_label_selector
 from sim.kubeapi.store import DEFAULT_LOG_SIZE, DEFAULT_WATCH_QUEUE, Obj, Store, Watcher
@@ -105,6 +107,11 @@ class KubeApiServer:
     >>> server.start()                    # serves in a daemon thread
     >>> core = kubernetes.client.CoreV1Api(server.api_client())
     >>> server.stop()
+
+    The admission plugins PodNodeSelector and PodTolerationRestriction run unless
+    `disable_admission_plugins` names them (kube-apiserver's `--disable-admission-plugins`);
+    `admission_config` gives each what its `--admission-control-config-file` entry would
+    (sim/kubeapi/pod_admission.py).
     """
 
     def __init__(
@@ -115,6 +122,8 @@ class KubeApiServer:
         event_log_size: int = DEFAULT_LOG_SIZE,
         watch_queue_size: int = DEFAULT_WATCH_QUEUE,
         audit_size: int = DEFAULT_AUDIT_SIZE,
+        disable_admission_plugins: Iterable[str] = (),
+        admission_config: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> None:
         self.host = host
         self._audit: deque[AuditRecord] = deque(maxlen=audit_size)
@@ -122,7 +131,8 @@ class KubeApiServer:
         self._forbidden: set[tuple[str, str, str, str | None]] = set()
         self._audit_lock = threading.Lock()
         self.port = port
-        self.store = Store(event_log_size, watch_queue_size)
+        pods = PodAdmission(disable_admission_plugins, admission_config)
+        self.store = Store(event_log_size, watch_queue_size, Admission(pods=pods))
         self.ca_cert_pem: str = make_ca_pem()
         self._httpd: _HTTPServer | None = None
         self._thread: threading.Thread | None = None

@@ -173,6 +173,7 @@ class Store:
             ):
                 raise errors.not_found(NAMESPACES, namespace)
             pool = self._objects.setdefault(rt.storage, {}).setdefault(namespace, {})
+            asked = str(md.get("name") or "")  # what admission sees: the name comes later
             name = md.get("name")
             if not name and md.get("generateName"):
                 name = self._generate_name(pool, str(md["generateName"]))
@@ -193,6 +194,7 @@ class Store:
             _defaults(rt, body)
             builtins.defaults(self, rt, body)
             if opts is not None:
+                self.admission.admit(self, rt, namespace, asked, body, None)
                 self.admission.validate(rt, name, body, None)
                 if not opts.applied:
                     record_update(
@@ -281,6 +283,7 @@ class Store:
             new["metadata"] = md
             _fold_string_data(rt, new)
             if opts is not None:
+                self.admission.admit(self, rt, namespace, name, new, old)
                 self.admission.validate(rt, name, new, old)
                 self._record(rt, old, new, opts, subresource)
                 if opts.dry_run:

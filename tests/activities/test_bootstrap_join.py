@@ -13,6 +13,7 @@ from temporalio.testing import ActivityEnvironment
 
 from activities.bootstrap import BootstrapActivities, read_user_data
 from activities.kube import STARTUP_TAINT, KubeActivities
+from activities.providers.base import instance_id
 from api import labels
 from api.messages import BootstrapInput, LabelNodeInput
 from api.nodeclaim import Offering
@@ -60,11 +61,20 @@ def kube_acts(kube_api_client: client.ApiClient) -> KubeActivities:
 
 
 def make_node(core: client.CoreV1Api, name: str, taints: list[dict[str, str]]) -> None:
+    """A node as the claim `name`'s VM (`fake/sim-1/<name>`, `labelled`) registers it."""
     core.create_node(
         client.V1Node(
             metadata=client.V1ObjectMeta(name=name, labels={"existing": "yes"}),
-            spec=client.V1NodeSpec(taints=[client.V1Taint(**t) for t in taints]),
+            spec=client.V1NodeSpec(
+                taints=[client.V1Taint(**t) for t in taints], provider_id=f"fake:///sim-1/{name}"
+            ),
         )
+    )
+
+
+def labelled(name: str, new: dict[str, str], instance_id: str | None = None) -> LabelNodeInput:
+    return LabelNodeInput(
+        node_name=name, instance_id=instance_id or f"fake/sim-1/{name}", labels=new
     )
 
 
@@ -74,11 +84,11 @@ def test_label_node_lifts_the_startup_taint_and_keeps_others(kube_acts, core, un
     make_node(core, name, [other, STARTUP, {"key": "dedicated", "effect": "NoExecute"}])
     new = {labels.NODEPOOL: "burst", labels.PROVIDER: "fake"}
 
-    run(kube_acts.label_node, LabelNodeInput(node_name=name, labels=new))
+    run(kube_acts.label_node, labelled(name, new))
     assert taints_of(core, name) == [other, {"key": "dedicated", "effect": "NoExecute"}]
     assert core.read_node(name).metadata.labels == {"existing": "yes", **new}
 
-    run(kube_acts.label_node, LabelNodeInput(node_name=name, labels=new))  # idempotent
+    run(kube_acts.label_node, labelled(name, new))  # idempotent
     assert taints_of(core, name) == [other, {"key": "dedicated", "effect": "NoExecute"}]
     assert core.read_node(name).metadata.labels == {"existing": "yes", **new}
 
@@ -86,7 +96,7 @@ def test_label_node_lifts_the_startup_taint_and_keeps_others(kube_acts, core, un
 def test_label_node_when_the_startup_taint_is_the_only_one(kube_acts, core, unique):
     name = f"n-{unique}"
     make_node(core, name, [STARTUP])
-    run(kube_acts.label_node, LabelNodeInput(node_name=name, labels={"a": "b"}))
+    run(kube_acts.label_node, labelled(name, {"a": "b"}))
     assert taints_of(core, name) == []
 
 
@@ -94,7 +104,7 @@ def test_label_node_without_startup_taint_leaves_taints_alone(kube_acts, core, u
     name = f"n-{unique}"
     other = {"key": "gpu", "value": "true", "effect": "NoSchedule"}
     make_node(core, name, [other])
-    run(kube_acts.label_node, LabelNodeInput(node_name=name, labels={"a": "b"}))
+    run(kube_acts.label_node, labelled(name, {"a": "b"}))
     assert taints_of(core, name) == [other]
     assert core.read_node(name).metadata.labels == {"existing": "yes", "a": "b"}
 
@@ -213,7 +223,7 @@ def test_sim_kubelet_joins_a_vm_booted_with_the_script(sim: Sim, tailscale: str)
     # What the claim does once the node is Ready: sync labels, lift the startup taint.
     run(
         KubeActivities(sim.api).label_node,
-        LabelNodeInput(node_name=claim, labels={labels.PROVIDER: "fake"}),
+        labelled(claim, {labels.PROVIDER: "fake"}, instance_id("fake", "sim-2", iid)),
     )
     assert taints_of(sim.core, claim) == [{"key": "gpu", "value": "true", "effect": "NoSchedule"}]
 

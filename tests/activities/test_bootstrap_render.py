@@ -176,6 +176,11 @@ def test_goldens_say_what_they_show() -> None:
     labels_arg = ts_config["nodeRegistration"]["kubeletExtraArgs"][0]["value"]
     assert "cloudburst.io/instance-type=cx22" in labels_arg
     assert "example.com/tier=batch" in labels_arg
+    # The VM asks its cloud's metadata service who it is: the offering's cloud, or without
+    # an offering the class's only one.
+    assert "\nPROVIDER=hetzner\n" in with_ts and "\nPROVIDER=scaleway\n" in direct
+    for script in (with_ts, direct):
+        assert "\nSTEP=provider-id\nfind_provider_id\n" in script
 
 
 # --- render_preview --------------------------------------------------------------------------
@@ -190,6 +195,60 @@ def test_preview_uses_placeholders_for_every_secret() -> None:
         "TAILSCALE_AUTHKEY='<TAILSCALE-AUTH-KEY from Secret ml/tailscale-auth key authkey>'\n"
         in script
     )
+
+
+CLASS_TWO_CLOUDS = """\
+apiVersion: cloudburst.io/v1alpha1
+kind: NodeClass
+metadata: {name: two-clouds, namespace: ml}
+spec:
+  hetzner:
+    location: fsn1
+    apiTokenSecretRef: {name: hetzner-api-token, key: HETZNER_API_TOKEN}
+  ovh:
+    projectID: example-project
+    region: SBG5
+    credentialsSecretRef: {name: ovh-credentials, key: credentials}
+  join: {hostApiServer: "https://100.64.0.1:6443"}
+"""
+CLASS_OVH = CLASS_TWO_CLOUDS.replace(
+    """  hetzner:
+    location: fsn1
+    apiTokenSecretRef: {name: hetzner-api-token, key: HETZNER_API_TOKEN}
+""",
+    "",
+)
+CLASS_FAKE = """\
+apiVersion: cloudburst.io/v1alpha1
+kind: NodeClass
+metadata: {name: sim, namespace: ml}
+spec:
+  fake: {}
+  join: {hostApiServer: "https://100.64.0.1:6443"}
+"""
+
+
+@pytest.mark.parametrize(
+    # What the script's PROVIDER and REGION lines say, as rendered.
+    ("class_yaml", "offering", "provider", "region"),
+    [
+        (CLASS_TWO_CLOUDS, Offering(provider="hetzner", region="nbg1", instance_type="cx22"),
+         "hetzner", "''"),
+        (CLASS_TWO_CLOUDS, Offering(provider="ovh", region="GRA11", instance_type="b3-8"),
+         "ovh", "GRA11"),
+        # Without an offering: the class's only cloud (OVH's region from the class), or none.
+        (CLASS_OVH, None, "ovh", "SBG5"),
+        (CLASS_TWO_CLOUDS, None, "''", "''"),
+        # The simulated cloud has no metadata service: its kubelet names itself.
+        (CLASS_FAKE, None, "''", "''"),
+    ],
+)  # fmt: skip
+def test_the_script_asks_the_offerings_cloud_who_the_vm_is(
+    class_yaml: str, offering: Offering | None, provider: str, region: str
+) -> None:
+    pool, node_class = models(class_yaml)
+    script = render_preview(pool, node_class, claim_name="gpu-burst-x7k2q", offering=offering)
+    assert f"\nPROVIDER={provider}\nREGION={region}\n" in script
 
 
 def test_preview_refuses_an_offering_the_class_cannot_launch() -> None:

@@ -17,6 +17,7 @@ from api.messages import ClaimStart, ClaimStarts, NodeClaimInput, claim_workflow
 from api.nodeclaim import Offering
 from api.nodeclass import FakeClass, JoinSettings, NodeClassSpec
 from api.nodepool import NodePoolSpec
+from api.nodepool.messages import pool_workflow_id
 from tests.e2e.harness import eventually
 
 OFFERING = Offering(provider="fake", region="sim-1", instance_type="fk-two", vcpu=2, memory_gib=4)
@@ -38,7 +39,7 @@ def start(pool: str, suffix: str, task_queue: str) -> ClaimStart:
             node_class=NodeClassSpec(
                 fake=FakeClass(), join=JoinSettings(host_api_server="https://127.0.0.1:6443")
             ),
-            pool_workflow_id=f"nodepool-default-{pool}",
+            pool_workflow_id=pool_workflow_id("default", pool),
         ),
         task_queue=task_queue,
         pool_name=pool,
@@ -51,7 +52,7 @@ def pool() -> str:
 
 
 async def runs_of(client: Client, claim_name: str) -> list[WorkflowExecutionStatus | None]:
-    query = f"WorkflowId = '{claim_workflow_id(claim_name)}'"
+    query = f"WorkflowId = '{claim_workflow_id('default', claim_name)}'"
     return [execution.status async for execution in client.list_workflows(query)]
 
 
@@ -65,7 +66,7 @@ async def test_a_retried_batch_starts_each_claim_once_and_never_revives_an_ended
     starter = ClaimWorkflowActivities()
 
     assert (await run(starter.start_claim_workflows, batch)).refused == {}
-    first = temporal_client.get_workflow_handle(claim_workflow_id(f"{pool}-aaaaa"))
+    first = temporal_client.get_workflow_handle(claim_workflow_id("default", f"{pool}-aaaaa"))
     described = await first.describe()
     assert described.status == WorkflowExecutionStatus.RUNNING
     assert described.typed_search_attributes.get(sa.NODE_POOL) == pool
@@ -78,7 +79,9 @@ async def test_a_retried_batch_starts_each_claim_once_and_never_revives_an_ended
     assert await eventually(lambda: runs_of(temporal_client, f"{pool}-aaaaa"), ended.__eq__)
     running = [WorkflowExecutionStatus.RUNNING]
     assert await eventually(lambda: runs_of(temporal_client, f"{pool}-bbbbb"), running.__eq__)
-    await temporal_client.get_workflow_handle(claim_workflow_id(f"{pool}-bbbbb")).terminate()
+    await temporal_client.get_workflow_handle(
+        claim_workflow_id("default", f"{pool}-bbbbb")
+    ).terminate()
 
 
 async def test_a_start_temporal_refuses_is_named_and_the_rest_of_the_batch_starts(
@@ -96,6 +99,6 @@ async def test_a_start_temporal_refuses_is_named_and_the_rest_of_the_batch_start
     assert list(result.refused) == [f"{pool}-ccccc"]
     assert "taskqueue length exceeds limit" in result.refused[f"{pool}-ccccc"].lower()
     assert await runs_of(temporal_client, f"{pool}-ccccc") == []
-    started = temporal_client.get_workflow_handle(claim_workflow_id(f"{pool}-ddddd"))
+    started = temporal_client.get_workflow_handle(claim_workflow_id("default", f"{pool}-ddddd"))
     assert (await started.describe()).status == WorkflowExecutionStatus.RUNNING
     await started.terminate()

@@ -24,11 +24,17 @@ from api.messages import DrainInput, DrainResult, LabelNodeInput, NodeRef, NodeS
 # --- helpers: build the world the activities act on -------------------------------------
 
 
-def make_node(core: client.CoreV1Api, name: str, ready: bool = True) -> None:
+def make_node(
+    core: client.CoreV1Api, name: str, ready: bool = True, provider_id: str | None = None
+) -> None:
+    """A node as the claim `name`'s VM registers it (`provider_id`: as another machine)."""
     core.create_node(
         client.V1Node(
             metadata=client.V1ObjectMeta(name=name, labels={"existing": "yes"}),
-            spec=client.V1NodeSpec(taints=[client.V1Taint(key="other", effect="NoExecute")]),
+            spec=client.V1NodeSpec(
+                taints=[client.V1Taint(key="other", effect="NoExecute")],
+                provider_id=provider_id or f"fake:///sim-1/{name}",
+            ),
         )
     )
     core.patch_node_status(
@@ -101,9 +107,15 @@ def make_pdb(api: client.ApiClient, namespace: str, app: str) -> None:
     )
 
 
+def ref(node: str) -> NodeRef:
+    """The claim `node`'s node: its VM is `fake/sim-1/<node>` (`make_node`)."""
+    return NodeRef(node_name=node, instance_id=f"fake/sim-1/{node}")
+
+
 def drain_input(node: str, force_in_s: float, **kw: Any) -> DrainInput:
     return DrainInput(
         node_name=node,
+        instance_id=ref(node).instance_id,
         force_after=datetime.now(UTC) + timedelta(seconds=force_in_s),
         poll_interval_s=kw.pop("poll_interval_s", 0.1),
         eviction_retry_s=kw.pop("eviction_retry_s", 0.1),
@@ -167,22 +179,35 @@ def test_read_secret_value(core, namespace):
 
 def test_label_node_merges_and_is_idempotent(acts, core, node):
     new = {labels.NODEPOOL: "burst", labels.PROVIDER: "fake"}
-    run(acts.label_node, LabelNodeInput(node_name=node, labels=new))
-    run(acts.label_node, LabelNodeInput(node_name=node, labels=new))
+    run(
+        acts.label_node,
+        LabelNodeInput(node_name=node, instance_id=ref(node).instance_id, labels=new),
+    )
+    run(
+        acts.label_node,
+        LabelNodeInput(node_name=node, instance_id=ref(node).instance_id, labels=new),
+    )
     got = core.read_node(node).metadata.labels
     assert got == {"existing": "yes", **new}
 
 
 def test_label_missing_node_is_node_not_found(acts, unique):
     with pytest.raises(ApplicationError) as info:
-        run(acts.label_node, LabelNodeInput(node_name=f"ghost-{unique}", labels={"a": "b"}))
+        run(
+            acts.label_node,
+            LabelNodeInput(
+                node_name=f"ghost-{unique}",
+                instance_id=ref(f"ghost-{unique}").instance_id,
+                labels={"a": "b"},
+            ),
+        )
     assert info.value.type == "NodeNotFound"
     assert info.value.non_retryable
 
 
 def test_cordon_taints_once_and_keeps_other_taints(acts, core, node):
-    run(acts.cordon_node, NodeRef(node_name=node))
-    run(acts.cordon_node, NodeRef(node_name=node))
+    run(acts.cordon_node, ref(node))
+    run(acts.cordon_node, ref(node))
     spec = core.read_node(node).spec
     assert spec.unschedulable is True
     taints = [(t.key, t.effect) for t in spec.taints]
@@ -192,38 +217,42 @@ def test_cordon_taints_once_and_keeps_other_taints(acts, core, node):
 
 
 def test_uncordon_undoes_only_our_cordon(acts, core, node):
-    run(acts.cordon_node, NodeRef(node_name=node))
-    run(acts.uncordon_node, NodeRef(node_name=node))
-    run(acts.uncordon_node, NodeRef(node_name=node))  # again: nothing left to undo
+    run(acts.cordon_node, ref(node))
+    run(acts.uncordon_node, ref(node))
+    run(acts.uncordon_node, ref(node))  # again: nothing left to undo
     spec = core.read_node(node).spec
     assert not spec.unschedulable
     assert [(t.key, t.effect) for t in spec.taints] == [("other", "NoExecute")]
-    run(acts.uncordon_node, NodeRef(node_name="ghost-node-never-made"))
+    run(acts.uncordon_node, ref("ghost-node-never-made"))
 
 
 def test_cordon_missing_node_is_noop(acts, unique):
-    run(acts.cordon_node, NodeRef(node_name=f"ghost-{unique}"))
+    run(acts.cordon_node, ref(f"ghost-{unique}"))
 
 
 def test_delete_node_is_idempotent(acts, core, node):
-    run(acts.delete_node, NodeRef(node_name=node))
+    run(acts.delete_node, ref(node))
     with pytest.raises(ApiException) as info:
         core.read_node(node)
     assert info.value.status == 404
-    run(acts.delete_node, NodeRef(node_name=node))
+    run(acts.delete_node, ref(node))
 
 
 # --- get_node_state ----------------------------------------------------------------------
 
 
 def looked(state: NodeState) -> NodeState:
-    """The state without its timestamp (the activity's clock when it looked), checked once."""
+    """The state without its timestamp (the activity's clock when it looked), checked once,
+    and without the providerID of a node made by `make_node` (the claim's VM's)."""
     assert state.observed_at is not None
-    return state.model_copy(update={"observed_at": None})
+    mine = state.provider_id is not None and state.provider_id.startswith("fake:///sim-1/")
+    return state.model_copy(
+        update={"observed_at": None, "provider_id": None if mine else state.provider_id}
+    )
 
 
 def test_node_state_missing(acts, unique):
-    state: NodeState = run(acts.get_node_state, NodeRef(node_name=f"ghost-{unique}"))
+    state: NodeState = run(acts.get_node_state, ref(f"ghost-{unique}"))
     assert looked(state) == NodeState(exists=False, ready=False, empty=True, pod_count=0)
 
 
@@ -231,18 +260,18 @@ def test_node_state_empty_then_busy(acts, core, node, namespace):
     make_pod(core, namespace, "ds", node, owner_kind="DaemonSet")
     make_pod(core, namespace, "mirror", node, mirror=True)
     make_pod(core, namespace, "done", node, phase="Succeeded")
-    state: NodeState = run(acts.get_node_state, NodeRef(node_name=node))
+    state: NodeState = run(acts.get_node_state, ref(node))
     assert looked(state) == NodeState(exists=True, ready=True, empty=True, pod_count=0)
 
     make_pod(core, namespace, "work", node)
-    state = run(acts.get_node_state, NodeRef(node_name=node))
+    state = run(acts.get_node_state, ref(node))
     assert looked(state) == NodeState(exists=True, ready=True, empty=False, pod_count=1)
 
 
 def test_cordon_and_look_cordons_then_sees_pods_bound_meanwhile(acts, core, node, namespace):
     """The empty re-check: after the taint, a pod the scheduler bound keeps the node."""
     make_pod(core, namespace, "work", node)
-    state: NodeState = run(acts.cordon_and_look, NodeRef(node_name=node))
+    state: NodeState = run(acts.cordon_and_look, ref(node))
     assert looked(state) == NodeState(exists=True, ready=True, empty=False, pod_count=1)
     spec = core.read_node(node).spec
     assert spec.unschedulable is True
@@ -252,7 +281,7 @@ def test_cordon_and_look_cordons_then_sees_pods_bound_meanwhile(acts, core, node
 def test_node_state_not_ready(acts, core, unique):
     name = f"node-{unique}"
     make_node(core, name, ready=False)
-    state: NodeState = run(acts.get_node_state, NodeRef(node_name=name))
+    state: NodeState = run(acts.get_node_state, ref(name))
     assert state.exists and not state.ready and state.empty
 
 
@@ -375,3 +404,49 @@ def test_sleep_heartbeating_stops_on_cancel():
     with pytest.raises(CancelledError):
         env.run(sleep_heartbeating, 30.0)
     assert time.monotonic() - started < 3
+
+
+# --- a Node of the claim's name that is not the claim's VM -------------------------------
+
+
+@pytest.fixture
+def stranger(core: client.CoreV1Api, unique: str) -> str:
+    """A node registered under a claim's name by another machine (another providerID)."""
+    name = f"node-{unique}"
+    make_node(core, name, provider_id="fake:///sim-1/someone-elses-vm")
+    return name
+
+
+def test_a_stranger_of_the_claims_name_is_neither_labelled_cordoned_nor_deleted(
+    acts, core, stranger
+):
+    before = core.read_node(stranger)
+    with pytest.raises(ApplicationError):
+        run(acts.label_node, LabelNodeInput(**ref(stranger).model_dump(), labels={"a": "b"}))
+    run(acts.cordon_node, ref(stranger))
+    run(acts.delete_node, ref(stranger))
+    after = core.read_node(stranger)  # still there, untouched
+    assert after.metadata.labels == before.metadata.labels == {"existing": "yes"}
+    assert not after.spec.unschedulable
+    assert [t.key for t in after.spec.taints] == ["other"]
+
+
+def test_a_stranger_is_never_drained(acts, core, namespace, stranger):
+    make_pod(core, namespace, "web-1", stranger)
+    result: DrainResult = run(acts.drain_node, drain_input(stranger, force_in_s=0))
+    assert result.evicted == result.forced == 0
+    assert core.read_namespaced_pod("web-1", namespace).metadata.deletion_timestamp is None
+
+
+def test_a_node_without_a_provider_id_is_nobodys(acts, core, unique):
+    """A kubelet that set no providerID (no --provider-id, no cloud-controller-manager) proves
+    nothing: its node is not acted on either."""
+    name = f"node-{unique}"
+    core.create_node(client.V1Node(metadata=client.V1ObjectMeta(name=name)))
+    run(acts.delete_node, ref(name))
+    assert core.read_node(name).metadata.name == name
+
+
+def test_the_node_state_says_whose_node_it_is(acts, stranger):
+    state: NodeState = run(acts.get_node_state, ref(stranger))
+    assert state.exists and state.provider_id == "fake:///sim-1/someone-elses-vm"

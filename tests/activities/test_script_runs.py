@@ -7,6 +7,7 @@ calls log and succeeds; `STUB_FAIL=<name>` makes one fail. The script writes its
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from dataclasses import dataclass
@@ -157,11 +158,16 @@ UBUNTU_2404 = 'ID=ubuntu\nVERSION_ID="24.04"\nVERSION_CODENAME=noble\n'
 DEBIAN_12 = 'ID=debian\nVERSION_ID="12"\nVERSION_CODENAME=bookworm\n'
 
 
-def script(tailscale: bool = True) -> str:
+def script(
+    tailscale: bool = True,
+    provider: str | None = None,
+    region: str | None = None,
+    kubernetes_version: str = "1.34.3",
+) -> str:
     return render_script(
         namespace="default",
         claim_name=CLAIM,
-        kubernetes_version="1.34.3",
+        kubernetes_version=kubernetes_version,
         api_server="100.64.0.1:6443",
         token=TOKEN,
         ca_hash=CA_HASH,
@@ -173,6 +179,8 @@ def script(tailscale: bool = True) -> str:
         },
         taints=[Taint(key="gpu", value="true", effect="NoSchedule")],
         tailscale_auth_key=TS_KEY if tailscale else None,
+        provider=provider,
+        region=region,
     )
 
 
@@ -380,3 +388,279 @@ def test_the_run_writes_nothing_outside_its_root(machine: Machine) -> None:
     assert machine.run(script()).returncode == 0
     assert {p: p.exists() for p in real} == before
     assert os.environ.get("CLOUDBURST_ROOT") is None
+
+
+# --- the kubelet's provider ID, from the VM's instance metadata service ---------------------
+
+# A stand-in `curl` that answers as the instance metadata services document: a link-local URL
+# in the table is answered only to the method and headers the service requires (else HTTP
+# 400/401/403: curl -f exits 22), one not in it is a 404 (22); `"silent": true` is a service
+# that never answers (curl's timeout, 28). Anything else (package keys) is "downloaded".
+_METADATA_CURL = r"""#!/usr/bin/env python3
+import json, os, sys
+
+args = sys.argv[1:]
+with open(os.environ["STUB_CALLS"], "a") as calls:
+    calls.write(" ".join(["curl", *args]) + "\n")
+if "curl" in os.environ.get("STUB_FAIL", "").split(","):
+    sys.exit(1)
+method, headers, out, url = "GET", [], None, None
+i = 0
+while i < len(args):
+    arg = args[i]
+    if arg in ("-X", "-H", "-o", "--connect-timeout", "--max-time", "--noproxy"):
+        value = args[i + 1]
+        if arg == "-X":
+            method = value
+        elif arg == "-H":
+            headers.append(value)
+        elif arg == "-o":
+            out = value
+        i += 2
+        continue
+    if not arg.startswith("-"):
+        url = arg
+    i += 1
+service = json.load(open(os.environ["STUB_CAPTURE"] + "/metadata-service.json"))
+body = "downloaded\n"
+if url.startswith(("http://169.254.169.254/", "http://169.254.42.42/")):
+    if service.get("silent"):
+        sys.stderr.write("curl: (28) Connection timed out\n")
+        sys.exit(28)
+    answer = service.get("items", {}).get(url)
+    if answer is None:
+        sys.stderr.write("curl: (22) The requested URL returned error: 404\n")
+        sys.exit(22)
+    wanted = answer.get("headers", [])
+    if answer.get("method", "GET") != method or not all(
+        any(h.startswith(w) for h in headers) for w in wanted
+    ):
+        sys.stderr.write("curl: (22) The requested URL returned error: 401\n")
+        sys.exit(22)
+    body = answer["body"]
+if out is not None:
+    with open(out, "w") as f:
+        f.write(body)
+else:
+    sys.stdout.write(body)
+"""
+
+IMDS = "http://169.254.169.254"
+AWS_TOKEN = "AQAEAStubImdsV2SessionToken=="
+SCW_ID = "11111111-2222-4333-8444-555555555555"
+OVH_UUID = "d8e02d56-2648-49a3-bf97-6be8f1204f38"
+_AZURE = "api-version=2021-02-01&format=text"
+
+# provider, its service's documented answers, the region rendered (OVH's), the providerID.
+METADATA_SERVICES: dict[str, tuple[dict[str, dict[str, Any]], str | None, str]] = {
+    "aws": (
+        {
+            f"{IMDS}/latest/api/token": {
+                "method": "PUT",
+                "headers": ["X-aws-ec2-metadata-token-ttl-seconds: "],
+                "body": AWS_TOKEN,
+            },
+            f"{IMDS}/latest/meta-data/placement/region": {
+                "headers": [f"X-aws-ec2-metadata-token: {AWS_TOKEN}"],
+                "body": "eu-west-1",
+            },
+            f"{IMDS}/latest/meta-data/instance-id": {
+                "headers": [f"X-aws-ec2-metadata-token: {AWS_TOKEN}"],
+                "body": "i-0123456789abcdef0",
+            },
+        },
+        None,
+        "aws:///eu-west-1/i-0123456789abcdef0",
+    ),
+    "gcp": (
+        {
+            f"{IMDS}/computeMetadata/v1/instance/zone": {
+                "headers": ["Metadata-Flavor: Google"],
+                "body": "projects/123456789012/zones/europe-west1-b",
+            },
+            f"{IMDS}/computeMetadata/v1/instance/name": {
+                "headers": ["Metadata-Flavor: Google"],
+                "body": CLAIM,
+            },
+        },
+        None,
+        f"gcp:///europe-west1-b/{CLAIM}",
+    ),
+    "azure": (
+        {
+            f"{IMDS}/metadata/instance/compute/location?{_AZURE}": {
+                "headers": ["Metadata: true"],
+                "body": "westeurope",
+            },
+            f"{IMDS}/metadata/instance/compute/name?{_AZURE}": {
+                "headers": ["Metadata: true"],
+                "body": CLAIM,
+            },
+        },
+        None,
+        f"azure:///westeurope/{CLAIM}",
+    ),
+    "hetzner": (
+        {
+            f"{IMDS}/hetzner/v1/metadata/availability-zone": {"body": "fsn1-dc14"},
+            f"{IMDS}/hetzner/v1/metadata/instance-id": {"body": "42001337"},
+        },
+        None,
+        "hetzner:///fsn1/42001337",
+    ),
+    "scaleway": (
+        {
+            "http://169.254.42.42/conf?format=json": {
+                "body": json.dumps(
+                    {
+                        "id": SCW_ID,
+                        "name": CLAIM,
+                        "commercial_type": "DEV1-M",
+                        "public_ip": {"id": "99999999-0000-4000-8000-000000000000"},
+                        "location": {"zone_id": "fr-par-1"},
+                    }
+                )
+            }
+        },
+        None,
+        f"scaleway:///fr-par-1/{SCW_ID}",
+    ),
+    "digitalocean": (
+        {
+            f"{IMDS}/metadata/v1/region": {"body": "fra1"},
+            f"{IMDS}/metadata/v1/id": {"body": "2756294"},
+        },
+        None,
+        "digitalocean:///fra1/2756294",
+    ),
+    "ovh": (
+        {
+            f"{IMDS}/openstack/latest/meta_data.json": {
+                "body": json.dumps(
+                    {
+                        "uuid": OVH_UUID,
+                        "availability_zone": "nova",
+                        "hostname": f"{CLAIM}.novalocal",
+                        "launch_index": 0,
+                        "name": f"cb-cluster_burst_{CLAIM}",
+                        "project_id": "0123456789abcdef0123456789abcdef",
+                    }
+                )
+            }
+        },
+        "GRA11",
+        f"ovh:///GRA11/{OVH_UUID}",
+    ),
+}
+
+
+def metadata_service(machine: Machine, items: dict[str, Any], silent: bool = False) -> None:
+    (machine.capture / "metadata-service.json").write_text(
+        json.dumps({"items": items, "silent": silent})
+    )
+    (machine.stubs / "curl").write_text(_METADATA_CURL)
+
+
+def kubelet_args(config: dict[str, Any]) -> dict[str, str]:
+    extra = config["nodeRegistration"]["kubeletExtraArgs"]
+    if isinstance(extra, list):  # v1beta4
+        return {a["name"]: a["value"] for a in extra}
+    return dict(extra)  # v1beta3
+
+
+@pytest.mark.parametrize(
+    ("provider", "kubernetes_version"),
+    [
+        *((p, "1.34.3") for p in METADATA_SERVICES),
+        ("aws", "1.30.4"),  # JoinConfiguration v1beta3: kubeletExtraArgs is a map
+        ("ovh", "1.30.4"),
+    ],
+)
+def test_the_kubelet_gets_the_provider_id_its_metadata_service_tells(
+    machine: Machine, provider: str, kubernetes_version: str
+) -> None:
+    items, region, expected = METADATA_SERVICES[provider]
+    metadata_service(machine, items)
+    run = machine.run(
+        script(provider=provider, region=region, kubernetes_version=kubernetes_version)
+    )
+    assert run.returncode == 0, run.output
+
+    config = run.join_config()
+    beta4 = tuple(int(part) for part in kubernetes_version.split(".")[:2]) >= (1, 31)
+    assert config["apiVersion"] == f"kubeadm.k8s.io/{'v1beta4' if beta4 else 'v1beta3'}"
+    args = kubelet_args(config)
+    assert args["provider-id"] == expected
+    assert "node-labels" in args  # the rendered arguments are all still there
+    assert f"[provider-id] provider ID is {expected}" in run.log
+    # Each metadata request: link-local, never through a proxy, with short timeouts; all of
+    # them before the tailnet and the join.
+    asked = [c for c in run.calls if "http://169.254." in c]
+    assert len(asked) == len(items)
+    for call in asked:
+        assert "--noproxy *" in call and "--connect-timeout 2" in call and "--max-time 5" in call
+    assert run.calls.index(asked[-1]) < run.index("tailscale up") < run.index("kubeadm join")
+    assert not list((machine.root / "run/cloudburst").glob("instance-metadata*"))
+
+
+@pytest.mark.parametrize("provider", ["aws", "scaleway"])
+def test_a_metadata_service_that_does_not_answer_fails_the_provider_id_step(
+    machine: Machine, provider: str
+) -> None:
+    items, region, _ = METADATA_SERVICES[provider]
+    metadata_service(machine, items, silent=True)
+    run = machine.run(script(provider=provider, region=region))
+    assert run.returncode != 0
+    first_url = next(iter(items))
+    assert f"the {provider} instance metadata service did not answer {first_url}" in run.log
+    assert "curl failed 5 times; giving up" in run.log
+    assert "FAILED in step 'provider-id'" in run.log
+    assert "FAILED in step 'provider-id'" in run.output  # what cloud-init's console shows
+    assert sum(first_url in c for c in run.calls) == 5  # retried, then given up
+    assert not any(c.startswith(("tailscale up", "kubeadm join")) for c in run.calls)
+
+
+@pytest.mark.parametrize(
+    ("provider", "url", "body", "logged"),
+    [
+        ("hetzner", f"{IMDS}/hetzner/v1/metadata/instance-id", "<html>oops</html>",
+         "(region 'fsn1', id '<html>oops</html>')"),
+        ("scaleway", "http://169.254.42.42/conf?format=json", "<html>oops</html>",
+         "(region '', id '')"),
+    ],
+)  # fmt: skip
+def test_an_identity_the_provider_id_cannot_carry_fails_the_step(
+    machine: Machine, provider: str, url: str, body: str, logged: str
+) -> None:
+    items, _, _ = METADATA_SERVICES[provider]
+    metadata_service(machine, {**items, url: {"body": body}})
+    run = machine.run(script(provider=provider))
+    assert run.returncode != 0
+    assert f"the {provider} instance metadata service gave no usable identity {logged}" in run.log
+    assert "FAILED in step 'provider-id'" in run.log
+    assert "Traceback" not in run.log
+    assert not any(c.startswith("kubeadm join") for c in run.calls)
+
+
+@pytest.mark.parametrize("provider", ["fake", None])
+def test_without_a_metadata_service_nothing_is_asked(
+    machine: Machine, provider: str | None
+) -> None:
+    metadata_service(machine, {}, silent=True)  # any request would fail the run
+    run = machine.run(script(provider=provider))
+    assert run.returncode == 0, run.output
+    assert not any("169.254." in c for c in run.calls)
+    assert "provider-id" not in kubelet_args(run.join_config())
+    assert "[provider-id] no metadata service to ask" in run.log
+
+
+def test_a_rerun_after_a_failed_join_asks_for_the_provider_id_again(machine: Machine) -> None:
+    items, _, expected = METADATA_SERVICES["digitalocean"]
+    metadata_service(machine, items)
+    failed = machine.run(script(provider="digitalocean"), fail="kubeadm")
+    assert failed.returncode != 0
+    done = len(failed.calls)
+    retried = machine.run(script(provider="digitalocean"))
+    assert retried.returncode == 0, retried.output
+    assert sum("http://169.254." in c for c in retried.calls[done:]) == len(items)
+    assert kubelet_args(retried.join_config())["provider-id"] == expected

@@ -35,6 +35,7 @@ RESOURCES = {
     "config_map": "configmaps",
     "node": "nodes",
     "node_status": "nodes/status",
+    "namespace": "namespaces",
     "event": "events",
     "daemon_set": "daemonsets",
     "pod_disruption_budget": "poddisruptionbudgets",

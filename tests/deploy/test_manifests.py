@@ -165,5 +165,58 @@ def test_temporal_cloud_credentials_go_to_every_worker_and_not_the_codec_server(
         assert volumes["temporal"]["secret"]["optional"] is False, name
     codec = by_name["cloudburst-codec-server"]["spec"]["template"]["spec"]
     assert codec["automountServiceAccountToken"] is False
-    assert all("secret" not in v for v in codec.get("volumes", []))
+    # Its one Secret is its own optional token's, never Temporal's credentials.
+    secrets = [v["secret"] for v in codec.get("volumes", []) if "secret" in v]
+    assert [(s["secretName"], s["optional"]) for s in secrets] == [
+        ("cloudburst-codec-server-token", True)
+    ]
     assert "--cors-origin" in codec["containers"][0]["args"]
+
+
+@pytest.mark.parametrize("overlay", ["overlays/dev", *COMPOSED])
+def test_the_codec_server_admits_its_clients_only_and_its_work_fits_its_memory(
+    rendered: dict[str, list[dict[str, Any]]], overlay: str
+) -> None:
+    """Ingress only from the pods the operator labels, on the codec port, no egress; the
+    token file the process reads is the optional Secret's; the memory limit holds the
+    requests the server works on at once at their worst (worker/codec_server.py)."""
+    from worker.codec_server import IDLE_BYTES, MAX_CONCURRENT, REQUEST_PEAK_BYTES
+
+    deployment = _deployments(rendered[overlay])["cloudburst-codec-server"]
+    pod = deployment["spec"]["template"]
+    container = pod["spec"]["containers"][0]
+    [policy] = [
+        o
+        for o in rendered[overlay]
+        if o["kind"] == "NetworkPolicy" and o["metadata"]["name"] == "cloudburst-codec-server"
+    ]
+    spec = policy["spec"]
+    assert policy["metadata"]["namespace"] == deployment["metadata"]["namespace"]
+    assert spec["podSelector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
+    assert sorted(spec["policyTypes"]) == ["Egress", "Ingress"]
+    assert not spec.get("egress")
+    [rule] = spec["ingress"]
+    assert rule["from"] == [
+        {
+            "namespaceSelector": {},
+            "podSelector": {"matchLabels": {"cloudburst.io/codec-server-client": "true"}},
+        }
+    ]
+    [port] = rule["ports"]
+    assert port["port"] in {p["name"] for p in container["ports"]}
+
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    [token] = [v for v in pod["spec"]["volumes"] if v["name"] == "token"]
+    assert token["secret"]["optional"] is True
+    [item] = token["secret"]["items"]
+    assert _env(deployment)["CLOUDBURST_CODEC_TOKEN_FILE"] == f"{mounts['token']}/{item['path']}"
+
+    limit = _bytes(container["resources"]["limits"]["memory"])
+    assert limit >= IDLE_BYTES + MAX_CONCURRENT * REQUEST_PEAK_BYTES
+
+
+def _bytes(quantity: str) -> int:
+    for suffix, factor in (("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10)):
+        if quantity.endswith(suffix):
+            return int(quantity.removesuffix(suffix)) * factor
+    return int(quantity)

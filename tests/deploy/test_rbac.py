@@ -200,6 +200,7 @@ def test_tenant_rbac_is_what_the_generator_makes(
         return {k: v for k, v in o.items() if k != "metadata"} | {
             "name": o["metadata"]["name"],
             "namespace": o["metadata"].get("namespace"),
+            "annotations": o["metadata"].get("annotations"),
         }
 
     objects = rendered[overlay]
@@ -207,7 +208,8 @@ def test_tenant_rbac_is_what_the_generator_makes(
     found = [
         shape(o)
         for o in objects
-        if o["kind"] in ("Role", "RoleBinding") and o["metadata"].get("namespace") in tenants
+        if (o["kind"] in ("Role", "RoleBinding") and o["metadata"].get("namespace") in tenants)
+        or (o["kind"] == "Namespace" and o["metadata"]["name"] in tenants)
     ]
 
     def key(o: dict[str, Any]) -> str:

@@ -183,7 +183,7 @@ def make_pool(
             "nodeClassRef": "sample",
             "requirements": {"allowedProviders": ["fake"]},
             "limits": limits or {},
-            "template": {"labels": {"cloudburst.io/test-pool": name}},
+            "template": {"labels": {"test-pool": name}},
             "disruption": {
                 "ttlSecondsAfterEmpty": empty_ttl,
                 "terminationGracePeriodSeconds": grace,
@@ -366,7 +366,7 @@ def pool_pod(name: str, pool: str, cpu: str = "500m", memory: str = "256Mi") -> 
     return k8s.V1Pod(
         metadata=k8s.V1ObjectMeta(name=name, namespace="default", labels={"pool": pool}),
         spec=k8s.V1PodSpec(
-            node_selector={"cloudburst.io/test-pool": pool},
+            node_selector={"test-pool": pool},
             termination_grace_period_seconds=0,
             containers=[
                 k8s.V1Container(

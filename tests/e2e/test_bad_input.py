@@ -309,7 +309,7 @@ async def test_a_malformed_pending_pod_never_stops_the_trigger(
         {
             "metadata": {"name": "a-sturdy-misshapen"},  # listed first
             "spec": {
-                "nodeSelector": {"cloudburst.io/test-pool": "sturdy"},
+                "nodeSelector": {"test-pool": "sturdy"},
                 "tolerations": "all of them",
                 "containers": [{"name": "app", "image": "busybox"}],
             },
@@ -322,7 +322,7 @@ async def test_a_malformed_pending_pod_never_stops_the_trigger(
         {
             "metadata": {"name": "a-sturdy-unreadable"},  # listed first
             "spec": {
-                "nodeSelector": {"cloudburst.io/test-pool": "sturdy"},
+                "nodeSelector": {"test-pool": "sturdy"},
                 "containers": [
                     {
                         "name": "app",

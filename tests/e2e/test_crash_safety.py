@@ -162,7 +162,9 @@ async def test_pools_and_claims_on_workers_of_their_own(
         status = await eventually(
             lambda: pool.query(NodePoolWorkflow.status), lambda s: len(s.claims) == 1
         )
-        claim = stack.temporal.get_workflow_handle(claim_workflow_id(status.claims[0].name))
+        claim = stack.temporal.get_workflow_handle(
+            claim_workflow_id("default", status.claims[0].name)
+        )
         # Started on the claims' queue, which no worker polls yet: its first task waits there.
         await asyncio.sleep(2)
         described = await claim.describe()
@@ -198,7 +200,7 @@ async def test_pools_and_claims_on_workers_of_their_own(
             await in_thread(stack.core.delete_namespaced_pod, pod, "default")
         for name in [c.name for c in status.claims]:
             handle = stack.temporal.get_workflow_handle_for(
-                NodeClaimWorkflow.run, claim_workflow_id(name)
+                NodeClaimWorkflow.run, claim_workflow_id("default", name)
             )
             await handle.signal(NodeClaimWorkflow.scale_down, ScaleDownRequest(reason="test over"))
             assert (await asyncio.wait_for(handle.result(), 90)).phase == NodeClaimPhase.DELETED

@@ -16,7 +16,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from api import NodeClaimPhase, NodeClaimStatus, labels
 from api.limits import MIN_EXPIRY_S
-from api.messages import ScaleDownRequest
+from api.messages import ScaleDownRequest, claim_workflow_id
 from api.nodepool.messages import PoolStatus, pool_workflow_id
 from sim.cluster import SimulatedCluster
 from tests.e2e.harness import (
@@ -80,7 +80,7 @@ async def expire_the_claim_of(
     """Move the pool's one claim past its expiry (`MIN_EXPIRY_S`) on its own clock."""
     [claim] = (await status_of(stack, pool_name)).claims
     handle = stack.temporal.get_workflow_handle_for(
-        NodeClaimWorkflow.run, f"nodeclaim-{claim.name}"
+        NodeClaimWorkflow.run, claim_workflow_id("default", claim.name)
     )
     await env.fast_forward(handle, timedelta(seconds=MIN_EXPIRY_S + 60))
     return handle
@@ -200,7 +200,7 @@ async def test_do_not_disrupt_blocks_a_voluntary_scale_down_until_forced(stack: 
     await eventually(lambda: running_pods(stack, "guarded"), lambda p: len(p) == 1, 60)
     [claim] = (await status_of(stack, "guarded")).claims
     handle = stack.temporal.get_workflow_handle_for(
-        NodeClaimWorkflow.run, f"nodeclaim-{claim.name}"
+        NodeClaimWorkflow.run, claim_workflow_id("default", claim.name)
     )
     answer = await handle.execute_update(
         NodeClaimWorkflow.request_scale_down, ScaleDownRequest(reason="tidy up")
@@ -236,7 +236,7 @@ async def seconds_from_drain_start_to_pod_gone(
     clock is moved on by the test)."""
     [claim] = (await status_of(stack, pool_name)).claims
     handle = stack.temporal.get_workflow_handle_for(
-        NodeClaimWorkflow.run, f"nodeclaim-{claim.name}"
+        NodeClaimWorkflow.run, claim_workflow_id("default", claim.name)
     )
 
     async def drain_start() -> float:
@@ -351,7 +351,7 @@ async def test_a_vm_deleted_behind_our_back_is_a_lost_node_and_is_replaced(stack
         stack.cluster.cloud.delete_behind_our_back(vm["id"])
 
         handle = stack.temporal.get_workflow_handle_for(
-            NodeClaimWorkflow.run, f"nodeclaim-{first_node}"
+            NodeClaimWorkflow.run, claim_workflow_id("default", str(first_node))
         )
         final = await asyncio.wait_for(handle.result(), timeout=60)
         assert final.deletion_reason == "NodeLost"
@@ -376,7 +376,9 @@ async def test_a_deleted_node_object_is_a_lost_node(stack: Stack) -> None:
     [pod] = await eventually(lambda: running_pods(stack, "nodegone"), lambda p: len(p) == 1, 60)
     node = pod.spec.node_name
     await in_thread(stack.core.delete_node, node)
-    handle = stack.temporal.get_workflow_handle_for(NodeClaimWorkflow.run, f"nodeclaim-{node}")
+    handle = stack.temporal.get_workflow_handle_for(
+        NodeClaimWorkflow.run, claim_workflow_id("default", str(node))
+    )
     final = await asyncio.wait_for(handle.result(), timeout=60)
     assert final.deletion_reason == "NodeLost"
     assert [vm for vm in await vms(stack, "nodegone") if vm["name"] == node] == []
@@ -391,7 +393,9 @@ async def test_a_vm_gone_at_the_provider_is_found_by_the_claims_poll(stack: Stac
     node = pod.spec.node_name
     [vm] = await vms(stack, "vmgone")
     stack.cluster.cloud.terminate(vm["id"])
-    handle = stack.temporal.get_workflow_handle_for(NodeClaimWorkflow.run, f"nodeclaim-{node}")
+    handle = stack.temporal.get_workflow_handle_for(
+        NodeClaimWorkflow.run, claim_workflow_id("default", str(node))
+    )
     final = await asyncio.wait_for(handle.result(), timeout=60)
     assert final.deletion_reason == "NodeLost"
     await delete_pods(stack, "vmgone")
@@ -410,7 +414,7 @@ async def test_drift_replaces_nodes_within_budgets_replacement_first(stack: Stac
         "default",
         "nodepools",
         "drift",
-        {"spec": {"template": {"labels": {"cloudburst.io/test-pool": "drift", "tier": "v2"}}}},
+        {"spec": {"template": {"labels": {"test-pool": "drift", "tier": "v2"}}}},
     )
     most = 0
     replaced_first = True
@@ -509,7 +513,7 @@ async def test_consolidation_removes_an_underutilized_node(stack: Stack) -> None
     try:
         small_node, big_node = await two_nodes_one_underutilized(stack, "consol")
         handle = stack.temporal.get_workflow_handle_for(
-            NodeClaimWorkflow.run, f"nodeclaim-{small_node}"
+            NodeClaimWorkflow.run, claim_workflow_id("default", small_node)
         )
         final = await asyncio.wait_for(handle.result(), timeout=90)
         assert final.deletion_reason == "Underutilized"
@@ -578,7 +582,9 @@ async def test_consolidation_replaces_a_node_with_a_cheaper_one_replacement_firs
         # The big app leaves: a node sized for it now carries 300m.
         await in_thread(apps.delete_namespaced_deployment, "shrink-big", "default")
 
-        handle = stack.temporal.get_workflow_handle_for(NodeClaimWorkflow.run, f"nodeclaim-{node}")
+        handle = stack.temporal.get_workflow_handle_for(
+            NodeClaimWorkflow.run, claim_workflow_id("default", str(node))
+        )
         final = await asyncio.wait_for(handle.result(), timeout=90)
         assert final.deletion_reason == "Underutilized"
         new_node = await node_of(stack, "shrink-small", not_on=node)
@@ -587,7 +593,7 @@ async def test_consolidation_replaces_a_node_with_a_cheaper_one_replacement_firs
         assert (after.offering.price_eur_per_hour or 0) < (before.offering.price_eur_per_hour or 0)
         # The replacement was Ready before the old node began to drain.
         replacement = await stack.temporal.get_workflow_handle_for(
-            NodeClaimWorkflow.run, f"nodeclaim-{new_node}"
+            NodeClaimWorkflow.run, claim_workflow_id("default", new_node)
         ).query(NodeClaimWorkflow.status)
         disrupting_since = final.condition("Disrupting")
         assert replacement.ready_at is not None and disrupting_since is not None

@@ -20,6 +20,7 @@ from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError
 
 from api import NodeClaimPhase
 from api import search_attributes as sa
+from api.messages import claim_workflow_id
 from api.nodepool.messages import PoolStatus, pool_workflow_id
 from tests.e2e.harness import (
     Stack,
@@ -154,7 +155,7 @@ async def test_a_claim_failing_on_a_missing_secret_ends_visibly_and_the_pool_car
 
     # Its workflow failed with that same cause, not a cleanup step's error; the Web UI and
     # `claims list` see the phase Failed.
-    handle = stack.temporal.get_workflow_handle(f"nodeclaim-{name}")
+    handle = stack.temporal.get_workflow_handle(claim_workflow_id("default", name))
     try:
         await asyncio.wait_for(handle.result(), timeout=60)
         raise AssertionError("the claim's workflow did not fail")

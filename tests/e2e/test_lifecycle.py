@@ -79,7 +79,7 @@ async def test_claim_lives_its_whole_life(stack: Stack) -> None:
         assert node.metadata.labels[labels.PROVIDER] == "fake"
         assert node.metadata.labels[labels.REGION] == "sim-1"
         assert node.metadata.labels[labels.INSTANCE_TYPE] == "fk-small"
-        assert node.metadata.labels["cloudburst.io/test-pool"] == "life"
+        assert node.metadata.labels["test-pool"] == "life"
         # Once Ready, the join token and the script are gone from the cluster.
         leftovers = await in_thread(
             core.list_secret_for_all_namespaces, label_selector=f"{labels.NODECLAIM}={name}"

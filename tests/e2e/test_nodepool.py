@@ -143,7 +143,9 @@ async def test_pending_pods_get_nodes_then_leave(stack: Stack) -> None:
             seconds=4
         )
         for claim in status.claims:
-            assert await _task_timeout(stack, claim_workflow_id(claim.name)) == timedelta(seconds=6)
+            assert await _task_timeout(
+                stack, claim_workflow_id("default", claim.name)
+            ) == timedelta(seconds=6)
 
         await delete_pods(stack, "grow")
         await eventually(
@@ -622,7 +624,9 @@ async def test_a_failed_claims_pods_are_planned_again(stack: Stack) -> None:
             cloud.boot_delay_s = 0.3
         pods = await eventually(lambda: pods_of(stack, "replan"), all_running(1), 90)
         assert pods[0].spec.node_name != first_claim
-        final = await stack.temporal.get_workflow_handle(f"nodeclaim-{first_claim}").describe()
+        final = await stack.temporal.get_workflow_handle(
+            claim_workflow_id("default", first_claim)
+        ).describe()
         assert final.status is not None and final.status.name == "FAILED"
     await delete_pods(stack, "replan")
 
@@ -643,7 +647,7 @@ async def test_a_pod_no_pool_can_host_is_told_why_then_served_when_a_pool_appear
         assert event.type == "Warning"
         # Each pool says why it cannot host the pod: here, the pod's nodeSelector.
         message = str(event.message)
-        assert "default/elsewhere" in message and "cloudburst.io/test-pool" in message, message
+        assert "default/elsewhere" in message and "test-pool" in message, message
 
         # A pool that can host it appears: the waiting pod gets a node, nobody touching it.
         make_pool(stack.kube, "latecomer", empty_ttl=3600)

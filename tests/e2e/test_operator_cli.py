@@ -108,7 +108,7 @@ async def test_a_manual_claim_shows_its_price_and_reasons_as_written(stack: Stac
         )  # fmt: skip
         assert created.exit_code == 0, created.output
         handle = stack.temporal.get_workflow_handle_for(
-            NodeClaimWorkflow.run, claim_workflow_id(name)
+            NodeClaimWorkflow.run, claim_workflow_id("default", name)
         )
         await wait_for_phase(handle, NodeClaimPhase.READY)
         config = (await handle.describe()).raw_description.execution_config
@@ -239,4 +239,4 @@ async def test_claims_list_watch_streams_a_line_per_change_into_a_pipe(stack: St
     (item,) = json.loads(listed.output)["items"]
     assert item["name"] == name and item["nodePool"] == "watched"
     assert item["executionStatus"] == "Terminated" and item["phase"] == "Pending"
-    assert item["workflowId"] == claim_workflow_id(name) and item["closedAt"]
+    assert item["workflowId"] == claim_workflow_id("default", name) and item["closedAt"]

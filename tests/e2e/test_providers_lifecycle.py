@@ -101,7 +101,7 @@ def provider_pool(cluster: SimulatedCluster, kube: k8s.ApiClient, provider: str)
         "spec": {
             "nodeClassRef": name,
             "requirements": {"allowedProviders": [provider]},
-            "template": {"labels": {"cloudburst.io/test-pool": name}},
+            "template": {"labels": {"test-pool": name}},
             "disruption": {"ttlSecondsAfterEmpty": 3, "terminationGracePeriodSeconds": 30},
         },
     }

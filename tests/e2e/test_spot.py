@@ -21,6 +21,7 @@ from kubernetes import client as k8s
 from temporalio.client import Client
 
 from api import labels as L
+from api.messages import claim_workflow_id
 from api.nodeclaim import ConditionType
 from cli.devstack import CREDENTIAL_KEY, credential_secret
 from sim.cluster import SimulatedCluster
@@ -96,7 +97,7 @@ def spot_pool(stack: Stack) -> None:
         "spec": {
             "nodeClassRef": POOL,
             "requirements": {"allowedProviders": ["aws"], "capacityType": ["spot", "on-demand"]},
-            "template": {"labels": {"cloudburst.io/test-pool": POOL}},
+            "template": {"labels": {"test-pool": POOL}},
             "disruption": {"ttlSecondsAfterEmpty": 2, "terminationGracePeriodSeconds": 20},
         },
     }
@@ -192,7 +193,7 @@ async def test_an_interrupted_spot_node_is_replaced_and_nothing_leaks(stack: Sta
             interrupted_at = asyncio.get_running_loop().time()
 
             handle = stack.temporal.get_workflow_handle_for(
-                NodeClaimWorkflow.run, f"nodeclaim-{first}"
+                NodeClaimWorkflow.run, claim_workflow_id("default", str(first))
             )
             final = await asyncio.wait_for(handle.result(), timeout=45)
             assert final.deletion_reason == INTERRUPTED

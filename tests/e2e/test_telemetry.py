@@ -116,7 +116,7 @@ async def test_one_claim_is_one_trace_and_fills_the_metrics(
             lambda p: p.status.phase == "Running",
             timeout_s=90,
         )
-        claim_id = claim_workflow_id(str(pod.spec.node_name))
+        claim_id = claim_workflow_id("default", str(pod.spec.node_name))
         await in_thread(stack.core.delete_namespaced_pod, "tele-0", "default")
         # Empty for a second: the claim drains and deletes its node.
         await stack.temporal.get_workflow_handle(claim_id).result()

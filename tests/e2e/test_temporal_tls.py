@@ -1,11 +1,14 @@
 """mTLS from the settings to a real server: the dev server has no TLS of its own, so a
-TLS-terminating proxy (client certificate required, ALPN h2) stands in front of it."""
+TLS-terminating proxy (client certificate required, ALPN h2) stands in front of it. And an
+API key with TLS turned off: every process refuses to start rather than send it in clear."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import ssl
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -77,3 +80,51 @@ async def test_without_the_client_certificate_the_server_refuses(
         )
         with pytest.raises(RuntimeError):
             await asyncio.wait_for(connect_temporal(settings), timeout=30)
+
+
+CLOUDBURST = Path(sys.executable).parent / "cloudburst"
+
+
+@pytest.mark.parametrize("command", [["worker"], ["trigger"], ["claims", "list"]])
+async def test_no_process_sends_an_api_key_over_plaintext(
+    tmp_path: Path, command: list[str]
+) -> None:
+    """`cloudburst worker`, `trigger` and a CLI command, as an operator runs them, with
+    CLOUDBURST_TEMPORAL_TLS=false and an API key: each ends with the reason before opening
+    a connection, so the address (anyone's, on a plaintext network) never sees the key."""
+    received: list[bytes] = []
+
+    async def listener(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        received.append(await reader.read(65536))
+        writer.close()
+
+    server = await asyncio.start_server(listener, "127.0.0.1", 0)
+    key = tmp_path / "api-key"
+    key.write_text("secret-key\n")
+    environment = {name: value for name, value in os.environ.items() if "TEMPORAL" not in name}
+    environment |= {
+        "CLOUDBURST_TEMPORAL_ADDRESS": f"127.0.0.1:{server.sockets[0].getsockname()[1]}",
+        "CLOUDBURST_TEMPORAL_TLS": "false",
+        "CLOUDBURST_TEMPORAL_API_KEY_FILE": str(key),
+        "CLOUDBURST_KUBECONFIG": str(tmp_path / "no-kubeconfig"),
+        "CLOUDBURST_HEALTH_PORT": "0",
+        "CLOUDBURST_METRICS_PORT": "0",
+        "CLOUDBURST_SDK_METRICS_PORT": "0",
+        "COLUMNS": "500",  # the worker's traceback, with its last line unwrapped
+    }
+    try:
+        process = await asyncio.create_subprocess_exec(
+            str(CLOUDBURST),
+            *command,
+            env=environment,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        out, err = await asyncio.wait_for(process.communicate(), timeout=60)
+    finally:
+        server.close()
+    said = (out + err).decode()
+    assert process.returncode != 0, said
+    assert "CLOUDBURST_TEMPORAL_TLS is false but an API key is configured" in said, said
+    assert "secret-key" not in said
+    assert received == []

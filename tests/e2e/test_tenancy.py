@@ -138,7 +138,7 @@ def node_pool(namespace: str, name: str, class_name: str) -> dict[str, Any]:
         "spec": {
             "nodeClassRef": class_name,
             "requirements": {"allowedProviders": ["fake"]},
-            "template": {"labels": {"cloudburst.io/test-pool": name}},
+            "template": {"labels": {"test-pool": name}},
             "disruption": {"ttlSecondsAfterEmpty": 3600},
         },
     }
@@ -148,7 +148,7 @@ def pending_pod(namespace: str, name: str, pool: str) -> k8s.V1Pod:
     return k8s.V1Pod(
         metadata=k8s.V1ObjectMeta(name=name, namespace=namespace),
         spec=k8s.V1PodSpec(
-            node_selector={"cloudburst.io/test-pool": pool},
+            node_selector={"test-pool": pool},
             containers=[
                 k8s.V1Container(
                     name="app",
@@ -278,11 +278,13 @@ async def test_a_namespace_editor_cannot_reach_another_namespaces_secret(
     # 3. A claim started by hand with that class's spec (no trigger, no check of the whole
     # object by the model): the activities refuse it before they read or send anything.
     spec = NodeClassSpec.model_validate(node_class(TEAM_A, exfil, {"fake": cross})["spec"])
+    pool = NodePool.model_validate(node_pool(TEAM_A, exfil, exfil))
     context = PoolContext(
-        NodePool.model_validate(node_pool(TEAM_A, exfil, exfil)),
+        pool,
         exfil,
         # Only the spec is checked: as a claim input recorded before, or built by hand.
         NodeClass.model_construct(metadata=ObjectMeta(name=exfil, namespace=TEAM_A), spec=spec),
+        stack.settings.tenancy().node_spec(TEAM_A, pool.spec),
     )
     claim = build_claim(context, [fake_offering()], new_claim_name(exfil))
     handle = await start_claim(

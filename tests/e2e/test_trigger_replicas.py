@@ -72,7 +72,7 @@ async def _observations_told_twice(stack: Stack, pool: str) -> list[NodeObservat
     for claim in await nodeclaims(stack, pool):
         name = claim["metadata"]["name"]
         observations = await _signals(
-            stack, claim_workflow_id(name), "observe_node", NodeObservation
+            stack, claim_workflow_id("default", name), "observe_node", NodeObservation
         )
         # Each trigger stamps its own clock on when it saw the node empty and sent it.
         seen = [o.model_dump(exclude={"observed_at", "empty_since"}) for o in observations]

@@ -45,7 +45,7 @@ POOL: dict[str, Any] = {
         "nodeClassRef": "burst-class",
         "requirements": {"arch": ["x86_64"], "allowedProviders": ["hetzner"]},
         "limits": {"maxNodes": 4, "minNodes": 0, "cpu": "64", "memory": "256Gi"},
-        "template": {"labels": {"cloudburst.io/burst": "true"}},
+        "template": {"labels": {"burst": "true"}},
         "disruption": {
             "ttlSecondsAfterEmpty": 60,
             "budgets": [{"nodes": "10%"}],
@@ -504,6 +504,65 @@ def test_unchanged_invalid_values_are_ratcheted(
     assert patched["spec"]["weight"] == 500 and patched["spec"]["limits"]["maxNodes"] == 5
     code, body = refusal(custom.patch_namespaced_custom_object, *args, {"spec": {"weight": 600}})
     assert code == 422 and causes(body)[0][0] == "spec.weight"
+
+
+# ---- restricted label and taint keys (api/restricted_keys.py) ----------------------------
+
+
+def test_a_pool_with_restricted_keys_is_refused_naming_the_field_and_the_key(
+    custom: Any, ns: str
+) -> None:
+    from api.restricted_keys import restricted_key_problem
+
+    labels = {"team": "a", "kubernetes.io/hostname": "node-1"}
+    taints = [
+        {"key": "gpu", "effect": "NoSchedule"},
+        {"key": "cloudburst.io/tenant", "value": "other", "effect": "NoSchedule"},
+    ]
+    document = with_value(
+        with_value(POOL, "spec.template.labels", labels), "spec.template.taints", taints
+    )
+    code, body = refusal(create, custom, ns, document)
+    assert code == 422 and body["reason"] == "Invalid"
+    label = restricted_key_problem("kubernetes.io/hostname", "label")
+    taint = restricted_key_problem("cloudburst.io/tenant", "taint")
+    assert causes(body) == [
+        ("spec.template.labels", "FieldValueInvalid", f'Invalid value: "object": {label}'),
+        ("spec.template.taints", "FieldValueInvalid", f'Invalid value: "array": {taint}'),
+    ]
+    assert f'spec.template.labels: Invalid value: "object": {label}' in body["message"]
+    # What a pool may use: its own keys, node.kubernetes.io/*, and the pool label with its name.
+    allowed = {"team": "a", "node.kubernetes.io/team": "a", "cloudburst.io/nodepool": "burst"}
+    created = create(custom, ns, with_value(POOL, "spec.template.labels", allowed))
+    assert created["spec"]["template"]["labels"] == allowed
+
+
+def test_kubectl_apply_of_a_pool_with_a_restricted_label_is_refused(kubectl: Any, ns: str) -> None:
+    document = with_value(POOL, "spec.template.labels", {"topology.kubernetes.io/zone": "fsn1"})
+    applied = kubectl("apply", "-n", ns, "-f", "-", manifest=document)
+    assert applied.returncode != 0
+    assert (
+        'The NodePool "burst" is invalid: spec.template.labels: Invalid value: "object": '
+        "label topology.kubernetes.io/zone is restricted: keys under kubernetes.io"
+    ) in applied.stderr
+    got = kubectl("get", "-n", ns, "nodepool", "burst")
+    assert got.returncode != 0 and "NotFound" in got.stderr
+
+
+def test_a_pool_stored_with_a_restricted_label_keeps_its_status_writes(
+    server: KubeApiServer, custom: Any, ns: str
+) -> None:
+    # A pool the rule refuses, stored all the same (planted: no admission): its workflow's status
+    # writes and changes elsewhere in its spec go through; a change of its labels is judged.
+    legacy = with_value(POOL, "spec.template.labels", {"cloudburst.io/burst": "true"})
+    server.store.create(NODEPOOLS, ns, legacy)
+    args = (GROUP, VERSION, ns, "nodepools", "burst")
+    custom.patch_namespaced_custom_object_status(*args, {"status": {"nodes": 1}})
+    patched = custom.patch_namespaced_custom_object(*args, {"spec": {"limits": {"maxNodes": 5}}})
+    assert patched["spec"]["limits"]["maxNodes"] == 5
+    more = {"spec": {"template": {"labels": {"team": "a"}}}}
+    code, body = refusal(custom.patch_namespaced_custom_object, *args, more)
+    assert code == 422 and causes(body)[0][0] == "spec.template.labels"
 
 
 # ---- built-in kinds: quantities ------------------------------------------------------------

@@ -51,6 +51,7 @@ from api.limits import (
 )
 from api.nodepool import Budget, parse_duration
 from api.quantity import cpu_millis, memory_bytes, parse_quantity
+from api.restricted_keys import POOL_LABEL, KeyKind, restricted_key_problem
 from tests.deploy.test_crds import _as_json_schema
 
 CRDS = Path(__file__).parents[2] / "deploy" / "base" / "crds"
@@ -71,7 +72,7 @@ POOL: dict[str, Any] = {
         "nodeClassRef": "burst-class",
         "requirements": {"arch": ["x86_64"], "allowedProviders": ["hetzner"]},
         "limits": {"maxNodes": 4, "minNodes": 0, "cpu": "64", "memory": "256Gi"},
-        "template": {"labels": {"cloudburst.io/burst": "true"}},
+        "template": {"labels": {"burst": "true"}},
         "disruption": {
             "ttlSecondsAfterEmpty": 60,
             "ttlSecondsUntilExpired": 86400,
@@ -101,6 +102,8 @@ MODEL_ONLY = {
     "spec.requirements.regionConstraint": "one of several shapes",
     # A structural schema cannot constrain a map's keys (no patternProperties).
     "spec.template.labels(key)": "label key grammar",
+    # Only the NodePool's root sees its name, and a rule there is judged on every status write.
+    "spec.template.labels(pool label)": "the pool label's value is the pool's own name",
     # The pattern says "five fields"; whether they are a schedule that fires, croniter says.
     "spec.disruption.budgets.schedule": "cron semantics",
     # metadata is the API server's own (ObjectMeta validation), not the CRD's.
@@ -267,6 +270,16 @@ _LIMITS = st.fixed_dictionaries(
     },
 )
 _NAMES = st.from_regex(r"[a-z]([-a-z0-9]{0,70}[a-z0-9])?", fullmatch=True)
+# Label and taint keys in and around the restricted domains (api/restricted_keys.py).
+_DOMAIN_KEYS = st.builds(
+    lambda sub, domain, name: f"{sub}{domain}/{name}",
+    st.sampled_from(["", "topology.", "a.b."]),
+    st.sampled_from(
+        ["kubernetes.io", "k8s.io", "cloudburst.io", "karpenter.sh", "node.kubernetes.io",
+         "node-restriction.kubernetes.io", "example.com", "notkubernetes.io"]
+    ),
+    st.sampled_from(["hostname", "instance-type", "zone", "team"]),
+)  # fmt: skip
 
 POOL_FIELDS: dict[str, tuple[tuple[str | int, ...], st.SearchStrategy[Any]]] = {
     "spec.weight": (("spec", "weight"), ints(0, 100)),
@@ -295,6 +308,21 @@ POOL_FIELDS: dict[str, tuple[tuple[str | int, ...], st.SearchStrategy[Any]]] = {
     "spec.template.labels(key)": (
         ("spec", "template", "labels"),
         st.dictionaries(strings(LABEL_KEY_PATTERN, "bad key!", "a/b/c"), st.just("v"), max_size=1),
+    ),
+    "spec.template.labels(domain)": (
+        ("spec", "template", "labels"),
+        st.dictionaries(_DOMAIN_KEYS, st.just("v"), max_size=2),
+    ),
+    "spec.template.labels(pool label)": (
+        ("spec", "template", "labels"),
+        st.fixed_dictionaries({POOL_LABEL: st.sampled_from(["burst", "another-pool"])}),
+    ),
+    "spec.template.taints(domain)": (
+        ("spec", "template", "taints"),
+        st.lists(
+            st.fixed_dictionaries({"key": _DOMAIN_KEYS, "effect": st.just("NoSchedule")}),
+            max_size=2,
+        ),
     ),
     "spec.template.taints": (
         ("spec", "template", "taints"),
@@ -408,6 +436,7 @@ def test_model_and_crd_agree(case: tuple[str, dict[str, Any]]) -> None:
     [
         ("spec.requirements.regionConstraint", ("spec", "requirements", "regionConstraint"), 7),
         ("spec.template.labels(key)", ("spec", "template", "labels"), {"bad key!": "x"}),
+        ("spec.template.labels(pool label)", ("spec", "template", "labels"), {POOL_LABEL: "x"}),
         (
             "spec.disruption.budgets.schedule",
             ("spec", "disruption", "budgets"),
@@ -425,6 +454,17 @@ def test_what_only_the_model_judges(field: str, path: tuple[str, ...], value: An
 
 # --- every CEL rule, listed and tested -------------------------------------------------------
 
+
+def _reason(kind: KeyKind) -> str:
+    """Why keys are restricted, as the CEL rule's static message says it."""
+    problem = restricted_key_problem("k8s.io/x", kind)
+    return (problem or "").removeprefix(f"{kind} k8s.io/x is restricted: ")
+
+
+def _taint(key: str) -> dict[str, str]:
+    return {"key": key, "value": "true", "effect": "NoSchedule"}
+
+
 _TS_KEY = {"name": "tailscale-auth", "key": "authkey"}
 _TS_OAUTH = {"name": "tailscale-oauth"}
 
@@ -434,6 +474,18 @@ RULE_CASES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "minNodes must not exceed maxNodes": (
         with_value(POOL, ("spec", "limits"), {"minNodes": 2, "maxNodes": 2}),
         with_value(POOL, ("spec", "limits"), {"minNodes": 3, "maxNodes": 2}),
+    ),
+    "In and NotIn need values; Exists and DoesNotExist take none": (
+        with_value(
+            POOL,
+            ("spec", "namespaceSelector"),
+            {"matchExpressions": [{"key": "team", "operator": "In", "values": ["a"]}]},
+        ),
+        with_value(
+            POOL,
+            ("spec", "namespaceSelector"),
+            {"matchExpressions": [{"key": "team", "operator": "Exists", "values": ["a"]}]},
+        ),
     ),
     f"cpu must be at most {MAX_CPU_CORES} cores": (
         with_value(POOL, ("spec", "limits", "cpu"), "1000000"),
@@ -467,6 +519,14 @@ RULE_CASES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "<pool>-<5 characters>, a label value of at most 63)": (
         with_value(POOL, ("metadata", "name"), "p" * MAX_POOL_NAME_LENGTH),
         with_value(POOL, ("metadata", "name"), "p" * (MAX_POOL_NAME_LENGTH + 1)),
+    ),
+    "a label key is restricted: " + _reason("label"): (
+        with_value(POOL, ("spec", "template", "labels"), {"node.kubernetes.io/team": "a"}),
+        with_value(POOL, ("spec", "template", "labels"), {"kubernetes.io/hostname": "node-1"}),
+    ),
+    "a taint key is restricted: " + _reason("taint"): (
+        with_value(POOL, ("spec", "template", "taints"), [_taint("example.com/dedicated")]),
+        with_value(POOL, ("spec", "template", "taints"), [_taint("cloudburst.io/tenant")]),
     ),
     "configure at least one provider block (e.g. hetzner, scaleway, fake)": (
         NODE_CLASS,

@@ -103,7 +103,7 @@ def test_claims_describe_shows_the_price_and_user_text_as_written(
         PhaseSpan("Pending", NOW - timedelta(seconds=30), NOW),
         PhaseSpan("Ready", NOW, None),
     ]
-    print_claim("pool-abcde", status, None, timeline, wide=True)
+    print_claim("default", "pool-abcde", status, None, timeline, wide=True)
     out = capsys.readouterr().out
     assert "€0.0120/h" in out and "cpu=2, memory=4Gi" in out
     assert out.count(USER_TEXT) == 2, out  # the condition's message and the deletion reason
@@ -111,7 +111,7 @@ def test_claims_describe_shows_the_price_and_user_text_as_written(
 
 
 def test_a_price_of_zero_is_a_price(capsys: pytest.CaptureFixture[str]) -> None:
-    print_claim("free-abcde", NodeClaimStatus(price_eur_per_hour=0.0), None, [])
+    print_claim("default", "free-abcde", NodeClaimStatus(price_eur_per_hour=0.0), None, [])
     assert "€0.0000/h" in capsys.readouterr().out
 
 
@@ -211,7 +211,7 @@ def test_a_table_stream_prints_the_header_once_and_each_batch_at_once(
 def context(max_price: float | None = None) -> PoolContext:
     pool = NodePool.model_validate(POOL)
     pool.spec.requirements.max_price_eur_per_hour = max_price
-    return PoolContext(pool, "burst-class", NodeClass.model_validate(NODE_CLASS))
+    return PoolContext(pool, "burst-class", NodeClass.model_validate(NODE_CLASS), pool.spec)
 
 
 def test_a_real_cloud_offering_is_priced_from_the_catalog() -> None:

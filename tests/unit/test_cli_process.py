@@ -24,7 +24,7 @@ def test_a_long_output_into_a_pipe_arrives_whole() -> None:
     done = run("tenant-rbac", *namespaces)
     assert done.returncode == 0, done.stderr
     objects = [o for o in yaml.safe_load_all(done.stdout) if o]
-    assert len(objects) == 2 * len(namespaces)
+    assert len(objects) == 3 * len(namespaces)  # a Namespace, a Role, a RoleBinding each
     assert objects[-1]["metadata"]["namespace"] == namespaces[-1]
 
 

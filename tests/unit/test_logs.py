@@ -34,14 +34,14 @@ def test_plain_line() -> None:
 def test_workflow_logger_extra_names_the_claim() -> None:
     record = logging.LogRecord("temporalio.workflow", logging.INFO, __file__, 1, "m", (), None)
     record.temporal_workflow = {
-        "workflow_id": "nodeclaim-sample-abcde",
+        "workflow_id": "nodeclaim/default/sample-abcde",
         "run_id": "r1",
         "workflow_type": "NodeClaimWorkflow",
         "task_queue": "cloudburst",
     }
     entry = format_record(record)
-    assert entry["workflow_id"] == "nodeclaim-sample-abcde"
-    assert entry["claim"] == "sample-abcde"
+    assert entry["workflow_id"] == "nodeclaim/default/sample-abcde"
+    assert entry["claim"] == "default/sample-abcde"
     assert entry["workflow_type"] == "NodeClaimWorkflow"
 
 
@@ -62,13 +62,13 @@ def test_module_logger_inside_an_activity_gets_the_activity_context() -> None:
 
     env = ActivityEnvironment()
     env.info = dataclasses.replace(
-        env.info, workflow_id="nodeclaim-pool-xyz12", activity_type="create_instance"
+        env.info, workflow_id="nodeclaim/default/pool-xyz12", activity_type="create_instance"
     )
     env.run(create_instance)
     (entry,) = lines
     assert entry["activity_type"] == "create_instance"
-    assert entry["workflow_id"] == "nodeclaim-pool-xyz12"
-    assert entry["claim"] == "pool-xyz12"
+    assert entry["workflow_id"] == "nodeclaim/default/pool-xyz12"
+    assert entry["claim"] == "default/pool-xyz12"
 
 
 # --- one line per expected condition (configure_logging's filters) -----------------------

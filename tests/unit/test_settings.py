@@ -85,8 +85,52 @@ def test_tls_can_be_forced_off_and_on(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CLOUDBURST_TEMPORAL_TLS", "true")
     assert isinstance(client_options(Settings())["tls"], TLSConfig)
     monkeypatch.setenv("CLOUDBURST_TEMPORAL_TLS", "false")
-    monkeypatch.setenv("CLOUDBURST_TEMPORAL_API_KEY", "k")
+    monkeypatch.setenv("CLOUDBURST_TEMPORAL_TLS_CA", "/nowhere/ca.pem")  # unused without TLS
     assert client_options(Settings())["tls"] is False
+    # An empty key (a ConfigMap's placeholder) is no key: plaintext stays allowed.
+    monkeypatch.setenv("CLOUDBURST_TEMPORAL_API_KEY", "")
+    assert client_options(Settings())["api_key"] is None
+
+
+@pytest.mark.parametrize("key_from", ["value", "file"])
+def test_an_api_key_is_never_sent_without_tls(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, key_from: str
+) -> None:
+    """TLS off by hand and an API key: every process that builds a client (worker, trigger,
+    CLI) goes through `client_options`, which refuses before any connection, naming both
+    settings and the way out, never the key itself."""
+    monkeypatch.setenv("CLOUDBURST_TEMPORAL_TLS", "false")
+    if key_from == "value":
+        monkeypatch.setenv("CLOUDBURST_TEMPORAL_API_KEY", "secret-key")
+    else:
+        (tmp_path / "api-key").write_text("secret-key\n")
+        monkeypatch.setenv("CLOUDBURST_TEMPORAL_API_KEY_FILE", str(tmp_path / "api-key"))
+    with pytest.raises(TemporalConfigError) as refused:
+        client_options(Settings())
+    message = str(refused.value)
+    assert "CLOUDBURST_TEMPORAL_TLS is false but an API key is configured" in message
+    assert "CLOUDBURST_TEMPORAL_API_KEY / CLOUDBURST_TEMPORAL_API_KEY_FILE" in message
+    assert "set CLOUDBURST_TEMPORAL_TLS=true" in message and "remove the API key" in message
+    assert "secret-key" not in message
+    # A key file that is not there yet is refused for the same reason, not for its absence.
+    monkeypatch.setenv("CLOUDBURST_TEMPORAL_API_KEY_FILE", str(tmp_path / "absent"))
+    with pytest.raises(TemporalConfigError, match="in cleartext"):
+        client_options(Settings())
+    # What was right stays right: TLS left unset turns on with the key.
+    monkeypatch.delenv("CLOUDBURST_TEMPORAL_TLS")
+    monkeypatch.setenv("CLOUDBURST_TEMPORAL_API_KEY_FILE", str(tmp_path / "api-key"))
+    (tmp_path / "api-key").write_text("secret-key\n")
+    options = client_options(Settings())
+    assert isinstance(options["tls"], TLSConfig) and options["api_key"] == "secret-key"
+
+
+def test_a_client_certificate_without_tls_is_refused(tmp_path: Path) -> None:
+    tls = make_tls_files(tmp_path)
+    settings = Settings(
+        temporal_tls=False, temporal_tls_cert=tls.client_cert, temporal_tls_key=tls.client_key
+    )
+    with pytest.raises(TemporalConfigError, match="set CLOUDBURST_TEMPORAL_TLS=true, or remove"):
+        client_options(settings)
 
 
 def test_wrong_tls_settings_name_the_setting(tmp_path: Path) -> None:

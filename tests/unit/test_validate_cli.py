@@ -136,6 +136,36 @@ def test_valid_files_still_pass(tmp_path: Path) -> None:
     assert result.output.count("✓") == 2
 
 
+def test_restricted_label_and_taint_keys_are_named_with_their_field(tmp_path: Path) -> None:
+    text = HEAD + (
+        "spec:\n  template:\n"
+        "    labels: {kubernetes.io/hostname: node-1, node.kubernetes.io/team: a, team: a,\n"
+        "             cloudburst.io/nodepool: another-pool}\n"
+        "    taints: [{key: gpu, effect: NoSchedule}, {key: cloudburst.io/tenant, effect: NoSchedule}]\n"
+    )
+    lines = validate(write(tmp_path, text)).splitlines()
+    where = f"✗ {tmp_path / 'm.yaml'}#1 (NodePool p): "
+    assert lines == [
+        f"{where}spec.template.labels.kubernetes.io/hostname: label kubernetes.io/hostname is "
+        "restricted: keys under kubernetes.io, k8s.io, cloudburst.io and karpenter.sh are set "
+        "by Kubernetes and Cloudburst (allowed: node.kubernetes.io/*, but not "
+        "node.kubernetes.io/instance-type, which Cloudburst sets from the offering); use a key "
+        "of your own domain, e.g. example.com/team",
+        f"{where}spec.template.labels.cloudburst.io/nodepool: label cloudburst.io/nodepool is "
+        "restricted: it is the pool's own name, which Cloudburst sets on the pool's nodes; "
+        "leave it out, or set it to this pool's name",
+        f"{where}spec.template.taints.1.key: taint cloudburst.io/tenant is restricted: keys "
+        "under kubernetes.io, k8s.io, cloudburst.io and karpenter.sh are set by Kubernetes and "
+        "Cloudburst; use a key of your own domain, e.g. example.com/dedicated",
+    ]
+    allowed = (
+        HEAD
+        + "spec: {template: {labels: {node.kubernetes.io/team: a, cloudburst.io/nodepool: p}}}\n"
+    )
+    result = RUNNER.invoke(app, ["validate", str(write(tmp_path, allowed, "ok.yaml"))])
+    assert result.exit_code == 0, result.output
+
+
 def test_the_committed_fixtures(tmp_path: Path) -> None:
     fixtures = Path(__file__).parent / "manifests"
     output = validate(fixtures / "broken.yaml")
@@ -172,7 +202,7 @@ PATTERNED: dict[str, list[Path_]] = {
         ("spec", "nodeClassRef"),
         ("spec", "limits", "cpu"),
         ("spec", "limits", "memory"),
-        ("spec", "template", "labels", "cloudburst.io/burst"),
+        ("spec", "template", "labels", "burst"),
         ("spec", "disruption", "consolidateAfter"),
         ("spec", "disruption", "budgets", 0, "nodes"),
     ],

@@ -53,7 +53,7 @@ def _name(fn: Callable[..., Any]) -> str:
 async def started_claim(client: Client, name: str, timeout_s: float = 15) -> WorkflowHandle:
     """The claim's workflow once it runs: a pool counts a claim before its start activity
     has started it."""
-    handle = client.get_workflow_handle(claim_workflow_id(name))
+    handle = client.get_workflow_handle(claim_workflow_id("default", name))
     async with asyncio.timeout(timeout_s):
         while True:
             try:
@@ -70,7 +70,9 @@ async def end_claims(client: Client, names: Iterable[str]) -> None:
     when the pool was terminated never ran."""
     for name in names:
         try:
-            await client.get_workflow_handle(claim_workflow_id(name)).terminate("test over")
+            await client.get_workflow_handle(claim_workflow_id("default", name)).terminate(
+                "test over"
+            )
         except RPCError as err:
             if err.status != RPCStatusCode.NOT_FOUND:
                 raise

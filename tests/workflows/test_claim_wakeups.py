@@ -41,10 +41,13 @@ with workflow.unsafe.imports_passed_through():
         InstanceRef,
         LabelNodeInput,
         MirrorInput,
+        MirrorResult,
         NodeClaimInput,
         NodeObservation,
         NodeRef,
         NodeState,
+        claim_key_of,
+        claim_workflow_id,
     )
     from api.nodeclass import FakeClass, JoinSettings, NodeClassSpec
     from api.nodepool import NodePoolSpec
@@ -111,7 +114,8 @@ class Cluster:
 
     @activity.defn(name="get_node_state")
     async def get_node_state(self, input: NodeRef) -> NodeState:
-        state = self.node_state()  # what the node looked like when the poll read it
+        # What the node looked like when the poll read it: the claim's VM's node.
+        state = self.node_state().model_copy(update={"provider_id": provider_id(input.node_name)})
         self.poll_started.set()
         await self.release_poll.wait()
         return state
@@ -160,8 +164,8 @@ class Cluster:
         pass
 
     @activity.defn(name="sync_nodeclaim")
-    async def sync_nodeclaim(self, input: MirrorInput) -> None:
-        pass
+    async def sync_nodeclaim(self, input: MirrorInput) -> MirrorResult:
+        return MirrorResult()
 
     @activity.defn(name="record_events")
     async def record_events(self, batch: EventBatch) -> None:
@@ -183,7 +187,9 @@ class InstantPool:
         while True:
             await workflow.wait_condition(lambda: bool(self.requests) and self.go)
             request = self.requests.pop(0)
-            handle = workflow.get_external_workflow_handle(f"nodeclaim-{request.claim_name}")
+            handle = workflow.get_external_workflow_handle(
+                claim_workflow_id("default", request.claim_name)
+            )
             await handle.signal("disruption_permitted", DisruptionPermit(reason=request.reason))
 
     @workflow.signal
@@ -203,12 +209,18 @@ class InstantPool:
         self.go = True
 
 
+def provider_id(node_name: str) -> str:
+    """The providerID of the node of `create_instance`'s VM for the claim `node_name`."""
+    return f"fake:///sim-1/{node_name}"
+
+
 def observation(name: str, *, empty_for_s: float | None) -> NodeObservation:
     now = datetime.now(UTC)
     return NodeObservation(
         node_name=name,
         exists=True,
         ready=True,
+        provider_id=provider_id(name),
         empty_since=now - timedelta(seconds=empty_for_s) if empty_for_s is not None else None,
         pod_count=0 if empty_for_s is not None else 1,
         observed_at=now,
@@ -239,7 +251,7 @@ async def start_claim(
             timings=SLOW_POLL,
             pool_workflow_id=pool_id,
         ),
-        id=f"nodeclaim-{name}",
+        id=claim_workflow_id("default", name),
         task_queue=queue,
     )
 
@@ -317,7 +329,7 @@ async def test_a_permit_that_comes_with_the_end_of_the_request_is_acted_on(
         )
         await pool.signal("permit_now")
         claim = await start_claim(temporal_client, queue, pool_id)
-        name = claim.id.removeprefix("nodeclaim-")
+        name = claim_key_of(claim.id)[1]
         await claim.signal(NodeClaimWorkflow.observe_node, observation(name, empty_for_s=None))
         await until(lambda: _is(claim, NodeClaimPhase.READY), 30, "the claim never got Ready")
         # The claim's worker is busy with another workflow most of the time, so the end of
@@ -344,7 +356,7 @@ async def test_the_watchers_word_during_a_poll_is_not_overwritten_by_the_poll(
     cluster = Cluster()
     async with worker(temporal_client, queue, cluster):
         claim = await start_claim(temporal_client, queue, pool_id=None)
-        name = claim.id.removeprefix("nodeclaim-")
+        name = claim_key_of(claim.id)[1]
         # The node turns Ready; on its way to Ready the claim polls the node once (for its
         # capacity). That poll reads the node busy, then takes its time to answer ...
         cluster.release_poll.clear()

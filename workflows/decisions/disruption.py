@@ -14,17 +14,17 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from api.messages import NodeObservation, ScaleDownRequest
-from api.nodeclaim import ClaimDisruption
+from api.nodeclaim import ClaimDisruption, DisruptionReason
 from api.nodepool.messages import DisruptionPermit
 
 Reached = Callable[[str, datetime], bool]
 # Disruptions the pool starts itself, within its budgets.
-POOL_CHOSEN_REASONS = ("Drifted", "Underutilized")
-EXPIRED = "Expired"
-NODE_LOST = "NodeLost"
-EMPTY = "Empty"
+POOL_CHOSEN_REASONS = (DisruptionReason.DRIFTED, DisruptionReason.UNDERUTILIZED)
+EXPIRED = DisruptionReason.EXPIRED
+NODE_LOST = DisruptionReason.NODE_LOST
+EMPTY = DisruptionReason.EMPTY
 # The provider is reclaiming the (spot) VM: drain and delete at once, before it goes.
-INTERRUPTED = "Interrupted"
+INTERRUPTED = DisruptionReason.INTERRUPTED
 
 
 @dataclass(frozen=True)

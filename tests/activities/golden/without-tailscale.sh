@@ -23,6 +23,13 @@ K8S_VERSION=1.33.5
 K8S_MINOR=1.33
 TAILSCALE_ENABLED=false
 TAILSCALE_AUTHKEY=''
+# The cloud whose instance metadata service tells this VM who it is, for the kubelet's
+# --provider-id ('' when none does: the fake cloud, or a provider not known at render time),
+# and the region to name where that service does not tell it (OVH).
+PROVIDER=scaleway
+REGION=''
+# kubeadm's kubeletExtraArgs form: `list` (v1beta4) or `map` (v1beta3).
+KUBELET_ARGS_FORM=list
 
 ROOT=${CLOUDBURST_ROOT:-}
 ROOT=${ROOT%/}
@@ -33,6 +40,10 @@ JOIN_CONFIG=$ROOT/etc/kubernetes/kubeadm-join.yaml
 STEP=start
 NODE_IP=""
 TS_KEY_FILE=""
+METADATA=""
+INSTANCE_REGION=""
+INSTANCE_ID=""
+PROVIDER_ID=""
 
 mkdir -p "${LOG%/*}" "$STEPS"
 touch "$LOG"
@@ -153,6 +164,117 @@ install_base_packages() {
   install -d -m 0755 "$ROOT/etc/apt/keyrings" "$ROOT/etc/apt/sources.list.d"
 }
 
+# metadata URL [CURL-OPTION...]: one item of this VM's instance metadata service, into
+# $METADATA. Link-local, so never through a proxy; short timeouts, and retried: a service
+# may not answer in a boot's first seconds.
+metadata() {
+  local url=$1 file=$RUN_DIR/instance-metadata
+  shift
+  install -d -m 0700 "$RUN_DIR"
+  : >"$file" # curl -o writes no file for an empty answer
+  if ! retry 5 curl -fsS --noproxy '*' --connect-timeout 2 --max-time 5 "$@" -o "$file" "$url"; then
+    log "the $PROVIDER instance metadata service did not answer $url"
+    return 1
+  fi
+  METADATA=$(cat "$file")
+  rm -f "$file"
+}
+
+# json_string KEY...: the string at that path of the JSON document in $METADATA, '' if none.
+# python3 is there: cloud-init, which runs this script, is written in it.
+json_string() {
+  printf '%s' "$METADATA" | python3 -c '
+import json, sys
+try:
+    value = json.load(sys.stdin)
+except ValueError:
+    value = None
+for key in sys.argv[1:]:
+    value = value.get(key) if isinstance(value, dict) else None
+print(value if isinstance(value, str) else "")
+' "$@"
+}
+
+# read_identity: INSTANCE_REGION and INSTANCE_ID as activities/providers/<cloud>.py records
+# them (its instance ids are <provider>/<region or zone>/<native id>), from each cloud's
+# documented metadata endpoints.
+read_identity() {
+  local imds=http://169.254.169.254 token query
+  case "$PROVIDER" in
+    aws)
+      # IMDSv2: a session token first (PUT), then each item with it. Region and InstanceId.
+      metadata "$imds/latest/api/token" -X PUT -H 'X-aws-ec2-metadata-token-ttl-seconds: 300'
+      token=$METADATA
+      metadata "$imds/latest/meta-data/placement/region" -H "X-aws-ec2-metadata-token: $token"
+      INSTANCE_REGION=$METADATA
+      metadata "$imds/latest/meta-data/instance-id" -H "X-aws-ec2-metadata-token: $token"
+      INSTANCE_ID=$METADATA
+      ;;
+    gcp)
+      # The zone (answered as projects/<number>/zones/<zone>) and the instance name.
+      metadata "$imds/computeMetadata/v1/instance/zone" -H 'Metadata-Flavor: Google'
+      INSTANCE_REGION=${METADATA##*/}
+      metadata "$imds/computeMetadata/v1/instance/name" -H 'Metadata-Flavor: Google'
+      INSTANCE_ID=$METADATA
+      ;;
+    azure)
+      # The VM's location and name; format=text answers a leaf's bare value.
+      query='api-version=2021-02-01&format=text'
+      metadata "$imds/metadata/instance/compute/location?$query" -H 'Metadata: true'
+      INSTANCE_REGION=$METADATA
+      metadata "$imds/metadata/instance/compute/name?$query" -H 'Metadata: true'
+      INSTANCE_ID=$METADATA
+      ;;
+    hetzner)
+      # The server id, and its datacenter (fsn1-dc14), whose location (fsn1) the API names.
+      metadata "$imds/hetzner/v1/metadata/availability-zone"
+      INSTANCE_REGION=${METADATA%-dc*}
+      metadata "$imds/hetzner/v1/metadata/instance-id"
+      INSTANCE_ID=$METADATA
+      ;;
+    scaleway)
+      # The server's id and zone (fr-par-1).
+      metadata 'http://169.254.42.42/conf?format=json'
+      INSTANCE_ID=$(json_string id)
+      INSTANCE_REGION=$(json_string location zone_id)
+      ;;
+    digitalocean)
+      # The droplet's id and region slug.
+      metadata "$imds/metadata/v1/region"
+      INSTANCE_REGION=$METADATA
+      metadata "$imds/metadata/v1/id"
+      INSTANCE_ID=$METADATA
+      ;;
+    ovh)
+      # OpenStack's instance uuid; its metadata names no region, the rendered one stands.
+      metadata "$imds/openstack/latest/meta_data.json"
+      INSTANCE_ID=$(json_string uuid)
+      INSTANCE_REGION=$REGION
+      ;;
+    *)
+      log "no instance metadata lookup for provider '$PROVIDER'"
+      return 1
+      ;;
+  esac
+}
+
+find_provider_id() {
+  if [ -z "$PROVIDER" ]; then
+    log "no metadata service to ask (fake cloud, or no provider known when rendered):" \
+      "the kubelet registers without --provider-id"
+    return 0
+  fi
+  read_identity
+  PROVIDER_ID="$PROVIDER:///$INSTANCE_REGION/$INSTANCE_ID"
+  # What the claim compares with its instance; also safe inside the join YAML's quotes.
+  if [[ ! $PROVIDER_ID =~ ^[a-z]+:///[A-Za-z0-9._-]+/[A-Za-z0-9._-]+$ ]]; then
+    log "the $PROVIDER instance metadata service gave no usable identity" \
+      "(region '${INSTANCE_REGION:0:80}', id '${INSTANCE_ID:0:80}')"
+    return 1
+  fi
+  log "provider ID is $PROVIDER_ID"
+}
+
 install_tailscale() {
   local repo="https://pkgs.tailscale.com/stable/$OS_ID"
   local keyring=/etc/apt/keyrings/tailscale-archive-keyring.gpg
@@ -259,6 +381,16 @@ configure_kubelet() {
   printf 'KUBELET_EXTRA_ARGS=--node-ip=%s\n' "$NODE_IP" >"$ROOT/etc/default/kubelet"
 }
 
+# kubelet_extra_arg NAME VALUE: one kubeletExtraArgs entry, in the form of the join
+# configuration's apiVersion; VALUE needs no YAML escaping (find_provider_id checks it).
+kubelet_extra_arg() {
+  if [ "$KUBELET_ARGS_FORM" = list ]; then
+    printf '    - {name: "%s", value: "%s"}\n' "$1" "$2"
+  else
+    printf '    "%s": "%s"\n' "$1" "$2"
+  fi
+}
+
 join_cluster() {
   if [ -e "$ROOT/etc/kubernetes/pki/ca.crt" ]; then
     log "an earlier join attempt left state behind: kubeadm reset"
@@ -267,6 +399,7 @@ join_cluster() {
   install -d -m 0755 "$ROOT/etc/kubernetes"
   # Created private first: `cat >` keeps the mode of an existing file.
   install -m 0600 /dev/null "$JOIN_CONFIG"
+  # kubeletExtraArgs stays the last block: the provider ID is appended to it below.
   cat >"$JOIN_CONFIG" <<'CLOUDBURST_JOIN_CONFIG'
 apiVersion: kubeadm.k8s.io/v1beta4
 kind: JoinConfiguration
@@ -280,8 +413,11 @@ nodeRegistration:
   criSocket: "unix:///var/run/containerd/containerd.sock"
   taints: [{key: "nvidia.com/gpu", value: "true", effect: "NoSchedule"}, {key: "dedicated", effect: "PreferNoSchedule"}, {key: "cloudburst.io/unregistered", value: "true", effect: "NoExecute"}]
   kubeletExtraArgs:
-    - {name: "node-labels", value: "cloudburst.io/nodeclaim=gpu-burst-x7k2q,cloudburst.io/nodepool=gpu-burst,example.com/tier=batch,team=ml"}
+    - {name: "node-labels", value: "cloudburst.io/nodeclaim=gpu-burst-x7k2q,cloudburst.io/nodepool=gpu-burst,cloudburst.io/nodepool-namespace=ml,example.com/tier=batch,team=ml"}
 CLOUDBURST_JOIN_CONFIG
+  if [ -n "$PROVIDER_ID" ]; then
+    kubelet_extra_arg provider-id "$PROVIDER_ID" >>"$JOIN_CONFIG"
+  fi
   kubeadm join --config "$JOIN_CONFIG"
   # The token has done its job; do not leave it on disk.
   rm -f "$JOIN_CONFIG"
@@ -298,6 +434,9 @@ STEP=os
 check_os
 step hostname set_hostname
 step base-packages install_base_packages
+# Not a step with a marker: a re-run needs the provider ID again for its join.
+STEP=provider-id
+find_provider_id
 if [ "$TAILSCALE_ENABLED" = true ]; then
   step tailscale-install install_tailscale
   step tailscale-up join_tailnet

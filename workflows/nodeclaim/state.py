@@ -1,0 +1,167 @@
+"""What a claim knows: one object every phase reads and writes, so each phase is a function
+of it. Nothing here calls an activity; setting a phase or an event also updates what the
+Web UI shows (`workflow.set_current_details`, the `CloudburstPhase` search attribute)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from temporalio import workflow
+
+from api import search_attributes as sa
+from api.messages import (
+    BootstrapRefs,
+    FailureReason,
+    NodeClaimInput,
+    NodeObservation,
+    NodeRef,
+    ScaleDownRequest,
+)
+from api.nodeclaim import NodeClaim, NodeClaimPhase, NodeClaimSpec, NodeClaimStatus, Offering
+from api.nodepool.messages import DisruptionPermit
+from cluster.node_identity import is_claims_node
+from workflows.alarms import Alarms
+
+
+class ClaimFailed(Exception):
+    """The claim cannot go on: it fails visibly, then cleans up (`termination.fail`)."""
+
+    def __init__(self, reason: FailureReason, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+
+
+@dataclass
+class ClaimState:
+    input: NodeClaimInput
+    status: NodeClaimStatus
+    # The Node named like the claim as last observed (the watcher's signal or the claim's
+    # poll), whoever's it is; `node` is what the claim may act on.
+    observed: NodeObservation | None = None
+    instance_id: str | None = None  # the VM this claim created, once it has
+    bootstrap: BootstrapRefs | None = None  # the join token's and script's Secrets
+    launched_on: list[Offering] = field(default_factory=list)  # offerings a create was called for
+    scale_down: ScaleDownRequest | None = None
+    permit: DisruptionPermit | None = None
+    asked: str | None = None  # the reason a permit was asked for
+    blocked_by: str | None = None  # the do-not-disrupt pods last said to hold it
+    drifted: bool = False
+    instance_gone: bool = False
+    cordoned: bool = False  # cordoned to check it is still empty
+    # Set by every signal and alarm; cleared at the top of each round, before the round looks
+    # at the state, so news that comes while the round awaits is never missed.
+    dirty: bool = True
+    observations: int = 0  # observe_node signals so far (a poll yields to a newer one)
+    last_signal_at: datetime | None = None  # the watcher's clock in its latest signal
+    next_poll_at: datetime | None = None
+    # The providerID of the stranger a Warning was written for ("" for none set).
+    stranger_told: str | None = None
+    resource_uid: str | None = None  # the NodeClaim resource's, as the mirror last wrote it
+    last_event: str = "started"
+    alarms: Alarms = field(init=False)  # deadlines, each reached when its timer fires
+
+    def __post_init__(self) -> None:
+        self.alarms = Alarms(on_ring=self.wake)
+
+    @classmethod
+    def of(cls, input: NodeClaimInput) -> ClaimState:
+        """A new claim's state, or a resumed one's (continue-as-new carries it in `input`)."""
+        return cls(
+            input=input,
+            status=input.resume or NodeClaimStatus(),
+            observed=input.resume_node,
+            instance_id=input.resume_instance_id,
+        )
+
+    @property
+    def claim(self) -> NodeClaim:
+        return self.input.claim
+
+    @property
+    def spec(self) -> NodeClaimSpec:
+        return self.input.claim.spec
+
+    @property
+    def name(self) -> str:
+        """The claim's name, which is its node's name too."""
+        return self.input.claim.metadata.name
+
+    @property
+    def namespace(self) -> str:
+        return self.input.claim.metadata.namespace
+
+    @property
+    def node(self) -> NodeObservation | None:
+        """The claim's node as last observed: a Node of its name that is not its VM (no VM
+        yet, or a providerID naming another machine, or none) is no node of its own."""
+        seen = self.observed
+        if seen is None or not seen.exists or self.stranger is None:
+            return seen
+        return NodeObservation(node_name=seen.node_name, exists=False, observed_at=seen.observed_at)
+
+    @node.setter
+    def node(self, observation: NodeObservation | None) -> None:
+        self.observed = observation
+
+    @property
+    def stranger(self) -> str | None:
+        """The providerID ("" for none) of the Node of the claim's name when it is not the
+        claim's VM; None when there is no such Node, or it is the claim's."""
+        seen = self.observed
+        if seen is None or not seen.exists or is_claims_node(seen.provider_id, self.instance_id):
+            return None
+        return seen.provider_id or ""
+
+    @property
+    def budgeted(self) -> bool:
+        """A pool budgets this claim's voluntary disruptions (a claim made by hand: none)."""
+        return self.input.pool_workflow_id is not None
+
+    def node_ref(self) -> NodeRef:
+        """The claim's node: named like it, and its VM's (`cluster/node_identity.py`)."""
+        return NodeRef(node_name=self.name, instance_id=self.instance_id)
+
+    def wake(self) -> None:
+        self.dirty = True
+
+    def set_phase(self, phase: NodeClaimPhase, event: str) -> None:
+        self.status.phase = phase
+        workflow.upsert_search_attributes([sa.PHASE.value_set(phase.value)])
+        self.event(event)
+
+    def event(self, text: str) -> None:
+        self.last_event = text
+        self.update_details()
+
+    def update_details(self) -> None:
+        """Current details in the Web UI: what the claim is doing now. Never a secret."""
+        status = self.status
+        rows = [
+            ("Phase", status.phase.value),
+            ("Last step", self.last_event),
+            ("Pool", self.spec.node_pool),
+            ("Offering", _offering_text(status)),
+            ("Instance", status.instance_id or "—"),
+            ("Node", status.node_name or "—"),
+        ]
+        node = self.node
+        if node and node.exists:
+            state = "Ready" if node.ready else "NotReady"
+            rows.append(("Node state", f"{state}, {node.pod_count} pods"))
+            if node.empty_since:
+                rows.append(("Empty since", node.empty_since.isoformat(timespec="seconds")))
+        if status.failure_message:
+            rows.append(("Failure", status.failure_message))
+        table = "\n".join(f"| {key} | {value} |" for key, value in rows)
+        workflow.set_current_details(
+            f"**NodeClaim {self.namespace}/{self.name}**\n\n| | |\n|---|---|\n{table}"
+        )
+
+
+def _offering_text(status: NodeClaimStatus) -> str:
+    if not status.provider:
+        return "—"
+    price = f" at €{status.price_eur_per_hour:.4f}/h" if status.price_eur_per_hour else ""
+    return f"{status.provider}/{status.region}/{status.instance_type}{price}"

@@ -1,0 +1,105 @@
+"""What a pool's run knows: the state it carries across continue-as-new (`PoolState`, in its
+input) and what lives only as long as the run (work in flight, the alarms, the latest plan)."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any
+
+from temporalio import workflow
+
+from api.messages import claim_task_queue
+from api.nodeclaim import NodeClaim, NodeClaimPhase
+from api.nodepool import Budget
+from api.nodepool.messages import NodePoolInput, PoolClaim, PoolState
+from api.planning import Plan, PlannedNode
+from workflows.alarms import Alarms
+from workflows.decisions import pool as pool_rules
+from workflows.history import HistoryBound
+
+# Claims one run of the pool starts before it continues as new. A run that starts claims
+# cannot continue as new until they have started, and its history (the claims' reports) is
+# what a worker replays on a takeover.
+CLAIM_STARTS_PER_RUN = 500
+LIVE_PHASES = frozenset(
+    {
+        NodeClaimPhase.PENDING,
+        NodeClaimPhase.PROVISIONING,
+        NodeClaimPhase.JOINING,
+        NodeClaimPhase.READY,
+    }
+)
+
+
+@dataclass(frozen=True)
+class ClaimToStart:
+    name: str
+    claim: NodeClaim
+    node: PlannedNode
+
+
+@dataclass
+class PoolRun:
+    input: NodePoolInput
+    state: PoolState
+    # Set by news and alarms; cleared at the top of each round.
+    dirty: bool = True
+    last_plan: Plan | None = None
+    # The budgets active in the latest round (scheduled ones by their alarms).
+    active_budgets: list[Budget] = field(default_factory=list)
+    # The NodePool's status must be written even if the pool's view of it is unchanged (its
+    # spec was edited: the trigger may have marked it invalid meanwhile).
+    status_stale: bool = False
+    recording: set[asyncio.Future[Any]] = field(default_factory=set)  # Events being written
+    publishing: asyncio.Task[None] | None = None  # the status write in flight
+    status_behind: bool = False  # the state changed while it was being written
+    # Nominated Events as Karpenter writes them, at most 5 a second after the first 10; the
+    # allowance starts full in each run.
+    nomination_allowance: pool_rules.EventAllowance | None = None
+    # The pods the last plan held back (with `hold_until`): news that uncovers no other pod
+    # does not plan them again. Rebuilt by replay; empty after continuing as new.
+    held: set[str] = field(default_factory=set)
+    starting: set[asyncio.Task[Any]] = field(default_factory=set)  # claim starts in flight
+    unsent_starts: list[ClaimToStart] = field(default_factory=list)
+    unconfirmed: set[str] = field(default_factory=set)  # claims whose start is on its way
+    # Claims the latest periodic look forgot (and what they were made from): a final report
+    # may still be on its way (signalled while the look asked Temporal, it lands next task).
+    forgotten_by_look: dict[str, str] = field(default_factory=dict)
+    starts_left: int = CLAIM_STARTS_PER_RUN  # claims this run may still start
+    alarms: Alarms = field(init=False)
+    history: HistoryBound = field(init=False)
+    claims_queue: str = field(init=False)  # where its claims run (`claim_task_queue`)
+
+    def __post_init__(self) -> None:
+        self.alarms = Alarms(on_ring=self.wake)
+        self.history = HistoryBound.of_this_run()
+        self.claims_queue = claim_task_queue(workflow.info().task_queue)
+        self.active_budgets = list(self.state.specs.pool.disruption.budgets)
+
+    @classmethod
+    def of(cls, input: NodePoolInput) -> PoolRun:
+        return cls(input=input, state=input.state)
+
+    @property
+    def name(self) -> str:
+        return self.input.name
+
+    @property
+    def namespace(self) -> str:
+        return self.input.namespace
+
+    def wake(self) -> None:
+        self.dirty = True
+
+    def live_claims(self) -> list[PoolClaim]:
+        return [c for c in self.state.claims.values() if c.phase in LIVE_PHASES]
+
+    def settled(self) -> bool:
+        """Nothing of this run in flight that the next run would not know about."""
+        return (
+            workflow.all_handlers_finished()
+            and not self.recording
+            and not self.starting
+            and (self.publishing is None or self.publishing.done())
+        )
