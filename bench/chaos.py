@@ -699,6 +699,12 @@ def cloud_instances(topology: Topology) -> list[dict[str, Any]]:
     return [i for i in instances if i.get("state") != "terminated"]
 
 
+def history_file_name(workflow_id: str, run_id: str) -> str:
+    """A file name for a run's history: the id's `/` (namespace/name) as `_`, which neither a
+    namespace nor a name contains."""
+    return f"{workflow_id.replace('/', '_')}.{run_id}.json"
+
+
 async def verdict(
     client: Client, topology: Topology, histories: Path | None, report: Report
 ) -> None:
@@ -734,7 +740,9 @@ async def verdict(
             "NodeClaimWorkflow",
             "NodePoolWorkflow",
         ):
-            (histories / f"{execution.id}.{execution.run_id}.json").write_text(history.to_json())
+            (histories / history_file_name(execution.id, execution.run_id)).write_text(
+                history.to_json()
+            )
 
 
 async def soak(args: argparse.Namespace) -> Report:

@@ -43,6 +43,7 @@ from api import Offering, search_attributes
 from api.messages import NodeObservation, claim_key_of
 from api.nodeclass import NodeClassSpec
 from api.nodepool import API_VERSION
+from cluster.tenancy import tenant_namespace_annotations
 from sim.cluster import SimulatedCluster
 from trigger.nodes import NodeWatcher
 from trigger.pending import BatchWindows, PendingPodTrigger
@@ -103,6 +104,10 @@ class StackOptions:
     # "skip": a cloud whose stand-in does not exist yet is left out with an error logged.
     clouds: list[str] = field(default_factory=list)
     missing_standins: Literal["error", "skip"] = "error"
+    # Namespaces served as tenants (with `default`, the sample's): their pools' nodes are
+    # theirs alone, and the stack annotates them as `cloudburst tenant-rbac` says an
+    # operator does. Empty: a cluster without tenants, every namespace served.
+    tenants: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -155,10 +160,14 @@ async def embedded_stack(options: StackOptions) -> AsyncIterator[EmbeddedStack]:
             cluster_id=options.cluster_id,
             allowed_endpoints=cluster.endpoints(),
         )
+        if options.tenants:
+            tenants = list(dict.fromkeys(["default", *options.tenants]))
+            settings = settings.model_copy(update={"tenant_namespaces": tenants})
         temporal = await _connect(settings, server)
         if options.persistent:
             await tell_claims_their_cluster_is_new(temporal)
         api_client = kube_api_client(settings)
+        serve_tenants(api_client, settings.tenant_namespaces or [])
         seed_sample_resources(api_client, cluster, options.empty_ttl_s)
         watcher = NodeWatcher(temporal, api_client)
         pending = PendingPodTrigger(
@@ -218,6 +227,22 @@ async def tell_claims_their_cluster_is_new(temporal: Client) -> int:
     if told:
         log.info("%d claims of the previous dev cluster told their node is gone", told)
     return told
+
+
+def serve_tenants(api_client: k8s.ApiClient, namespaces: list[str]) -> None:
+    """What an operator applies to serve these namespaces as tenants (`cloudburst
+    tenant-rbac`): each Namespace, with the annotations that keep its pods on its nodes."""
+    core = k8s.CoreV1Api(api_client)
+    for namespace in namespaces:
+        body = k8s.V1Namespace(
+            metadata=k8s.V1ObjectMeta(
+                name=namespace, annotations=tenant_namespace_annotations(namespace)
+            )
+        )
+        _create_or_replace(
+            lambda b=body: core.create_namespace(b),
+            lambda b=body, n=namespace: core.patch_namespace(n, b),
+        )
 
 
 def seed_sample_resources(api_client: k8s.ApiClient, cluster: SimulatedCluster, ttl: int) -> None:

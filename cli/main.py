@@ -20,6 +20,7 @@ from rich.text import Text
 from cli.commands.bootstrap import bootstrap_app
 from cli.commands.catalog import catalog_app
 from cli.commands.claims import claims_app
+from cli.commands.config_reference import config_reference
 from cli.commands.crds import crds
 from cli.commands.pools import pools_app
 from cli.commands.tenant_rbac import tenant_rbac
@@ -39,6 +40,7 @@ app.add_typer(pools_app, name="pools")
 app.add_typer(bootstrap_app, name="bootstrap")
 app.add_typer(catalog_app, name="catalog")
 app.command("crds")(crds)
+app.command("config-reference")(config_reference)
 app.command("tenant-rbac")(tenant_rbac)
 
 # Markup off: names, messages and manifests are user text, never rich markup ("[/red]" in a
@@ -178,6 +180,13 @@ def dev(
             "(hetzner,scaleway,aws,gcp,azure,digitalocean,ovh); the fake cloud is always there"
         ),
     ] = "",
+    tenants: Annotated[
+        str,
+        typer.Option(
+            help="namespaces to serve as tenants, comma-separated (with default, the sample's): "
+            "each pool's nodes are its namespace's alone (docs/security.md)"
+        ),
+    ] = "",
 ) -> None:
     """Run the embedded stack: Temporal + Web UI, simulated cluster, worker, watcher."""
     from cli.devstack import (
@@ -209,6 +218,7 @@ def dev(
         cloud_port=cloud_port,
         clouds=wanted,
         missing_standins="skip",
+        tenants=[t.strip() for t in tenants.split(",") if t.strip()],
     )
 
     async def main(stop: asyncio.Event) -> None:

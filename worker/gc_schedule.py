@@ -39,10 +39,27 @@ log = logging.getLogger(__name__)
 class GcSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="CLOUDBURST_GC_", extra="ignore")
 
-    enabled: bool = True
-    interval_seconds: float = Field(default=DEFAULT_GC_INTERVAL_S, ge=10)
-    grace_period_seconds: float = Field(default=DEFAULT_GRACE_PERIOD_S, ge=0)
-    dry_run: bool = False
+    enabled: bool = Field(
+        default=True,
+        description="The worker keeps the orphan-GC Schedule (creates it, or brings it up to "
+        "these settings, at start); false leaves the Schedule as it is.",
+    )
+    interval_seconds: float = Field(
+        default=DEFAULT_GC_INTERVAL_S,
+        ge=10,
+        description="How often the orphan GC runs: it removes VMs labelled for this "
+        "cluster and bootstrap Secrets that no live claim owns. A run still busy makes the "
+        "next tick a no-op.",
+    )
+    grace_period_seconds: float = Field(
+        default=DEFAULT_GRACE_PERIOD_S,
+        ge=0,
+        description="VMs (and Secrets of unknown claims) younger than this are left alone: "
+        "a claim's create may still be on its way to recording the VM.",
+    )
+    dry_run: bool = Field(
+        default=False, description="Report what the GC would remove, and remove nothing."
+    )
 
 
 def gc_schedule(settings: Settings, gc: GcSettings) -> Schedule:

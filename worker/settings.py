@@ -57,137 +57,252 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="CLOUDBURST_", extra="ignore")
 
     # --- Temporal -------------------------------------------------------------------------
-    temporal_address: str = "127.0.0.1:7233"
-    temporal_namespace: str = "default"
-    task_queue: str = TASK_QUEUE
-    # None: on when a client certificate or an API key is configured (Temporal Cloud needs it).
-    temporal_tls: bool | None = None
-    # mTLS client certificate and key (PEM files); both or neither.
-    temporal_tls_cert: Path | None = None
-    temporal_tls_key: Path | None = None
-    # CA of a self-hosted server's certificate; None trusts the system roots.
-    temporal_tls_ca: Path | None = None
-    # Server name to verify, when it differs from the address' host (e.g. via a proxy).
-    temporal_tls_server_name: str | None = None
-    # API key (Temporal Cloud); the file wins so a mounted Secret can rotate it.
-    temporal_api_key: SecretStr | None = None
-    temporal_api_key_file: Path | None = None
+    temporal_address: str = Field(
+        default="127.0.0.1:7233", description="The Temporal frontend's host:port."
+    )
+    temporal_namespace: str = Field(default="default", description="The Temporal namespace.")
+    task_queue: str = Field(
+        default=TASK_QUEUE,
+        description="The pools' task queue; claims run on `<task_queue>-claims` beside it.",
+    )
+    temporal_tls: bool | None = Field(
+        default=None,
+        description="TLS to Temporal. Unset: on when a client certificate or an API key is "
+        "configured (Temporal Cloud needs it).",
+    )
+    temporal_tls_cert: Path | None = Field(
+        default=None,
+        description="mTLS client certificate (a PEM file); give the key too, or neither.",
+    )
+    temporal_tls_key: Path | None = Field(
+        default=None, description="mTLS client key (a PEM file); give the certificate too."
+    )
+    temporal_tls_ca: Path | None = Field(
+        default=None,
+        description="CA of a self-hosted server's certificate (a PEM file). Unset: the "
+        "system roots.",
+    )
+    temporal_tls_server_name: str | None = Field(
+        default=None,
+        description="Server name to verify, when it differs from the address' host (e.g. "
+        "via a proxy).",
+    )
+    temporal_api_key: SecretStr | None = Field(
+        default=None, description="API key (Temporal Cloud); `temporal_api_key_file` wins."
+    )
+    temporal_api_key_file: Path | None = Field(
+        default=None,
+        description="A file holding the API key, re-read on every connect so that a mounted "
+        "Secret can rotate it; wins over `temporal_api_key`.",
+    )
 
     # --- Kubernetes -----------------------------------------------------------------------
-    # None: $KUBECONFIG / ~/.kube/config, or the in-cluster service account.
-    kubeconfig: Path | None = None
-    # Written on every VM so that garbage collection never touches another cluster's VMs.
-    cluster_id: str = "cloudburst"
-    max_concurrent_activities: int = 64
-    # Local activities (a claim's bootstrap Secrets and NodeClaim mirror writes) run on the
-    # same thread pool as activities, inside a claim's workflow task: they get threads of
-    # their own (`activity_threads`), so 64 drains or VM calls in flight never hold a claim's
-    # workflow task open waiting for one. As many as activities: 1,000 claims scaled down at
-    # once queue their mirror writes here (with 16, that teardown took 404 s; with 64, 313 s).
-    max_concurrent_local_activities: int = Field(default=64, ge=1)
-    # Activities a workflow task's completion may start on this worker at once (eager
-    # execution: Temporal hands them back in its answer, no task queue between). The SDK's
-    # default, 3, left the fourth of a pool's round (a plan beside the previous round's
-    # claim starts, Events and status) to the task queue, where it waited 0.1-1.3 s in a
-    # burst (docs/benchmarks.md "Eighteenth pass"). Slots come from the activities' above.
-    eager_activities_per_workflow_task: int = Field(default=8, ge=1)
-    # Workflows kept in memory between their tasks, by each task queue's worker: the claims'
-    # fills it, the pools' holds a few pools and schedules. Each cached claim holds about
-    # half a megabyte (docs/benchmarks.md "Scale"): the SDK's default of 1,000 put 1,000 live
-    # claims at 714-845 MB, 100 at ~300 MB. The price is a replay of a claim's ~100-event
-    # history when an evicted one next wakes, which idle claims rarely do; busy ones stay
-    # cached.
-    max_cached_workflows: int = Field(default=100, ge=0)
-    # Workflow tasks each task queue's worker takes on at once (the SDK's default: 100). A
-    # task's timeout runs from the moment it is taken: 300 claims scaled down together
-    # each took one at the default, queued behind each other in one busy Python process and
-    # timed out (docs/benchmarks.md "Scale"). The rest wait in Temporal, where no timeout runs.
-    max_concurrent_workflow_tasks: int = Field(default=16, ge=2)
-    # Polls for workflow tasks each task queue's worker keeps open (they poll only while a
-    # slot above is free), half on the queue all workers share, half on the worker's own
-    # sticky queue (`worker.main.SHARED_QUEUE_POLL_SHARE`). A workflow's first task always
-    # comes from the shared queue, and a burst starts dozens of claims at once; the SDK's
-    # default (5 polls, a fifth of them shared) is one poll there, which took a burst's
-    # first tasks one round trip at a time: up to 1.1-1.8 s from a claim's start to its
-    # first task, 0.5-0.9 s with these (docs/benchmarks.md "Burst", fourteenth pass).
-    workflow_task_pollers: int = Field(default=10, ge=2)
-    # A workflow task waits this long on a dead worker's sticky queue before any worker may
-    # take it: part of how long a claim or a pool stalls when a worker is killed.
-    sticky_queue_timeout_s: float = 5.0
-    # Which task queues this process polls: "all", or "pools" (pools, their planning,
-    # garbage collection, prices and the claims started before claims had a queue of their
-    # own) or "claims" (`claim_task_queue`: every claim since, and its activities) for two
-    # Deployments, so that a thousand claims' work never shares a process with the pools'
-    # decisions. Both halves must run somewhere.
-    worker_queues: WorkerQueues = WorkerQueues.ALL
+    kubeconfig: Path | None = Field(
+        default=None,
+        description="Kubeconfig file. Unset: $KUBECONFIG, ~/.kube/config, or the in-cluster "
+        "service account.",
+    )
+    cluster_id: str = Field(
+        default="cloudburst",
+        description="Written on every VM, so that garbage collection never touches another "
+        "cluster's VMs.",
+    )
+    max_concurrent_activities: int = Field(
+        default=64,
+        description="Activities (VM calls, drains, planning) each task queue's worker runs "
+        "at once, each on a thread of its own.",
+    )
+    max_concurrent_local_activities: int = Field(
+        default=64,
+        ge=1,
+        description="Local activities (a claim's bootstrap Secrets and NodeClaim mirror "
+        "writes, run inside its workflow task) each task queue's worker runs at once, on "
+        "threads of their own (`Settings.activity_threads`) so that activities in flight never hold "
+        "a claim's workflow task open waiting for one. As many as activities: 1,000 claims "
+        "scaled down at once queue their mirror writes here (that teardown took 404 s with "
+        "16, 313 s with 64).",
+    )
+    eager_activities_per_workflow_task: int = Field(
+        default=8,
+        ge=1,
+        description="Activities a workflow task's completion may start on this worker at "
+        "once (eager execution: Temporal hands them back in its answer, no task queue "
+        "between), from the activity slots above. The SDK's default, 3, left the fourth of "
+        "a pool's round (a plan beside the previous round's claim starts, Events and status) "
+        "to the task queue, where it waited 0.1-1.3 s in a burst "
+        '(docs/benchmarks-history.md "Eighteenth pass").',
+    )
+    max_cached_workflows: int = Field(
+        default=100,
+        ge=0,
+        description="Workflows kept in memory between their tasks, by each task queue's "
+        "worker: the claims' fills it, the pools' holds a few pools and schedules. Each "
+        "cached claim holds about half a megabyte: the SDK's default of 1,000 put 1,000 "
+        'live claims at 714-845 MB, 100 at ~300 MB (docs/benchmarks-history.md "Scale"). '
+        "The price is a replay of a claim's ~100-event history when an evicted one next "
+        "wakes, which idle claims rarely do; busy ones stay cached.",
+    )
+    max_concurrent_workflow_tasks: int = Field(
+        default=16,
+        ge=2,
+        description="Workflow tasks each task queue's worker takes on at once (the SDK's "
+        "default: 100). A task's timeout runs from the moment it is taken: 300 claims scaled "
+        "down together each took one at the default, queued behind each other in one busy "
+        'Python process and timed out (docs/benchmarks-history.md "Scale"). The rest wait '
+        "in Temporal, where no timeout runs.",
+    )
+    workflow_task_pollers: int = Field(
+        default=10,
+        ge=2,
+        description="Polls for workflow tasks each task queue's worker keeps open (only "
+        "while a slot above is free), half on the queue all workers share, half on the "
+        "worker's own sticky queue (`worker.main.SHARED_QUEUE_POLL_SHARE`). A workflow's "
+        "first task always comes from the shared queue, and a burst starts dozens of claims "
+        "at once; the SDK's default (5 polls, a fifth of them shared) is one poll there, "
+        "which took a burst's first tasks one round trip at a time: up to 1.1-1.8 s from a "
+        "claim's start to its first task, 0.5-0.9 s with these "
+        '(docs/benchmarks-history.md "Fourteenth pass").',
+    )
+    sticky_queue_timeout_s: float = Field(
+        default=5.0,
+        description="How long a workflow task waits on a dead worker's sticky queue before "
+        "any worker may take it: part of how long a claim or a pool stalls when a worker "
+        "is killed.",
+    )
+    worker_queues: WorkerQueues = Field(
+        default=WorkerQueues.ALL,
+        description="Which task queues this process polls: all; pools (pools, their "
+        "planning, garbage collection, prices, and any claim started on that queue); or "
+        "claims (`<task_queue>-claims`, where pools start their claims, and their "
+        "activities): two Deployments, so that a thousand claims' work never shares a "
+        "process with the pools' decisions. Both halves must run somewhere.",
+    )
 
     # --- the trigger ----------------------------------------------------------------------
-    # Pending pods go to their pool in batches, like Karpenter's BATCH_IDLE_DURATION and
-    # BATCH_MAX_DURATION: once no new one came for `batch_idle_s`, or `batch_max_s` after
-    # the first. Karpenter's 1 s / 10 s make a burst's first pods wait for its last; ours are
-    # short, and the pool holds back only the node a part of the burst fills partly, up to
-    # `partial_node_hold_s`, for the rest to be packed with it (docs/benchmarks.md "Burst").
-    batch_idle_s: float = Field(default=BATCH_IDLE_S, gt=0)
-    batch_max_s: float = Field(default=BATCH_MAX_S, gt=0)
-    # Like an informer's resync period: every `pending_resend_s`, each pool with pods still
-    # waiting hears its whole pending set again, so a pod its pool never heard of (the
-    # pool's workflow terminated by hand, then started anew) is planned then, instead of
-    # at the trigger's next re-list. Only pools with waiting pods: an idle pool hears
-    # nothing.
-    pending_resend_s: float = Field(default=PENDING_RESEND_S, gt=0)
-    # Bounded: it becomes a pool's durable timer, and a duration no timer can hold would
-    # fail the pool's workflow task, not this setting.
-    partial_node_hold_s: float = Field(default=PARTIAL_NODE_HOLD_S, ge=0, le=60)
-    # The workflow task timeout of the pools the trigger starts (their later runs keep it):
-    # how long a pool waits on a task whose worker died before another worker takes it
-    # over, so most of what a SIGKILL of the pool's worker costs. Temporal's default, 10 s,
-    # suits a worker that also runs claims (a loaded one misses a shorter timeout, and a
-    # pool task that times out again on every retry is a pool that stopped); with pools on
-    # workers of their own (`worker_queues`), 3 s was measured for pools of up to ~1,000
-    # claims (deploy/README.md "Pools and claims apart").
-    pool_task_timeout_s: float = Field(default=10.0, ge=1, le=120)
-    # The same for the claims those pools start (their first task runs the claim's
-    # Kubernetes calls as local activities): what a crash of a claims' worker costs a claim
-    # it was running a task of.
-    claim_task_timeout_s: float = Field(default=10.0, ge=1, le=120)
-    # Triggers side by side share the nodes they tell about (trigger/peers.py): each holds a
-    # Lease named by this in `worker_namespace`. None: the host name (a pod's name, kept
-    # across restarts).
-    trigger_id: str | None = None
-    # How long the others wait for a trigger that stopped renewing its Lease (a crash)
-    # before they take its nodes: how late a claim may hear its node changed after a crash.
-    trigger_lease_duration_s: int = Field(default=15, ge=3, le=300)
+    batch_idle_s: float = Field(
+        default=BATCH_IDLE_S,
+        gt=0,
+        description="The trigger sends each pool its pending pods in batches: once no new "
+        "pod came for this long, or `batch_max_s` after the batch's first (like Karpenter's "
+        "BATCH_IDLE_DURATION, 1 s there).",
+    )
+    batch_max_s: float = Field(
+        default=BATCH_MAX_S,
+        gt=0,
+        description="The longest a batch of pending pods waits from its first pod (like "
+        "Karpenter's BATCH_MAX_DURATION). Karpenter's 1 s / 10 s make a burst's first pods "
+        "wait for its last; ours are short, and the pool holds back only the node a part of "
+        "the burst fills partly, up to `partial_node_hold_s`, for the rest to be packed "
+        'with it (docs/benchmarks-history.md "Burst").',
+    )
+    pending_resend_s: float = Field(
+        default=PENDING_RESEND_S,
+        gt=0,
+        description="Like an informer's resync period: this often, each pool with pods still "
+        "waiting hears its whole pending set again, so a pod its pool never heard of (the "
+        "pool's workflow terminated by hand, then started anew) is planned then, instead of "
+        "at the trigger's next re-list. An idle pool hears nothing.",
+    )
+    partial_node_hold_s: float = Field(
+        default=PARTIAL_NODE_HOLD_S,
+        ge=0,
+        le=60,
+        description="How long a pool holds back a node that part of a burst fills only "
+        "partly, for the rest of the burst to be packed with it. Bounded: it becomes a "
+        "pool's durable timer, and a duration no timer can hold would fail the pool's "
+        "workflow task, not this setting.",
+    )
+    pool_task_timeout_s: float = Field(
+        default=10.0,
+        ge=1,
+        le=120,
+        description="The workflow task timeout of the pools the trigger starts (their later "
+        "runs keep it): how long a pool waits on a task whose worker died before another "
+        "worker takes it over, so most of what a SIGKILL of the pool's worker costs. "
+        "Temporal's default, 10 s, suits a worker that also runs claims (a loaded one misses "
+        "a shorter timeout, and a pool task that times out again on every retry is a pool "
+        "that stopped); with pools on workers of their own (`worker_queues`), 3 s was "
+        'measured for pools of up to ~1,000 claims (deploy/README.md "Pools and claims '
+        'apart").',
+    )
+    claim_task_timeout_s: float = Field(
+        default=10.0,
+        ge=1,
+        le=120,
+        description="The same for the claims those pools start (their first task runs the "
+        "claim's Kubernetes calls as local activities): what a crash of a claims' worker "
+        "costs a claim it was running a task of.",
+    )
+    trigger_id: str | None = Field(
+        default=None,
+        description="Triggers side by side share the nodes they tell claims about "
+        "(trigger/peers.py): each holds a Lease named by this in `worker_namespace`. Unset: "
+        "the host name (a pod's name, kept across restarts).",
+    )
+    trigger_lease_duration_s: int = Field(
+        default=15,
+        ge=3,
+        le=300,
+        description="How long the other triggers wait for one that stopped renewing its "
+        "Lease (a crash) before they take its nodes: how late a claim may hear its node "
+        "changed after a crash.",
+    )
 
     # --- who may reach what (docs/security.md) --------------------------------------------
-    # The worker's own namespace: first-boot script Secrets live here (never in a tenant's).
-    worker_namespace: str = DEFAULT_WORKER_NAMESPACE
-    # Namespaces whose NodePools and NodeClasses are served (the worker reads Secrets there
-    # and nowhere else but its own namespace); elsewhere they get Ready=False
-    # NamespaceNotServed. None (unset): every namespace, for a single-tenant cluster; the
-    # shipped manifests always set it, to match the RoleBindings they grant.
-    tenant_namespaces: Annotated[list[str] | None, NoDecode] = None
-    # Endpoint overrides a NodeClass may use, per provider (and "tailscale"): URLs an
-    # override must equal or lie under. Empty: providers' own APIs only.
-    allowed_endpoints: dict[str, list[str]] = {}
+    worker_namespace: str = Field(
+        default=DEFAULT_WORKER_NAMESPACE,
+        description="The worker's own namespace: first-boot script Secrets live here (never "
+        "in a tenant's).",
+    )
+    tenant_namespaces: Annotated[list[str] | None, NoDecode] = Field(
+        default=None,
+        description="Namespaces whose NodePools and NodeClasses are served (the worker reads "
+        "Secrets there and nowhere else but its own namespace); elsewhere they get "
+        "Ready=False NamespaceNotServed. Comma-separated in the environment. Unset: every "
+        "namespace, for a single-tenant cluster; the shipped manifests always set it, to "
+        "match the RoleBindings they grant.",
+    )
+    allowed_endpoints: dict[str, list[str]] = Field(
+        default={},
+        description="Endpoint overrides a NodeClass may use, per provider (and "
+        '"tailscale"): URLs an override must equal or lie under. JSON in the environment: '
+        '`{"hetzner": ["https://hetzner-proxy.internal/v1"]}`. Empty: the providers\' own '
+        "APIs only.",
+    )
 
     # --- operations -----------------------------------------------------------------------
-    # /healthz and /readyz for the kubelet's probes; 0 disables.
-    health_port: int = 8081
-    # Our OpenTelemetry metrics as Prometheus text (/metrics); 0 disables.
-    metrics_port: int = 9464
-    # The Temporal SDK's own metrics (Rust core), on their own Prometheus endpoint; 0 disables.
-    sdk_metrics_port: int = 9465
-    # Spans through Temporal's TracingInterceptor; also on whenever OTEL_EXPORTER_OTLP_ENDPOINT
-    # is set (then exported by OTLP/HTTP).
-    tracing: bool = False
-    log_format: Literal["text", "json"] = "text"
-    log_level: str = "INFO"
+    health_port: int = Field(
+        default=8081, description="/healthz and /readyz for the kubelet's probes; 0 disables."
+    )
+    metrics_port: int = Field(
+        default=9464,
+        description="Our OpenTelemetry metrics as Prometheus text (/metrics); 0 disables.",
+    )
+    sdk_metrics_port: int = Field(
+        default=9465,
+        description="The Temporal SDK's own metrics (Rust core), on their own Prometheus "
+        "endpoint; 0 disables.",
+    )
+    tracing: bool = Field(
+        default=False,
+        description="Spans through Temporal's TracingInterceptor; also on whenever "
+        "OTEL_EXPORTER_OTLP_ENDPOINT is set (then exported by OTLP/HTTP).",
+    )
+    log_format: Literal["text", "json"] = Field(
+        default="text",
+        description="text, or json: one JSON object a line with the workflow id, claim and "
+        "activity.",
+    )
+    log_level: str = Field(default="INFO", description="The root logger's level.")
 
     # --- the codec server (`cloudburst codec-server`, worker/codec_server.py) -------------
-    # A file (a mounted Secret) whose content every request must carry as `Authorization:
-    # Bearer <token>`, read on every request so that the Secret rotates. A file not there
-    # (the Deployment's optional Secret, not created) means no token until it appears.
-    codec_token_file: Path | None = None
+    codec_token_file: Path | None = Field(
+        default=None,
+        description="A file (a mounted Secret) whose content every request to the codec "
+        "server must carry as `Authorization: Bearer <token>`, read on every request so that "
+        "the Secret rotates. A file not there (the Deployment's optional Secret, not "
+        "created) means no token until it appears.",
+    )
 
     @classmethod
     def settings_customise_sources(

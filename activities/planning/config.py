@@ -40,12 +40,37 @@ REAL_PROVIDERS = [p for p in PROVIDERS if p != "fake"]
 class PriceSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="CLOUDBURST_PRICES_", extra="ignore")
 
-    enabled: bool = True
-    interval_hours: float = Field(default=DEFAULT_REFRESH_INTERVAL_H, gt=0)
-    providers: Annotated[list[str], NoDecode] = REAL_PROVIDERS
-    endpoints: dict[str, str] = {}
-    max_age_hours: float = Field(default=DEFAULT_PRICE_MAX_AGE_H, gt=0)
-    exchange_rate_url: str | None = None
+    enabled: bool = Field(
+        default=True,
+        description="The worker keeps the live-price Schedule (creates it, or brings it up "
+        "to these settings, at start; its first run at once); false leaves it as it is.",
+    )
+    interval_hours: float = Field(
+        default=DEFAULT_REFRESH_INTERVAL_H,
+        gt=0,
+        description="How often every provider's prices are fetched.",
+    )
+    providers: Annotated[list[str], NoDecode] = Field(
+        default=REAL_PROVIDERS,
+        description="The providers whose prices are fetched, comma-separated (default: all "
+        "seven); an empty list leaves the Schedule as it is.",
+    )
+    endpoints: dict[str, str] = Field(
+        default={},
+        description='The price APIs\' base URLs, JSON: `{"hetzner": '
+        "\"https://proxy.internal/v1\"}`, an operator's choice. Empty: the providers' own.",
+    )
+    max_age_hours: float = Field(
+        default=DEFAULT_PRICE_MAX_AGE_H,
+        gt=0,
+        description="Older prices give the pools planning with them a PricesStale "
+        "condition; the planner reads this too.",
+    )
+    exchange_rate_url: str | None = Field(
+        default=None,
+        description="Where the USD to EUR rate that USD prices are converted with is read "
+        "(the ECB's eurofxref-daily.xml format). Unset: the ECB's own.",
+    )
 
     @field_validator("providers", mode="before")
     @classmethod
@@ -64,13 +89,33 @@ class PriceSettings(BaseSettings):
 
 
 class PlanningConfig(BaseModel):
-    cloudbroker_url: str | None = None
-    cloudbroker_api_key: SecretStr | None = None  # SecretStr: never printed
-    cloudbroker_api_key_secret: SecretKeyRef | None = None
-    fallback_to_catalog: bool = True
-    timeout_s: float = 5.0
-    catalog_path: str | None = None
-    price_max_age_h: float = DEFAULT_PRICE_MAX_AGE_H
+    cloudbroker_url: str | None = Field(
+        default=None,
+        description="Plan with CloudBroker's offerings at this URL. Unset: the built-in catalog.",
+    )
+    cloudbroker_api_key: SecretStr | None = Field(  # SecretStr: never printed
+        default=None, description="CloudBroker's API key itself, when no Secret is named."
+    )
+    cloudbroker_api_key_secret: SecretKeyRef | None = Field(
+        default=None,
+        description="`namespace/name/key` of the Secret holding CloudBroker's API key (keep "
+        "it in the worker's namespace: the worker may read Secrets there and in tenant "
+        "namespaces only).",
+    )
+    fallback_to_catalog: bool = Field(
+        default=True, description="Plan with the built-in catalog while CloudBroker is down."
+    )
+    timeout_s: float = Field(default=5.0, description="CloudBroker's per-request timeout.")
+    catalog_path: str | None = Field(
+        default=None,
+        description="A refreshed catalog.json (`cloudburst catalog refresh`) instead of the "
+        "shipped one.",
+    )
+    price_max_age_h: float = Field(
+        default=DEFAULT_PRICE_MAX_AGE_H,
+        description="Prices older than this give the pools planning with them a "
+        "PricesStale condition; read from `CLOUDBURST_PRICES_MAX_AGE_HOURS` (`PriceSettings`).",
+    )
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> PlanningConfig:

@@ -231,7 +231,7 @@ def fake_offering(instance_type: str = "fk-small", region: str = "sim-1") -> Off
 async def start_test_claim(
     stack: Stack, pool: str, offerings: list[Offering] | None = None, timings: ClaimTimings = FAST
 ) -> tuple[str, WorkflowHandle[NodeClaimWorkflow, Any]]:
-    context = load_pool(stack.kube, "default", pool)
+    context = load_pool(stack.kube, "default", pool, stack.settings.tenancy())
     claim = build_claim(context, offerings or [fake_offering()], new_claim_name(pool))
     handle = await start_claim(
         stack.temporal,

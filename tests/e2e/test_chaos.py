@@ -50,8 +50,8 @@ async def test_a_short_soak_leaks_nothing_and_every_history_replays(tmp_path: Pa
     assert report["queries"] > 0, report
 
     recorded = sorted(histories.glob("*.json"))
-    assert any(p.name.startswith("nodepool-") for p in recorded), recorded
-    assert any(p.name.startswith("nodeclaim-") for p in recorded), recorded
+    assert any(p.name.startswith("nodepool_") for p in recorded), recorded
+    assert any(p.name.startswith("nodeclaim_") for p in recorded), recorded
     replayer = Replayer(
         workflows=WORKFLOWS,
         data_converter=DATA_CONVERTER,

@@ -128,7 +128,8 @@ def make_secret(
             metadata=k8s.V1ObjectMeta(
                 name=name,
                 namespace=namespace,
-                labels={labels.SECRET_PURPOSE: purpose, labels.NODECLAIM: claim},
+                # As the bootstrap labels them: the claim's namespace, name and the purpose.
+                labels=labels.ownership_labels(claim, namespace="default", purpose=purpose),
                 annotations=annotations,
             ),
             data=data,

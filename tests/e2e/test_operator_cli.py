@@ -210,12 +210,13 @@ async def test_claims_list_watch_streams_a_line_per_change_into_a_pipe(stack: St
         while True:
             line = (await asyncio.wait_for(process.stdout.readline(), timeout=30)).decode()
             assert line, "the watch ended"
-            if line.startswith(claim):
+            if line.split()[1:2] == [claim]:
                 return line.split()
 
     try:
         header = (await asyncio.wait_for(process.stdout.readline(), timeout=30)).decode()
         assert header.split() == [
+            "NAMESPACE",
             "NAME",
             "NODEPOOL",
             "PROVIDER",
@@ -224,9 +225,10 @@ async def test_claims_list_watch_streams_a_line_per_change_into_a_pipe(stack: St
             "PHASE",
             "AGE",
         ]
-        assert (await next_line_about(name))[1:3] == ["watched", "Pending"]
+        assert (await next_line_about(name))[:4] == ["default", name, "watched", "Pending"]
         await handle.terminate("the watch test is done with it")
-        assert (await next_line_about(name))[1:3] == ["watched", "Pending"]  # as it ended
+        # As it ended:
+        assert (await next_line_about(name))[:4] == ["default", name, "watched", "Pending"]
         process.send_signal(signal.SIGINT)
         assert await asyncio.wait_for(process.wait(), timeout=30) == 0
         assert "Traceback" not in (await process.stderr.read()).decode()

@@ -9,6 +9,12 @@ audit log and the attacker's server show that nothing was read and nothing was s
 
 Then a whole life of a node with a per-node Tailscale key: minted through the (simulated)
 Tailscale API, single-use, only ever in Secrets of kube-system and cloudburst-system.
+
+Then an attacker for each way one tenant reached another's pods, nodes and VMs (issue #41),
+each as a tenant with edit rights in its own namespace would try it: a pool of A's that would
+take every namespace's pods; pools whose ids collided across namespaces; a NodeClaim of A's
+named like B's, deleted; a kubelet registered under a claim's name by another machine; a
+pool labelling its nodes with a key Kubernetes owns.
 """
 
 from __future__ import annotations
@@ -29,9 +35,12 @@ from temporalio.client import Client, WorkflowFailureError
 from api import NodeClaimPhase, NodeClass, NodePool, labels
 from api._base import ObjectMeta
 from api.gc import OrphanGcInput, OrphanGcReport
-from api.messages import ScaleDownRequest
+from api.messages import ScaleDownRequest, claim_workflow_id
 from api.nodeclass import NodeClassSpec
-from cli.manual_claims import PoolContext, build_claim, new_claim_name, start_claim
+from api.nodepool.messages import PoolStatus, pool_workflow_id
+from cli.devstack import CLOUD_TOKEN_SECRET
+from cli.manual_claims import PoolContext, build_claim, load_pool, new_claim_name, start_claim
+from cluster.tenancy import NODE_SELECTOR_ANNOTATION, tenant_namespace_annotations
 from sim.clouds.base import Request, Response, StandinHTTPServer
 from sim.cluster import SimulatedCluster
 from tests.conftest import SecretRecorder
@@ -51,8 +60,12 @@ from tests.replay.test_histories import history_text
 from worker.settings import Settings
 from workflows.gc import OrphanGcWorkflow
 from workflows.nodeclaim import NodeClaimWorkflow
+from workflows.nodepool import NodePoolWorkflow
 
 TEAM_A, TEAM_B, NOT_SERVED = "team-a", "team-b", "team-z"
+# `team`/`b-web` and `team-b`/`web`: one workflow id when ids were `nodepool-<ns>-<name>`.
+TEAM = "team"
+TENANTS = ("default", TEAM_A, TEAM_B, TEAM)
 GROUP, VERSION = "cloudburst.io", "v1alpha1"
 
 
@@ -92,7 +105,7 @@ async def stack(
     temporal_client: Client, kube: k8s.ApiClient, sim_cluster: SimulatedCluster, kubeconfig: Path
 ) -> AsyncIterator[Stack]:
     core = k8s.CoreV1Api(kube)
-    for namespace in (TEAM_A, TEAM_B, NOT_SERVED):
+    for namespace in (TEAM_A, TEAM_B, TEAM, NOT_SERVED):
         await in_thread(ensure_namespace, core, namespace)
     queue = new_task_queue()
     # As an operator configures it: the tenants it serves, the stand-ins it may call.
@@ -100,7 +113,7 @@ async def stack(
         kubeconfig=kubeconfig,
         task_queue=queue,
         cluster_id=CLUSTER_ID,
-        tenant_namespaces=["default", TEAM_A, TEAM_B],
+        tenant_namespaces=list(TENANTS),
         allowed_endpoints=sim_cluster.endpoints(),
     )
     async with serving(Stack(temporal_client, kube, sim_cluster, queue, settings)) as stack:
@@ -313,7 +326,9 @@ async def test_a_namespace_editor_cannot_reach_another_namespaces_secret(
     assert [r for r in kube_api.audit(after=mark) if r.name == "own" and r.verb == "get"] == []
     pools = [
         w.id
-        async for w in stack.temporal.list_workflows(f"WorkflowId = 'nodepool-{TEAM_A}-{exfil}'")
+        async for w in stack.temporal.list_workflows(
+            f"WorkflowId = '{pool_workflow_id(TEAM_A, exfil)}'"
+        )
     ]
     assert pools == []
 
@@ -389,3 +404,358 @@ async def test_a_nodes_tailscale_key_is_its_own_and_lives_only_where_it_should(
         label_selector=f"{labels.NODECLAIM}={claim}",
     )
     assert left.items == []
+
+
+# --- one tenant's objects reach only that tenant's pods, nodes and VMs ----------------------
+
+
+async def as_tenant(stack: Stack, namespace: str, *, node_selector: bool = True) -> None:
+    """What an operator does to serve `namespace` (`cloudburst tenant-rbac`: its Namespace's
+    annotations), and the tenant's own credential for the (simulated) cloud."""
+    annotations = tenant_namespace_annotations(namespace, node_selector=node_selector)
+    if not node_selector:
+        annotations[NODE_SELECTOR_ANNOTATION] = None  # type: ignore[assignment]
+    await in_thread(
+        stack.core.patch_namespace, namespace, {"metadata": {"annotations": annotations}}
+    )
+    token = await in_thread(stack.core.read_namespaced_secret, CLOUD_TOKEN_SECRET, "default")
+    body = k8s.V1Secret(metadata=k8s.V1ObjectMeta(name=CLOUD_TOKEN_SECRET), data=token.data)
+    try:
+        await in_thread(stack.core.create_namespaced_secret, namespace, body)
+    except k8s.ApiException as err:
+        if err.status != 409:
+            raise
+
+
+async def fake_cloud_class(stack: Stack, namespace: str, name: str) -> None:
+    """A NodeClass on the (simulated) cloud, with the namespace's own credential."""
+    sample = await read(stack, "default", "nodeclasses", "sample")
+    await create(
+        stack, node_class(namespace, name, {"fake": sample["spec"]["fake"]}), "nodeclasses"
+    )
+
+
+def plain_pool(namespace: str, name: str, **spec: Any) -> dict[str, Any]:
+    """A pool with no selector and no taint: it would host any pod."""
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "NodePool",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "nodeClassRef": name,
+            "requirements": {"allowedProviders": ["fake"]},
+            "disruption": {"ttlSecondsAfterEmpty": 2},
+            **spec,
+        },
+    }
+
+
+async def plain_pod(
+    stack: Stack, namespace: str, name: str, selector: dict[str, str] | None = None
+) -> None:
+    """A pod with no toleration of its own (the namespace's admission adds what it adds),
+    and no selector but `selector`."""
+    pod = k8s.V1Pod(
+        metadata=k8s.V1ObjectMeta(name=name, namespace=namespace),
+        spec=k8s.V1PodSpec(
+            node_selector=selector,
+            containers=[
+                k8s.V1Container(
+                    name="app",
+                    image="busybox:1.36",
+                    resources=k8s.V1ResourceRequirements(requests={"cpu": "250m"}),
+                )
+            ],
+        ),
+    )
+    await in_thread(stack.core.create_namespaced_pod, namespace, pod)
+
+
+async def bound_node(stack: Stack, namespace: str, pod: str) -> k8s.V1Node:
+    found = await eventually(
+        lambda: in_thread(stack.core.read_namespaced_pod, pod, namespace),
+        lambda p: bool(p.spec.node_name),
+    )
+    return await in_thread(stack.core.read_node, found.spec.node_name)
+
+
+async def nodeclaims(stack: Stack, namespace: str, pool: str | None = None) -> list[dict[str, Any]]:
+    """The NodeClaims of the namespace (of `pool`'s, when given)."""
+    listed = await in_thread(
+        stack.custom.list_namespaced_custom_object, GROUP, VERSION, namespace, "nodeclaims"
+    )
+    assert isinstance(listed, dict)
+    items = list(listed.get("items") or [])
+    return [c for c in items if pool is None or c["spec"]["nodePool"] == pool]
+
+
+async def delete_pool(stack: Stack, namespace: str, name: str) -> None:
+    """`kubectl delete nodepool`: its claims go with it (their nodes and VMs)."""
+    await in_thread(
+        stack.custom.delete_namespaced_custom_object, GROUP, VERSION, namespace, "nodepools", name
+    )
+
+
+async def test_a_pool_serves_its_own_namespace_and_no_other_tenants_pod_reaches_its_nodes(
+    stack: Stack,
+) -> None:
+    # Finding 1: tenant A's pool, weight 100, no selector, no taint, on A's own account, took
+    # every namespace's pending pods; and nothing kept B's pods off A's nodes.
+    suffix = uuid.uuid4().hex[:5]
+    greedy = f"greedy-{suffix}"
+    await as_tenant(stack, TEAM_A)
+    # B's pods are not pinned to B's nodes: only the tenant taint keeps them off A's.
+    await as_tenant(stack, TEAM_B, node_selector=False)
+    await fake_cloud_class(stack, TEAM_A, greedy)
+    await create(stack, plain_pool(TEAM_A, greedy, weight=100), "nodepools")
+    try:
+        await plain_pod(stack, TEAM_A, f"a-{suffix}")
+        node = await bound_node(stack, TEAM_A, f"a-{suffix}")
+        # A's node is marked A's: the label only the worker sets, the taint only A tolerates.
+        assert node.metadata.labels[labels.TENANT_LABEL] == TEAM_A
+        assert (labels.TENANT_TAINT, TEAM_A, "NoSchedule") in {
+            (t.key, t.value, t.effect) for t in node.spec.taints or []
+        }
+
+        await plain_pod(stack, TEAM_B, f"b-{suffix}")
+        await warned(stack, TEAM_B, f"b-{suffix}", "NoMatchingNodePool")
+        [told] = [e for e in await events(stack, TEAM_B, f"b-{suffix}") if e.type == "Warning"]
+        assert f"no NodePool serves namespace {TEAM_B}" in str(told.message)
+        assert greedy not in str(told.message)  # nothing of A's shown
+        assert TEAM_A not in str(told.message)
+        await asyncio.sleep(1)  # the scheduler has had its turns: A's node stays A's
+        b_pod = await in_thread(stack.core.read_namespaced_pod, f"b-{suffix}", TEAM_B)
+        assert b_pod.spec.node_name is None
+        tolerated = {(t.key, t.value) for t in b_pod.spec.tolerations or []}
+        assert (labels.TENANT_TAINT, TEAM_B) in tolerated
+        assert (labels.TENANT_TAINT, TEAM_A) not in tolerated
+        # A's pool never heard of B's pod, and launched one node only.
+        pool = stack.temporal.get_workflow_handle_for(
+            NodePoolWorkflow.run, pool_workflow_id(TEAM_A, greedy)
+        )
+        status: PoolStatus = await pool.query(NodePoolWorkflow.status)
+        assert status.pending_pods == 0 and len(status.claims) == 1
+    finally:
+        await in_thread(stack.core.delete_namespaced_pod, f"b-{suffix}", TEAM_B)
+        await delete_pool(stack, TEAM_A, greedy)
+
+
+async def test_another_tenants_pod_may_not_tolerate_a_tenants_taint(stack: Stack) -> None:
+    # With PodTolerationRestriction as tenant-rbac configures it, B cannot put A's toleration
+    # (or a tolerate-everything one) on its pods to reach A's nodes.
+    await as_tenant(stack, TEAM_B)
+    for toleration in (
+        k8s.V1Toleration(key=labels.TENANT_TAINT, operator="Equal", value=TEAM_A),
+        k8s.V1Toleration(operator="Exists"),
+    ):
+        pod = k8s.V1Pod(
+            metadata=k8s.V1ObjectMeta(name=f"sneak-{uuid.uuid4().hex[:5]}"),
+            spec=k8s.V1PodSpec(
+                containers=[k8s.V1Container(name="app", image="busybox:1.36")],
+                tolerations=[toleration],
+            ),
+        )
+        with pytest.raises(k8s.ApiException) as refused:
+            await in_thread(stack.core.create_namespaced_pod, TEAM_B, pod)
+        assert "conflict with its namespace whitelist" in str(refused.value.body)
+
+
+async def test_pools_whose_ids_used_to_collide_each_serve_their_own_namespace(
+    stack: Stack,
+) -> None:
+    # Finding 2: `team`/`b-web` and `team-b`/`web` were one workflow, `nodepool-team-b-web`:
+    # one pool's pods planned with the other's specs, in the other's namespace.
+    suffix = uuid.uuid4().hex[:5]
+    first, second = (TEAM, f"b-web-{suffix}"), (TEAM_B, f"web-{suffix}")
+    for namespace, name in (first, second):
+        await as_tenant(stack, namespace)
+        await fake_cloud_class(stack, namespace, name)
+        await create(stack, plain_pool(namespace, name), "nodepools")
+    try:
+        for namespace, _ in (first, second):
+            await plain_pod(stack, namespace, f"pod-{suffix}")
+        for namespace, name in (first, second):
+            node = await bound_node(stack, namespace, f"pod-{suffix}")
+            node_labels = node.metadata.labels
+            assert (node_labels[labels.NODEPOOL_NAMESPACE], node_labels[labels.NODEPOOL]) == (
+                namespace,
+                name,
+            )
+            [claim] = await nodeclaims(stack, namespace, name)
+            assert claim["metadata"]["name"] == node.metadata.name
+            assert claim["spec"]["nodePool"] == name
+            pool = stack.temporal.get_workflow_handle_for(
+                NodePoolWorkflow.run, pool_workflow_id(namespace, name)
+            )
+            status: PoolStatus = await pool.query(NodePoolWorkflow.status)
+            assert (status.namespace, status.name) == (namespace, name)
+        assert pool_workflow_id(*first) != pool_workflow_id(*second)
+    finally:
+        for namespace, name in (first, second):
+            await in_thread(stack.core.delete_namespaced_pod, f"pod-{suffix}", namespace)
+            await delete_pool(stack, namespace, name)
+
+
+async def test_deleting_a_nodeclaim_named_like_another_tenants_leaves_theirs_alone(
+    stack: Stack, sim_cluster: SimulatedCluster
+) -> None:
+    # Finding 3: the trigger signalled `nodeclaim-<name>` for a NodeClaim deleted in any
+    # namespace: A made one named like B's, deleted it, and B's node and VM went.
+    suffix = uuid.uuid4().hex[:5]
+    web = f"web-{suffix}"
+    await as_tenant(stack, TEAM_B)
+    await fake_cloud_class(stack, TEAM_B, web)
+    # Its own pool's node, not one of another test's on its way out.
+    own = {"test-pool": web}
+    await create(stack, plain_pool(TEAM_B, web, template={"labels": own}), "nodepools")
+    try:
+        await plain_pod(stack, TEAM_B, f"pod-{suffix}", own)
+        node = await bound_node(stack, TEAM_B, f"pod-{suffix}")
+        name = node.metadata.name  # B's claim (a node is named after its claim)
+        victim = await read(stack, TEAM_B, "nodeclaims", name)
+        handle = stack.temporal.get_workflow_handle_for(
+            NodeClaimWorkflow.run, claim_workflow_id(TEAM_B, name)
+        )
+        await wait_for_phase(handle, NodeClaimPhase.READY)
+
+        decoy = {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "NodeClaim",
+            "metadata": {
+                "name": name,
+                "namespace": TEAM_A,
+                "finalizers": [labels.TERMINATION_FINALIZER],
+            },
+            "spec": victim["spec"],
+        }
+        await create(stack, decoy, "nodeclaims")
+        await in_thread(
+            stack.custom.delete_namespaced_custom_object, GROUP, VERSION, TEAM_A, "nodeclaims", name
+        )
+        # A's object goes (no claim of A's has that name: its finalizer is released) ...
+        await eventually(
+            lambda: nodeclaims(stack, TEAM_A),
+            lambda found: name not in {c["metadata"]["name"] for c in found},
+        )
+        await asyncio.sleep(1)
+        # ... and B's claim, node and VM stay.
+        status = await handle.query(NodeClaimWorkflow.status)
+        assert status.phase == NodeClaimPhase.READY and status.deletion_reason is None
+        assert (await in_thread(stack.core.read_node, name)).metadata.uid == node.metadata.uid
+        vm = status.instance_id
+        assert vm is not None and sim_cluster.cloud.peek(vm.rsplit("/", 1)[-1]) is not None
+    finally:
+        await in_thread(stack.core.delete_namespaced_pod, f"pod-{suffix}", TEAM_B)
+        await delete_pool(stack, TEAM_B, web)
+
+
+async def test_a_node_registered_under_a_claims_name_by_another_machine_is_not_adopted(
+    stack: Stack, sim_cluster: SimulatedCluster
+) -> None:
+    # Finding 4: a claim adopted "the Node named like it". Anyone with a join token (a
+    # tenant's VM has one in its user data) can register a kubelet under a pending claim's
+    # name, with labels of its choosing; the claim labelled it as the pool's, trusted it,
+    # and deleted it at the end.
+    suffix = uuid.uuid4().hex[:5]
+    pool = f"own-{suffix}"
+    await as_tenant(stack, TEAM_A)
+    await fake_cloud_class(stack, TEAM_A, pool)
+    await create(stack, plain_pool(TEAM_A, pool), "nodepools")
+    name = new_claim_name(pool)
+    impostor = "fake:///sim-1/not-the-claims-vm"
+    await in_thread(
+        stack.core.create_node,
+        k8s.V1Node(
+            metadata=k8s.V1ObjectMeta(
+                name=name,
+                labels={
+                    labels.NODECLAIM: name,
+                    labels.NODEPOOL_NAMESPACE: TEAM_A,
+                    labels.NODEPOOL: pool,
+                },
+            ),
+            spec=k8s.V1NodeSpec(provider_id=impostor),
+        ),
+    )
+    ready = {"type": "Ready", "status": "True", "reason": "KubeletReady"}
+    await in_thread(stack.core.patch_node_status, name, {"status": {"conditions": [ready]}})
+    try:
+        context = load_pool(stack.kube, TEAM_A, pool, stack.settings.tenancy())
+        claim = build_claim(context, [fake_offering()], name)
+        handle = await start_claim(
+            stack.temporal,
+            context,
+            claim,
+            task_queue=stack.task_queue,
+            cluster_id=CLUSTER_ID,
+            timings=FAST.model_copy(update={"registration_timeout_s": 8}),
+        )
+        await warned(stack, TEAM_A, name, "NodeNotClaimed")
+        [told] = [e for e in await events(stack, TEAM_A, name) if e.reason == "NodeNotClaimed"]
+        assert impostor in str(told.message) and "its VM fake/" in str(told.message)
+        with pytest.raises(WorkflowFailureError):
+            await asyncio.wait_for(handle.result(), timeout=60)
+        status = await handle.query(NodeClaimWorkflow.status)
+        assert status.failure_reason == "RegistrationTimeout"
+        # Never labelled, cordoned or deleted: the stranger is as it registered.
+        node = await in_thread(stack.core.read_node, name)
+        assert node.spec.provider_id == impostor and not node.spec.unschedulable
+        assert labels.TENANT_LABEL not in (node.metadata.labels or {})
+        assert labels.INSTANCE_TYPE not in (node.metadata.labels or {})
+        # The claim's own VM was deleted with it.
+        assert sim_cluster.cloud.peek(str(status.instance_id).rsplit("/", 1)[-1]) is None
+    finally:
+        await in_thread(stack.core.delete_node, name)
+        await delete_pool(stack, TEAM_A, pool)
+
+
+async def test_a_pool_may_not_label_its_nodes_with_keys_kubernetes_owns(stack: Stack) -> None:
+    # Finding 5: a pool set `kubernetes.io/hostname=<B's node>` (or any key B's workloads
+    # select) and the worker applied it with its cluster-wide node patch.
+    body = plain_pool(TEAM_A, f"hostname-{uuid.uuid4().hex[:5]}")
+    body["spec"]["template"] = {"labels": {"kubernetes.io/hostname": "someone-elses-node"}}
+    with pytest.raises(k8s.ApiException) as refused:
+        await create(stack, body, "nodepools")
+    assert refused.value.status == 422
+    assert "spec.template.labels" in str(refused.value.body)
+    assert "label kubernetes.io/hostname is restricted" in str(refused.value.body)
+
+
+async def test_a_shared_pool_serves_the_namespaces_its_selector_selects(stack: Stack) -> None:
+    """The operator's pools may serve several namespaces; a tenant's may not."""
+    suffix = uuid.uuid4().hex[:5]
+    operator = stack.settings.worker_namespace
+    shared, chosen, other = f"shared-{suffix}", f"chosen-{suffix}", f"other-{suffix}"
+    for namespace in (chosen, other):
+        await in_thread(ensure_namespace, stack.core, namespace)
+    await in_thread(
+        stack.core.patch_namespace, chosen, {"metadata": {"labels": {"burst-share": suffix}}}
+    )
+    await as_tenant(stack, operator)
+    await fake_cloud_class(stack, operator, shared)
+    selector = {"matchLabels": {"burst-share": suffix}}
+    await create(stack, plain_pool(operator, shared, namespaceSelector=selector), "nodepools")
+    # A tenant's pool with a selector is refused, with the reason on the pool.
+    sneaky = f"sneaky-{suffix}"
+    await fake_cloud_class(stack, TEAM_A, sneaky)
+    await create(stack, plain_pool(TEAM_A, sneaky, namespaceSelector={}), "nodepools")
+    try:
+        found = await eventually(
+            lambda: read(stack, TEAM_A, "nodepools", sneaky),
+            refused_with("NamespaceSelectorNotAllowed"),
+        )
+        assert "spec.namespaceSelector" in ready_message(found)
+
+        # A namespace the selector does not select: no pool plans it a node. (Asked first: a
+        # shared pool's node, like any untainted node, takes whatever pod fits.)
+        await plain_pod(stack, other, "app")
+        await warned(stack, other, "app", "NoMatchingNodePool")
+        await plain_pod(stack, chosen, "app")
+        node = await bound_node(stack, chosen, "app")
+        assert node.metadata.labels[labels.NODEPOOL_NAMESPACE] == operator
+        assert labels.TENANT_LABEL not in (node.metadata.labels or {})  # shared: no tenant's
+    finally:
+        for namespace in (chosen, other):
+            await in_thread(stack.core.delete_namespaced_pod, "app", namespace)
+        await delete_pool(stack, operator, shared)
+        await delete_pool(stack, TEAM_A, sneaky)

@@ -23,7 +23,8 @@ from temporalio.client import Client, WorkflowHistory
 from temporalio.worker import Replayer
 
 from api import NodeClaimPhase
-from api.messages import ScaleDownRequest
+from api.messages import ScaleDownRequest, claim_key_of
+from api.nodepool.messages import pool_key_of
 from sim.cluster import SimulatedCluster
 from tests.conftest import SecretRecorder
 from tests.e2e.harness import (
@@ -120,18 +121,23 @@ async def test_histories_replay_with_current_code(temporal_client: Client) -> No
     }
     assert failures == {}
     if os.environ.get("CLOUDBURST_RECORD_HISTORIES"):
-        # Add to the committed corpus: `CLOUDBURST_RECORD_HISTORIES=1 pytest tests/e2e tests/replay`.
-        # Never overwrite: an old recording is what proves today's code replays old runs.
-        RECORDED.mkdir(exist_ok=True)
-        claims = [h for h in session if h.workflow_id.startswith("nodeclaim-")]
-        pools = [h for h in session if h.workflow_id.startswith("nodepool-")]
-        for history in claims[:12]:
-            scenario = history.workflow_id.rsplit("-", 1)[0]  # drop the random claim suffix
-            _record(RECORDED / f"{scenario}.json", history)
-        for history in pools:
-            pool = history.workflow_id.rsplit("-", 1)[-1]
-            if pool in RECORDED_POOLS:
-                _record(RECORDED / f"nodepool-{pool}.json", history)
+        record_corpus(session)
+
+
+def record_corpus(session: list[WorkflowHistory]) -> None:
+    """Add to the committed corpus: `CLOUDBURST_RECORD_HISTORIES=1 pytest tests/e2e
+    tests/replay`. One claim of each pool the session ran (a pool is a scenario: its name says
+    which) and the pools named in `RECORDED_POOLS`. Never overwrites: an old recording is what
+    proves today's code replays old runs."""
+    RECORDED.mkdir(exist_ok=True)
+    for history in session:
+        claim = claim_key_of(history.workflow_id)
+        pool = pool_key_of(history.workflow_id)
+        if claim is not None:
+            scenario = claim[1].rsplit("-", 1)[0]  # the pool's name: drop the claim's suffix
+            _record(RECORDED / f"nodeclaim-{scenario}.json", history)
+        elif pool is not None and pool[1] in RECORDED_POOLS:
+            _record(RECORDED / f"nodepool-{pool[1]}.json", history)
 
 
 def recorded_histories() -> list[WorkflowHistory]:
