@@ -611,7 +611,7 @@ async def test_deleting_a_nodeclaim_named_like_another_tenants_leaves_theirs_alo
     try:
         await plain_pod(stack, TEAM_B, f"pod-{suffix}", own)
         node = await bound_node(stack, TEAM_B, f"pod-{suffix}")
-        name = node.metadata.name  # B's claim (a node is named after its claim)
+        name = str(node.metadata.name)  # B's claim (a node is named after its claim)
         victim = await read(stack, TEAM_B, "nodeclaims", name)
         handle = stack.temporal.get_workflow_handle_for(
             NodeClaimWorkflow.run, claim_workflow_id(TEAM_B, name)
