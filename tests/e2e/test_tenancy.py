@@ -20,6 +20,7 @@ pool labelling its nodes with a key Kubernetes owns.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -489,6 +490,11 @@ async def nodeclaims(stack: Stack, namespace: str, pool: str | None = None) -> l
     return [c for c in items if pool is None or c["spec"]["nodePool"] == pool]
 
 
+async def delete_pod(stack: Stack, namespace: str, name: str) -> None:
+    with contextlib.suppress(k8s.ApiException):  # never made, or gone already
+        await in_thread(stack.core.delete_namespaced_pod, name, namespace)
+
+
 async def delete_pool(stack: Stack, namespace: str, name: str) -> None:
     """`kubectl delete nodepool`: its claims go with it (their nodes and VMs)."""
     await in_thread(
@@ -499,17 +505,20 @@ async def delete_pool(stack: Stack, namespace: str, name: str) -> None:
 async def test_a_pool_serves_its_own_namespace_and_no_other_tenants_pod_reaches_its_nodes(
     stack: Stack,
 ) -> None:
-    # Finding 1: tenant A's pool, weight 100, no selector, no taint, on A's own account, took
-    # every namespace's pending pods; and nothing kept B's pods off A's nodes.
+    # Finding 1: tenant A's pool, weight 100, no taint, on A's own account, took every
+    # namespace's pending pods it could host — here, those selecting the label its nodes
+    # carry, one B's workloads select; and nothing kept B's pods off A's nodes.
     suffix = uuid.uuid4().hex[:5]
     greedy = f"greedy-{suffix}"
+    label = {"workload": f"batch-{suffix}"}  # on A's nodes only, in this cluster
     await as_tenant(stack, TEAM_A)
     # B's pods are not pinned to B's nodes: only the tenant taint keeps them off A's.
     await as_tenant(stack, TEAM_B, node_selector=False)
     await fake_cloud_class(stack, TEAM_A, greedy)
-    await create(stack, plain_pool(TEAM_A, greedy, weight=100), "nodepools")
+    pool = plain_pool(TEAM_A, greedy, weight=100, template={"labels": label})
+    await create(stack, pool, "nodepools")
     try:
-        await plain_pod(stack, TEAM_A, f"a-{suffix}")
+        await plain_pod(stack, TEAM_A, f"a-{suffix}", label)
         node = await bound_node(stack, TEAM_A, f"a-{suffix}")
         # A's node is marked A's: the label only the worker sets, the taint only A tolerates.
         assert node.metadata.labels[labels.TENANT_LABEL] == TEAM_A
@@ -517,7 +526,7 @@ async def test_a_pool_serves_its_own_namespace_and_no_other_tenants_pod_reaches_
             (t.key, t.value, t.effect) for t in node.spec.taints or []
         }
 
-        await plain_pod(stack, TEAM_B, f"b-{suffix}")
+        await plain_pod(stack, TEAM_B, f"b-{suffix}", label)
         await warned(stack, TEAM_B, f"b-{suffix}", "NoMatchingNodePool")
         [told] = [e for e in await events(stack, TEAM_B, f"b-{suffix}") if e.type == "Warning"]
         assert f"no NodePool serves namespace {TEAM_B}" in str(told.message)
@@ -530,13 +539,14 @@ async def test_a_pool_serves_its_own_namespace_and_no_other_tenants_pod_reaches_
         assert (labels.TENANT_TAINT, TEAM_B) in tolerated
         assert (labels.TENANT_TAINT, TEAM_A) not in tolerated
         # A's pool never heard of B's pod, and launched one node only.
-        pool = stack.temporal.get_workflow_handle_for(
+        handle = stack.temporal.get_workflow_handle_for(
             NodePoolWorkflow.run, pool_workflow_id(TEAM_A, greedy)
         )
-        status: PoolStatus = await pool.query(NodePoolWorkflow.status)
+        status: PoolStatus = await handle.query(NodePoolWorkflow.status)
         assert status.pending_pods == 0 and len(status.claims) == 1
     finally:
-        await in_thread(stack.core.delete_namespaced_pod, f"b-{suffix}", TEAM_B)
+        for namespace, pod in ((TEAM_A, f"a-{suffix}"), (TEAM_B, f"b-{suffix}")):
+            await delete_pod(stack, namespace, pod)
         await delete_pool(stack, TEAM_A, greedy)
 
 
@@ -592,7 +602,7 @@ async def test_pools_whose_ids_used_to_collide_each_serve_their_own_namespace(
         assert pool_workflow_id(*first) != pool_workflow_id(*second)
     finally:
         for namespace, name in (first, second):
-            await in_thread(stack.core.delete_namespaced_pod, f"pod-{suffix}", namespace)
+            await delete_pod(stack, namespace, f"pod-{suffix}")
             await delete_pool(stack, namespace, name)
 
 
@@ -645,7 +655,7 @@ async def test_deleting_a_nodeclaim_named_like_another_tenants_leaves_theirs_alo
         vm = status.instance_id
         assert vm is not None and sim_cluster.cloud.peek(vm.rsplit("/", 1)[-1]) is not None
     finally:
-        await in_thread(stack.core.delete_namespaced_pod, f"pod-{suffix}", TEAM_B)
+        await delete_pod(stack, TEAM_B, f"pod-{suffix}")
         await delete_pool(stack, TEAM_B, web)
 
 
@@ -734,7 +744,10 @@ async def test_a_shared_pool_serves_the_namespaces_its_selector_selects(stack: S
     await as_tenant(stack, operator)
     await fake_cloud_class(stack, operator, shared)
     selector = {"matchLabels": {"burst-share": suffix}}
-    await create(stack, plain_pool(operator, shared, namespaceSelector=selector), "nodepools")
+    # Its nodes carry a label of their own, which the pods select: no other node fits them.
+    own = {"test-pool": shared}
+    pool = plain_pool(operator, shared, namespaceSelector=selector, template={"labels": own})
+    await create(stack, pool, "nodepools")
     # A tenant's pool with a selector is refused, with the reason on the pool.
     sneaky = f"sneaky-{suffix}"
     await fake_cloud_class(stack, TEAM_A, sneaky)
@@ -748,14 +761,14 @@ async def test_a_shared_pool_serves_the_namespaces_its_selector_selects(stack: S
 
         # A namespace the selector does not select: no pool plans it a node. (Asked first: a
         # shared pool's node, like any untainted node, takes whatever pod fits.)
-        await plain_pod(stack, other, "app")
+        await plain_pod(stack, other, "app", own)
         await warned(stack, other, "app", "NoMatchingNodePool")
-        await plain_pod(stack, chosen, "app")
+        await plain_pod(stack, chosen, "app", own)
         node = await bound_node(stack, chosen, "app")
         assert node.metadata.labels[labels.NODEPOOL_NAMESPACE] == operator
         assert labels.TENANT_LABEL not in (node.metadata.labels or {})  # shared: no tenant's
     finally:
         for namespace in (chosen, other):
-            await in_thread(stack.core.delete_namespaced_pod, "app", namespace)
+            await delete_pod(stack, namespace, "app")
         await delete_pool(stack, operator, shared)
         await delete_pool(stack, TEAM_A, sneaky)

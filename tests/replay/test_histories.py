@@ -44,8 +44,18 @@ from workflows.nodeclaim import NodeClaimWorkflow
 from workflows.registry import WORKFLOWS
 
 RECORDED = Path(__file__).parent / "histories"
-# Pools whose histories the corpus keeps: limits, failover, drift and consolidation.
-RECORDED_POOLS = {"capped", "failover", "drift", "consol"}
+# Pools whose histories the corpus keeps: a burst in parts, limits, a floor, failover, drift,
+# consolidation, a configuration failure, a pool deleted and created again.
+RECORDED_POOLS = {
+    "grow",
+    "capped",
+    "floor",
+    "failover",
+    "drift",
+    "consol",
+    "misconf",
+    "reborn",
+}
 
 
 async def test_no_secret_in_any_history(

@@ -1,0 +1,136 @@
+"""The versioning rule (docs/upgrades.md), checked: every `workflow.patched` id in the workflow
+code is named in CHANGELOG.md under the release that added it, and no patch outlives the
+release after next — a patch added in release N is retired (its old branch deleted) by N+2.
+
+CHANGELOG.md lists the releases newest first, each `## <version> — <date>` with a line
+`Patches added: a, b` (or `none`); the current release is `pyproject.toml`'s version.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+_RELEASE = re.compile(r"^## (?P<version>\d+\.\d+\.\d+)\b")
+_PATCHES = re.compile(r"^Patches added:\s*(?P<ids>.*)$")
+
+
+@dataclass(frozen=True)
+class Release:
+    version: str
+    patches: frozenset[str]
+
+
+def releases(changelog: str) -> list[Release]:
+    """The releases CHANGELOG.md names, oldest first."""
+    found: list[Release] = []
+    version: str | None = None
+    for line in changelog.splitlines():
+        if match := _RELEASE.match(line):
+            version = match["version"]
+            found.append(Release(version, frozenset()))
+        elif (match := _PATCHES.match(line)) and version is not None:
+            ids = {i.strip(" `") for i in match["ids"].split(",")} - {"none", ""}
+            found[-1] = Release(version, frozenset(ids))
+    return list(reversed(found))
+
+
+def patch_ids(source: str) -> set[str]:
+    """The ids a module passes to `workflow.patched` or `workflow.deprecate_patch`."""
+    ids = set()
+    for node in ast.walk(ast.parse(source)):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in ("patched", "deprecate_patch")
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, str)
+        ):
+            ids.add(node.args[0].value)
+    return ids
+
+
+def problems(in_code: set[str], history: list[Release], current: str) -> list[str]:
+    """What breaks the rule: a patch no release names, a patch two releases old."""
+    versions = [r.version for r in history]
+    if current not in versions:
+        return [f"CHANGELOG.md has no entry for the current release {current}"]
+    now = versions.index(current)
+    said = []
+    for patch in sorted(in_code):
+        added = [i for i, r in enumerate(history) if patch in r.patches]
+        if not added:
+            said.append(f"patch {patch!r} is named under no release in CHANGELOG.md")
+        elif now - added[0] >= 2:
+            said.append(
+                f"patch {patch!r} (added in {versions[added[0]]}) must be retired by "
+                f"{versions[added[0] + 2]}: delete its old branch"
+            )
+    return said
+
+
+def test_the_workflow_code_keeps_the_rule() -> None:
+    code: set[str] = set()
+    for path in (ROOT / "workflows").rglob("*.py"):
+        code |= patch_ids(path.read_text())
+    current = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    history = releases((ROOT / "CHANGELOG.md").read_text())
+    assert problems(code, history, current) == []
+
+
+CHANGELOG = """# Changelog
+
+## 0.3.0 — 2027-03-01
+Patches added: retry-sooner
+
+## 0.2.0 — 2027-01-10
+Patches added: `label-at-join`, hold-longer
+
+## 0.1.0 — 2026-11-28
+Patches added: none
+"""
+
+
+def test_a_changelog_lists_releases_oldest_first_with_their_patches() -> None:
+    assert releases(CHANGELOG) == [
+        Release("0.1.0", frozenset()),
+        Release("0.2.0", frozenset({"label-at-join", "hold-longer"})),
+        Release("0.3.0", frozenset({"retry-sooner"})),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("in_code", "current", "wanted"),
+    [
+        ({"label-at-join"}, "0.2.0", []),  # the release that adds it
+        ({"label-at-join", "retry-sooner"}, "0.3.0", []),  # one release later: still allowed
+        ({"unnamed"}, "0.2.0", ["patch 'unnamed' is named under no release in CHANGELOG.md"]),
+        ({"x"}, "0.4.0", ["CHANGELOG.md has no entry for the current release 0.4.0"]),
+    ],
+)
+def test_the_rule(in_code: set[str], current: str, wanted: list[str]) -> None:
+    assert problems(in_code, releases(CHANGELOG), current) == wanted
+
+
+def test_a_patch_two_releases_old_fails() -> None:
+    changelog = "## 0.4.0 — 2027-05-01\nPatches added: none\n" + CHANGELOG.split("\n", 1)[1]
+    assert problems({"hold-longer"}, releases(changelog), "0.4.0") == [
+        "patch 'hold-longer' (added in 0.2.0) must be retired by 0.4.0: delete its old branch"
+    ]
+
+
+def test_patch_ids_are_read_from_the_code() -> None:
+    source = (
+        "from temporalio import workflow\n"
+        "def f():\n"
+        "    if workflow.patched('a'):\n        pass\n"
+        "    workflow.deprecate_patch('b')\n"
+    )
+    assert patch_ids(source) == {"a", "b"}
