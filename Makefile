@@ -7,11 +7,13 @@ BIN := $(VENV)/bin
 
 setup: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml
+# The product with its dev extra, and the simulator (its own distribution, never in the product's
+# wheel or image) beside it: one resolve, so the simulator's `cloudburst` is this checkout.
+$(VENV)/.installed: pyproject.toml simulator/pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python 3.11+ is required"'
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet -e '.[dev]' -e ./simulator
 	@touch $@
 
 dev: setup
@@ -28,16 +30,23 @@ typecheck: setup
 	$(BIN)/mypy
 	$(BIN)/mypy bench  # scripts, not a package: checked on their own
 
+# The fast lane: every test that needs no running stack — models, decisions, planning, CLI
+# output, the manifests, and workflow logic with stand-in activities on one Temporal dev server
+# per process. CLOUDBURST_FAST_LANE makes a test that asks for a simulated cluster fail
+# (tests/conftest.py); `slow` ones (real process kills, hundreds of claims) run in `make test`.
 unit: setup
-	$(BIN)/pytest tests/unit
+	CLOUDBURST_FAST_LANE=1 $(BIN)/pytest -n 2 -m "not slow" tests/unit tests/workflows tests/deploy
 
 # The first-boot script's test needs shellcheck (the Debian package; CI runs as root).
 test: lint typecheck
 	@command -v shellcheck >/dev/null || (apt-get update -qq && apt-get install -y -qq shellcheck)
 	@# Bytecode, as the image has it: the workflow sandbox loads workflow modules afresh for
 	@# every run, and compiles them each time where none was written (PYTHONDONTWRITEBYTECODE).
-	$(BIN)/python -m compileall -q api activities cluster cli reporting sim trigger worker workflows >/dev/null
-	$(BIN)/pytest
+	$(BIN)/python -m compileall -q api activities cluster cli reporting simulator/sim trigger worker workflows >/dev/null
+	@# What needs no shared stack, on both cores; then the end-to-end tests and the replay of
+	@# every history they wrote (and of the committed corpus), in one session, in that order.
+	$(BIN)/pytest -n 2 tests/unit tests/workflows tests/deploy tests/sim tests/activities tests/providers
+	$(BIN)/pytest tests/e2e tests/replay
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache

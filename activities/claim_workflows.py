@@ -4,12 +4,12 @@ orphan GC before it removes a VM). Async: only they get the worker's client.
 
 `start_claim_workflows`: a pool's new claims, started by its worker.
 
-A pool used to start its claims as child workflows. Temporal records each child's start in
-the parent's history under the parent's lock, one after another, and the pool's next
-workflow task waits behind them: in a 1,000-pod burst the pool sat 0.3-0.8 s on each round
-whose claims were still starting while new demand waited (docs/benchmarks.md, "Tenth pass").
-Started from here, a claim is its own workflow from the first (it was abandoned by its pool
-at the pool's next continue-as-new anyway, and reports by signal), the pool records one
+Why not child workflows: Temporal records each child's start in the parent's history under
+the parent's lock, one after another, and the pool's next workflow task waits behind them:
+in a 1,000-pod burst a pool starting children sat 0.3-0.8 s on each round whose claims were
+still starting while new demand waited (docs/benchmarks-history.md, "Tenth pass").
+Started from here, a claim is its own workflow from the first (a child would be abandoned by
+its pool at the pool's next continue-as-new anyway, and reports by signal), the pool records one
 activity for a whole round, and its next round goes on while Temporal creates the claims.
 
 Idempotent: a claim's workflow id is its name, and an id once used is never started again

@@ -71,7 +71,16 @@ REPO = Path(__file__).resolve().parent.parent
 # What the image installs compiled (pip writes bytecode): the workflow sandbox loads a
 # workflow's module afresh for every run, so without it (PYTHONDONTWRITEBYTECODE, a fresh
 # checkout) every new claim would compile its module from source and the figures with it.
-PACKAGES = ("api", "activities", "cluster", "reporting", "sim", "trigger", "worker", "workflows")
+PACKAGES = (
+    "api",
+    "activities",
+    "cluster",
+    "reporting",
+    "simulator/sim",
+    "trigger",
+    "worker",
+    "workflows",
+)
 
 
 @dataclass

@@ -50,7 +50,7 @@ from trigger.pending import BatchWindows, PendingPodTrigger
 from worker.client import connect_temporal, kube_api_client
 from worker.codec_server import codec_app
 from worker.main import run_worker
-from worker.settings import Settings
+from worker.settings import RELEASE, Settings
 from workflows.nodeclaim import NodeClaimWorkflow
 
 log = logging.getLogger(__name__)
@@ -401,6 +401,24 @@ def _ui_origins(options: StackOptions) -> list[str]:
     return [f"http://{host}:{options.ui_port}" for host in ("127.0.0.1", "localhost")]
 
 
+def keep_state_of_this_release(state_dir: Path) -> Path:
+    """The dev stack's Temporal db, kept across restarts of one release's workflow code. A db
+    written by another release (or a checkout before the first: workflow ids and commands
+    of its own) would have its running workflows replayed by this code — the versioning
+    rule covers releases, not a developer's checkouts — so it is moved aside, not used."""
+    db = state_dir / "temporal.db"
+    marker = state_dir / "release"
+    if db.exists() and (not marker.exists() or marker.read_text().strip() != RELEASE):
+        was = marker.read_text().strip() if marker.exists() else "an earlier checkout"
+        aside = db.with_name(f"temporal.db.{was.replace(' ', '-')}")
+        db.replace(aside)
+        log.warning(
+            "Temporal's dev state was written by %s: kept aside in %s, started afresh", was, aside
+        )
+    marker.write_text(RELEASE + "\n")
+    return db
+
+
 def _start_temporal(options: StackOptions) -> subprocess.Popen[bytes]:
     args = [
         temporal_cli(),
@@ -425,7 +443,7 @@ def _start_temporal(options: StackOptions) -> subprocess.Popen[bytes]:
             f"http://127.0.0.1:{options.codec_port}",
         ]
     if options.persistent:
-        args += ["--db-filename", str(options.state_dir / "temporal.db")]
+        args += ["--db-filename", str(keep_state_of_this_release(options.state_dir))]
     for key in search_attributes.ALL:
         # Ignored on a restart with an existing db: the worker registers them again anyway.
         args += ["--search-attribute", f"{key.name}=Keyword"]

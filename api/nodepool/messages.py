@@ -237,8 +237,7 @@ class NodePoolInput(BaseModel):
     failed_offering_ttl_s: float = 180
     # A look at least this often even without news. Every deadline has its own alarm (the
     # failure cache, nominations, consolidation, budgets): this is only a backstop, kept
-    # rare so an idle pool writes little history (runs before the alarms also re-planned
-    # an expired failure cache on it).
+    # rare so an idle pool writes little history.
     reconcile_interval_s: float = 1800
     # Once a node is Ready the scheduler decides; pods nominated to it that are still pending
     # this long after are planned again (the scheduler may have put others there instead).
@@ -247,7 +246,7 @@ class NodePoolInput(BaseModel):
     # (workflows/decisions/pool.py `partly_filled`); 0: every planned node goes at once.
     partial_node_hold_s: float = PARTIAL_NODE_HOLD_S
     # The workflow task timeout of the claims it starts (the trigger's
-    # CLOUDBURST_CLAIM_TASK_TIMEOUT_S); None: Temporal's default (pools started before it).
+    # CLOUDBURST_CLAIM_TASK_TIMEOUT_S); None: Temporal's default.
     claim_task_timeout_s: float | None = None
     state: PoolState
 

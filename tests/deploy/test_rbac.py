@@ -7,9 +7,11 @@ from typing import Any
 
 import pytest
 
+from api.prices import CATALOG_CONFIGMAP
 from cli.commands.tenant_rbac import tenant_objects
 from tests.deploy.conftest import OVERLAYS
 from tests.deploy.kube_calls import needs_of
+from worker.release_guard import RELEASE_CONFIGMAP
 
 # Granted without a call the scan can see; each with its reason (docs/rbac.md says more).
 IMPLIED: dict[str, dict[tuple[str, str, str], str]] = {
@@ -110,6 +112,36 @@ def test_user_roles_aggregate_into_view_and_edit(rendered: dict[str, list[dict[s
     view = roles["cloudburst-view"]
     assert view["metadata"]["labels"]["rbac.authorization.k8s.io/aggregate-to-view"] == "true"
     assert {v for r in view["rules"] for v in r["verbs"]} == {"get", "list", "watch"}
+
+
+# The ConfigMaps the worker reads and patches in its own namespace, each granted by name: the
+# scan sees the calls, not the names they pass. Only `create` cannot be held to a name.
+NAMED_CONFIGMAPS = {CATALOG_CONFIGMAP: {"get", "patch"}, RELEASE_CONFIGMAP: {"get", "patch"}}
+
+
+def test_the_worker_reads_and_patches_its_configmaps_by_name(
+    rendered: dict[str, list[dict[str, Any]]],
+) -> None:
+    objects = rendered["base"]
+    roles = {o["metadata"]["name"]: o for o in objects if o["kind"] == "Role"}
+    by_name: dict[str, set[str]] = {}
+    unnamed: set[str] = set()
+    for binding in objects:
+        if (
+            binding["kind"] != "RoleBinding"
+            or binding["metadata"].get("namespace") != WORKER_NAMESPACE
+            or not any(s["name"] == "cloudburst-worker" for s in binding.get("subjects", []))
+        ):
+            continue
+        for rule in roles[binding["roleRef"]["name"]]["rules"]:
+            if "configmaps" not in rule["resources"]:
+                continue
+            if "resourceNames" not in rule:
+                unnamed |= set(rule["verbs"])
+            for name in rule.get("resourceNames", []):
+                by_name.setdefault(name, set()).update(rule["verbs"])
+    assert by_name == NAMED_CONFIGMAPS
+    assert unnamed == {"create"}
 
 
 # --- Secrets: per namespace, never cluster-wide ---------------------------------------------

@@ -13,7 +13,15 @@ from kubernetes import client as k8s
 from temporalio.client import Client
 
 from sim.cluster import SimulatedCluster
+from tests.conftest import SecretRecorder
 from tests.e2e.harness import Stack, stack_on
+
+
+@pytest_asyncio.fixture(scope="session", loop_scope="session", autouse=True)
+async def secrets_recorded(secret_recorder: SecretRecorder) -> SecretRecorder:
+    """Every Secret of the session's stacks, from the first end-to-end test on: the replay
+    tests look for each value in every history."""
+    return secret_recorder
 
 
 @pytest_asyncio.fixture(loop_scope="session")

@@ -16,6 +16,7 @@ import uuid
 from datetime import timedelta
 from functools import partial
 
+import pytest
 from temporalio import activity, workflow
 from temporalio.api.enums.v1 import EventType, WorkflowExecutionStatus, WorkflowTaskFailedCause
 from temporalio.client import Client, WorkflowHandle
@@ -256,6 +257,7 @@ async def test_a_pool_past_temporals_blob_limit_runs_and_continues_as_new(
         await latest.terminate("test over")
 
 
+@pytest.mark.slow
 async def test_news_that_never_stops_cannot_hold_a_pool_past_its_hard_bound(
     temporal_client: Client,
 ) -> None:

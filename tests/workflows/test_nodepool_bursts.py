@@ -377,6 +377,7 @@ async def test_pods_that_arrive_while_claims_start_are_planned_without_waiting_f
         )
 
 
+@pytest.mark.slow
 async def test_a_burst_of_600_nodes_starts_its_claims_in_batches_and_runs(
     temporal_client: Client,
 ) -> None:

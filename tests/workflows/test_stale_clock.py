@@ -109,12 +109,14 @@ async def run_probe(client: Client, address: str, *, by_alarm: bool) -> str | No
     return str(result.replay_failure) if result.replay_failure else None
 
 
+@pytest.mark.slow
 async def test_a_deadline_decided_by_alarm_replays_after_a_restart_and_a_query(
     temporal_client: Client, temporal_address: str
 ) -> None:
     assert await run_probe(temporal_client, temporal_address, by_alarm=True) is None
 
 
+@pytest.mark.slow
 async def test_a_deadline_decided_by_the_clock_does_not(
     temporal_client: Client, temporal_address: str
 ) -> None:

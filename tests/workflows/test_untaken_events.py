@@ -111,6 +111,7 @@ async def takeover(client: Client, address: str, *, guarded: bool) -> Takeover:
     return Takeover(answer, commands, failure)
 
 
+@pytest.mark.slow
 async def test_a_query_during_a_takeover_is_refused_and_the_history_replays(
     temporal_client: Client, temporal_address: str
 ) -> None:
@@ -121,6 +122,7 @@ async def test_a_query_during_a_takeover_is_refused_and_the_history_replays(
     assert seen.replay_failure is None
 
 
+@pytest.mark.slow
 async def test_without_the_runner_the_sdk_writes_a_history_that_does_not_replay(
     temporal_client: Client, temporal_address: str
 ) -> None:

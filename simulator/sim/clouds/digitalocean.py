@@ -8,21 +8,27 @@ calls, spoken the way `python-digitalocean` expects it.
     GET    /v2/sizes?page=P&per_page=N
 
 Bearer-token auth; errors are `{"id": ..., "message": ...}` as DigitalOcean sends them
-(python-digitalocean keeps only the message). Every request is recorded (`requests_seen()`)
-so tests can prove that nothing went anywhere else. `next_link_base` makes pagination links
-point at another host (a real API answers with absolute `https://api.digitalocean.com/...`
-links): a client that follows them leaves the configured endpoint, which a test can see.
+(python-digitalocean keeps only the message). Tags follow DigitalOcean's rules, read here
+with this module's own code, never the product's: a name of letters, digits, colons, dashes
+and underscores, at most 255 characters, case-stable (the capitalization a tag was first
+created with stays the tag's, and a droplet tagged in another case gets it). `peek` reads
+Cloudburst's ownership tags back into labels by the convention the provider documents, on its
+own too, so a fault in the product's codec shows in the provider's tests instead of being
+mirrored here. Every request is recorded (`requests_seen()`) so tests can prove that nothing
+went anywhere else. `next_link_base` makes pagination links point at another host (a real API
+answers with absolute `https://api.digitalocean.com/...` links): a client that follows them
+leaves the configured endpoint, which a test can see.
 """
 
 from __future__ import annotations
 
 import itertools
+import re
 import time
 from dataclasses import dataclass
 from typing import Any, Unpack
 from urllib.parse import urlencode
 
-from api.label_tags import labels_from_tags
 from sim.clouds.base import (
     FAILURE_KINDS,
     CloudStandin,
@@ -77,6 +83,39 @@ DEFAULT_SIZES: tuple[Size, ...] = (
 DEFAULT_REGIONS = ("nyc3", "sfo3", "ams3", "fra1")
 _STATUS = {"pending": "new", "running": "active", "stopping": "off", "terminated": "archive"}
 
+# DigitalOcean's tag names (API reference, "Tags"): "Tags may contain letters, numbers,
+# colons, dashes, and underscores. There is a limit of 255 characters per tag."
+_TAG_NAME = re.compile(r"[A-Za-z0-9:_-]{1,255}")
+# Cloudburst's ownership tags: `cloudburst-<key>:<value>` for the label
+# `cloudburst.io/<key>=<value>`, each value byte outside [A-Za-z0-9-] as `_` and two hex digits.
+_OWNERSHIP_TAG = re.compile(r"cloudburst-([a-z0-9-]+):((?:[A-Za-z0-9-]|_[0-9a-fA-F]{2})*)")
+_VALUE_PART = re.compile(r"_([0-9a-fA-F]{2})|([A-Za-z0-9-])")
+
+
+def valid_tag(tag: str) -> bool:
+    """Whether DigitalOcean accepts `tag` as a tag name."""
+    return _TAG_NAME.fullmatch(tag) is not None
+
+
+def ownership_labels(tags: list[str]) -> dict[str, str]:
+    """The `cloudburst.io/` labels a droplet's tags carry; a tag that does not follow the
+    convention exactly (a stray `_`, bytes that are no UTF-8) carries none."""
+    out: dict[str, str] = {}
+    for tag in tags:
+        match = _OWNERSHIP_TAG.fullmatch(tag)
+        if match is None:
+            continue
+        key, encoded = match.groups()
+        raw = bytearray()
+        for part in _VALUE_PART.finditer(encoded):
+            escaped, plain = part.groups()
+            raw.extend(bytes.fromhex(escaped) if escaped else plain.encode())
+        try:
+            out[f"cloudburst.io/{key}"] = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            continue
+    return out
+
 
 @dataclass
 class _Droplet:
@@ -122,6 +161,8 @@ class DigitalOceanStandin(CloudStandin):
         # Where pagination links point; None: this stand-in's own URL.
         self.next_link_base: str | None = None
         self._droplets: dict[int, _Droplet] = {}
+        # The account's tags: lower case -> the capitalization it was first created with.
+        self._tags: dict[str, str] = {}
         self._ids = itertools.count(301_000_001)
         self._actions = itertools.count(1)
         self._requests: list[tuple[str, str, str]] = []
@@ -187,7 +228,7 @@ class DigitalOceanStandin(CloudStandin):
                 "instance_type": d.size,
                 "user_data": d.user_data,
                 "private_ip": d.private_ip,
-                "labels": labels_from_tags(d.tags),
+                "labels": ownership_labels(d.tags),
                 "tags": list(d.tags),
                 "state": self._state(d, now),
             }
@@ -271,8 +312,13 @@ class DigitalOceanStandin(CloudStandin):
         if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
             return _error(422, "unprocessable_entity", "Tags must be a list of strings.")
         for tag in tags:
-            if len(tag) > 255 or not all(c.isalnum() or c in ":-_" for c in tag):
-                return _error(422, "unprocessable_entity", f"invalid tag name {tag!r}")
+            if not valid_tag(tag):
+                return _error(
+                    422,
+                    "unprocessable_entity",
+                    f"invalid tag name {tag!r}: tags may contain letters, numbers, colons, "
+                    "dashes, and underscores, up to 255 characters",
+                )
         if user_data is not None and not isinstance(user_data, str):
             return _error(422, "unprocessable_entity", "user_data must be a string.")
         if user_data and len(user_data.encode()) > 64 * 1024:
@@ -288,7 +334,7 @@ class DigitalOceanStandin(CloudStandin):
                 size=size,
                 image=str(image),
                 user_data=user_data or "",
-                tags=list(dict.fromkeys(tags)),
+                tags=list(dict.fromkeys(self._tags.setdefault(t.lower(), t) for t in tags)),
                 vpc_uuid=body.get("vpc_uuid"),
                 created_at=rfc3339().replace("+00:00", "Z"),
                 created_mono=now,

@@ -28,7 +28,7 @@ handlers run, so every other watcher sees the same events, without an HTTP round
 pod or a watch event serialised for a reader in the same process. A real control plane runs
 the scheduler on its own cores; on the one machine that runs the whole simulated cluster
 beside the product, a client call per pod made the scheduler the slowest stage of a burst,
-and its watches a quarter of the simulator's CPU (docs/benchmarks.md).
+and its watches a quarter of the simulator's CPU (docs/benchmarks-history.md).
 """
 
 from __future__ import annotations

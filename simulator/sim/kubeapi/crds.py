@@ -1,9 +1,10 @@
 """The CustomResourceDefinitions the emulator enforces: the ones `cloudburst crds` generates.
 
-They are read from `sim/kubeapi/crds/`, a symbolic link to `deploy/base/crds` (one copy, which
-tests/deploy keeps in step with the models in api/); the wheel packages the files behind the
-link (pyproject's package-data). A source tree without the link falls back to
-`deploy/base/crds` beside the package. Parsed once, on the first custom-resource write.
+They are read from `sim/kubeapi/crds/`, a symbolic link to the repository's `deploy/base/crds`
+(one copy, which tests/deploy keeps in step with the models in api/); an editable install reads
+them through it, and the simulator's wheel packages the files behind it (its pyproject's
+package-data). A source tree without the link falls back to `deploy/base/crds` of the
+repository around `simulator/`. Parsed once, on the first custom-resource write.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from sim.kubeapi.schema import StructuralSchema
 log = logging.getLogger(__name__)
 
 _HERE = Path(__file__).resolve().parent
-SEARCH_PATH = (Path(__file__).parent / "crds", _HERE.parents[1] / "deploy" / "base" / "crds")
+SEARCH_PATH = (Path(__file__).parent / "crds", _HERE.parents[2] / "deploy" / "base" / "crds")
 
 
 class CrdSchemas:

@@ -21,11 +21,11 @@ from sim.kubeapi.quantities import parse_error
 
 log = logging.getLogger(__name__)
 
-try:  # a dev dependency (pyproject's [dev] extra)
+try:  # a dependency of cloudburst-sim; rules go unchecked (with a warning) without it
     import celpy
     from celpy import celtypes
     from celpy.evaluation import CELEvalError
-except ImportError:  # pragma: no cover - exercised only without the dev extra
+except ImportError:  # pragma: no cover - exercised only where it was left out
     celpy = None  # type: ignore[assignment]
 
 _warned = threading.Event()

@@ -1,0 +1,56 @@
+"""The product's wheel (what the image installs) holds no simulator; the simulator's own wheel
+(`simulator/`, cloudburst-sim) holds it with its data. Built offline with this interpreter's
+setuptools (`--no-build-isolation`), from a copy of the checkout: an in-tree build writes
+`build/`, whose leftovers a later wheel would pick up."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def checkout(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    copy = tmp_path_factory.mktemp("checkout") / "src"
+    ignore = shutil.ignore_patterns(".*", "__pycache__", "build", "dist", "*.egg-info")
+    shutil.copytree(ROOT, copy, ignore=ignore, symlinks=True)
+    return copy
+
+
+def wheel_files(source: Path, out: Path) -> list[str]:
+    offline = ["--no-deps", "--no-build-isolation", "--quiet"]
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", str(source), *offline, "--wheel-dir", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    (wheel,) = out.glob("*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        return archive.namelist()
+
+
+def test_the_product_wheel_holds_no_simulator(checkout: Path, tmp_path: Path) -> None:
+    files = wheel_files(checkout, tmp_path)
+    assert "cli/main.py" in files and "worker/main.py" in files
+    assert [f for f in files if f.startswith(("sim/", "simulator/"))] == []
+
+
+def test_the_simulator_wheel_holds_the_simulator_and_its_data(
+    checkout: Path, tmp_path: Path
+) -> None:
+    files = wheel_files(checkout / "simulator", tmp_path)
+    assert "sim/kubeapi/server.py" in files
+    assert "sim/kubeapi/builtin_schemas.json" in files
+    assert "sim/kubeapi/crds/cloudburst.io_nodepools.yaml" in files
+    assert "sim/clouds/price_fixtures/digitalocean.json" in files
+    assert [f for f in files if f.split("/", 1)[0] in ("api", "cli", "worker", "workflows")] == []

@@ -1,0 +1,46 @@
+"""The simulator (`simulator/`, the distribution cloudburst-sim) is a development tool the
+product's wheel and image leave out: nothing the worker, the trigger or the command line load
+may need it, and the commands that do need it say so in one line where it is missing. Run in
+processes of their own, with `sim` made unimportable (`sys.modules["sim"] = None`)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+WITHOUT_SIM = "import sys; sys.modules['sim'] = None\n"
+
+
+def run_without_sim(code: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", WITHOUT_SIM + code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env={**os.environ, "COLUMNS": "200"},  # rich wraps stderr at 80 columns in a pipe
+    )
+
+
+def test_the_processes_import_without_the_simulator() -> None:
+    done = run_without_sim(
+        "import worker.main, trigger.pending, trigger.nodes, cli.main\n"
+        "assert not [m for m in sys.modules if m.startswith('sim.')], 'a sim module was loaded'\n"
+    )
+    assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.parametrize("command", ["dev", "demo"])
+def test_the_embedded_stack_without_the_simulator_says_how_to_install_it(command: str) -> None:
+    done = run_without_sim(
+        f"sys.argv = ['cloudburst', {command!r}]\nfrom cli.main import main\nmain()\n"
+    )
+    assert done.returncode == 1
+    assert "Traceback" not in done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert f"`cloudburst {command}`" in lines[0]
+    assert "make dev" in lines[0] and "pip install ./simulator" in lines[0]
