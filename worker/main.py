@@ -36,7 +36,12 @@ from activities.planning.consolidation import ConsolidationActivities
 from activities.planning.prices import PriceActivities
 from activities.tailscale import TailscaleActivities
 from cluster.tenancy import Tenancy
-from worker.client import connect_temporal, kube_api_client, register_search_attributes
+from worker.client import (
+    client_options,
+    connect_temporal,
+    kube_api_client,
+    register_search_attributes,
+)
 from worker.context_free import runner_for
 from worker.gc_schedule import ensure_gc_schedule
 from worker.health import serving_health
@@ -145,6 +150,9 @@ def deployment_config(settings: Settings) -> WorkerDeploymentConfig | None:
 async def run_worker(
     settings: Settings, stop: asyncio.Event | None = None, prices: PriceSettings | None = None
 ) -> None:
+    # Settings that cannot work are refused first, before any connection is opened (an API
+    # key without TLS would cross the network in cleartext).
+    client_options(settings)
     api_client = kube_api_client(settings)
     # Before anything reaches Temporal: a release older than one that already ran here would
     # fail the workflow tasks the newer one advanced, without end (worker/release_guard.py).

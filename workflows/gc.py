@@ -20,7 +20,6 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
 
 with workflow.unsafe.imports_passed_through():
     from activities.claim_workflows import ClaimWorkflowActivities
@@ -41,14 +40,9 @@ with workflow.unsafe.imports_passed_through():
         StaleSecret,
     )
     from api.messages import claim_workflow_id
+    from workflows.retries import SCHEDULED_RUN
     from workflows.timeouts import HEARTBEAT, PLANNING, QUICK_HEARTBEAT, VM_CALL
 
-_RETRY = RetryPolicy(
-    initial_interval=timedelta(seconds=2),
-    backoff_coefficient=2.0,
-    maximum_interval=timedelta(seconds=30),
-    maximum_attempts=3,
-)
 
 
 def _age_s(now: datetime, created: datetime | None) -> float | None:
@@ -74,7 +68,7 @@ class OrphanGcWorkflow:
             input,
             start_to_close_timeout=VM_CALL,
             heartbeat_timeout=HEARTBEAT,
-            retry_policy=_RETRY,
+            retry_policy=SCHEDULED_RUN,
             summary="list owned VMs and bootstrap Secrets",
         )
         report.providers = [
@@ -95,7 +89,7 @@ class OrphanGcWorkflow:
                 ClaimStatesInput(workflow_ids=claims),
                 start_to_close_timeout=PLANNING,
                 heartbeat_timeout=QUICK_HEARTBEAT,
-                retry_policy=_RETRY,
+                retry_policy=SCHEDULED_RUN,
                 summary=f"which of {len(claims)} claim workflow(s) still run",
             )
 
@@ -151,7 +145,7 @@ class OrphanGcWorkflow:
                     seconds=120 + input.delete_timeout_s * max(1, len(report.orphan_vms))
                 ),
                 heartbeat_timeout=HEARTBEAT,
-                retry_policy=_RETRY,
+                retry_policy=SCHEDULED_RUN,
                 summary=f"delete {len(report.orphan_vms)} VM(s), "
                 f"{len(report.stale_secrets)} Secret(s)",
             )

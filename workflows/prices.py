@@ -12,11 +12,9 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from datetime import timedelta
 from typing import TypeVar
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
@@ -29,16 +27,9 @@ with workflow.unsafe.imports_passed_through():
         ProviderPriceRefresh,
         ProviderPriceStatus,
     )
+    from workflows.retries import SCHEDULED_RUN
     from workflows.timeouts import PLANNING, QUICK_HEARTBEAT
 
-# Retries cover the Kubernetes API (recording the outcome); a price API's failure is an
-# outcome, recorded by the activity, and waits for the next scheduled run.
-_RETRY = RetryPolicy(
-    initial_interval=timedelta(seconds=2),
-    backoff_coefficient=2.0,
-    maximum_interval=timedelta(seconds=30),
-    maximum_attempts=3,
-)
 
 
 _Request = TypeVar("_Request", ProviderPriceRefresh, ExchangeRateRefresh)
@@ -90,7 +81,7 @@ class PriceRefreshWorkflow:
                 request,
                 start_to_close_timeout=PLANNING,
                 heartbeat_timeout=QUICK_HEARTBEAT,
-                retry_policy=_RETRY,
+                retry_policy=SCHEDULED_RUN,
                 summary=f"refresh {what}",
             )
         except ActivityError as err:
