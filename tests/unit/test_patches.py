@@ -3,7 +3,9 @@ code is named in CHANGELOG.md under the release that added it, and no patch outl
 release after next — a patch added in release N is retired (its old branch deleted) by N+2.
 
 CHANGELOG.md lists the releases newest first, each `## <version> — <date>` with a line
-`Patches added: a, b` (or `none`); the current release is `pyproject.toml`'s version.
+`Patches added: a, b` (or `none`), under `## Unreleased` what main adds towards the next; the
+current release is `pyproject.toml`'s version, and a development version (`0.2.0.dev0`) is
+the Unreleased one.
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-_RELEASE = re.compile(r"^## (?P<version>\d+\.\d+\.\d+)\b")
+_RELEASE = re.compile(r"^## (?P<version>\d+\.\d+\.\d+|Unreleased)\b")
+UNRELEASED = "Unreleased"
 _PATCHES = re.compile(r"^Patches added:\s*(?P<ids>.*)$")
 
 
@@ -60,6 +63,8 @@ def patch_ids(source: str) -> set[str]:
 def problems(in_code: set[str], history: list[Release], current: str) -> list[str]:
     """What breaks the rule: a patch no release names, a patch two releases old."""
     versions = [r.version for r in history]
+    if ".dev" in current:
+        current = UNRELEASED
     if current not in versions:
         return [f"CHANGELOG.md has no entry for the current release {current}"]
     now = versions.index(current)
@@ -123,6 +128,17 @@ def test_a_patch_two_releases_old_fails() -> None:
     changelog = "## 0.4.0 — 2027-05-01\nPatches added: none\n" + CHANGELOG.split("\n", 1)[1]
     assert problems({"hold-longer"}, releases(changelog), "0.4.0") == [
         "patch 'hold-longer' (added in 0.2.0) must be retired by 0.4.0: delete its old branch"
+    ]
+
+
+def test_main_between_releases_is_the_unreleased_entry() -> None:
+    changelog = "## Unreleased\nPatches added: brand-new\n" + CHANGELOG.split("\n", 1)[1]
+    history = releases(changelog)
+    assert history[-1] == Release(UNRELEASED, frozenset({"brand-new"}))
+    assert problems({"brand-new", "retry-sooner"}, history, "0.4.0.dev0") == []
+    assert problems({"label-at-join"}, history, "0.4.0.dev0") == [
+        "patch 'label-at-join' (added in 0.2.0) must be retired by Unreleased: delete its old "
+        "branch"
     ]
 
 
