@@ -16,6 +16,7 @@ from api.limits import (
     MAX_GRACE_S,
     MAX_LABELS,
     MAX_MEMORY_GIB,
+    MAX_NODES,
     MAX_OFFERINGS,
     MAX_PODS_PER_NODE,
     MAX_POOL_NAME_LENGTH,
@@ -103,6 +104,10 @@ class Offering(CamelModel):
     price_source: Text | None = None
     price_as_of: Text | None = None
     capacity_type: CapacityType = ON_DEMAND
+    # How many nodes of this offering can still be made (an on-premises inventory: free
+    # machines, room on the hosts), as the provider said when the plan was made; None:
+    # unbounded (a public cloud). A plan never makes more.
+    available: Annotated[int, Field(strict=True, ge=0, le=MAX_NODES)] | None = None
 
     @field_validator("provider")
     @classmethod

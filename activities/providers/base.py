@@ -68,6 +68,9 @@ class InstanceType(BaseModel):
     arch: str
     regions: list[str]
     price_eur_per_hour: float | None = None
+    # How many more can be made now (free machines, room left on the hosts); None: as many as
+    # the provider sells (a public cloud). An on-premises provider's inventory is finite.
+    available: int | None = None
 
 
 def instance_id(provider: str, region: str, native_id: str) -> str:
