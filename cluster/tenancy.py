@@ -44,6 +44,8 @@ DEFAULT_WORKER_NAMESPACE = "cloudburst-system"
 SERVICES = (*PROVIDERS, "tailscale")
 
 # Condition and Event reasons on a refused NodeClass / NodePool.
+# A spec the model refuses (field paths in the message).
+INVALID_SPEC = "InvalidSpec"
 NAMESPACE_NOT_SERVED = "NamespaceNotServed"
 ENDPOINT_NOT_ALLOWED = "EndpointNotAllowed"
 NAMESPACE_SELECTOR_NOT_ALLOWED = "NamespaceSelectorNotAllowed"

@@ -32,9 +32,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from api import NodeClass, NodePool, events
 from api.events import KubeEvent, ObjectRef
-from api.labels import TENANT_TAINT
 from api.messages import ClaimTimings
-from api.nodepool import NodePoolSpec
 from api.nodepool.messages import (
     PARTIAL_NODE_HOLD_S,
     DemandUpdate,
@@ -46,12 +44,13 @@ from api.nodepool.messages import (
 )
 from api.planning import PodDemand
 from api.problems import summary
+from cluster.matching import ClusterSpecs, described, match
 from cluster.pods import is_unschedulable, pod_fields, pod_model
-from cluster.requirements import pod_demand, pool_can_host
-from cluster.tenancy import Refusal, Tenancy
+from cluster.requirements import pod_demand
+from cluster.tenancy import INVALID_SPEC, Refusal, Tenancy
 from reporting import metrics
 from reporting.events import record_event
-from trigger.verdicts import INVALID_SPEC, SpecVerdicts
+from trigger.verdicts import SpecVerdicts
 from trigger.watch import Slim, start_watches
 from worker.settings import BATCH_IDLE_S, BATCH_MAX_S, PENDING_RESEND_S, Settings
 from worker.telemetry import tracer
@@ -127,10 +126,10 @@ class PendingPodTrigger:
         self._claim_timings = claim_timings
         self._pool_task_timeout = pool_task_timeout  # None: Temporal's default
         self._claim_task_timeout = claim_task_timeout  # the same, for the pools' claims
-        self._pools: dict[PoolKey, NodePool] = {}
-        # Each pool's spec as its nodes are built (a tenant's with its tenant label and taint).
-        self._node_specs: dict[PoolKey, NodePoolSpec] = {}
-        self._classes: dict[PoolKey, NodeClass] = {}
+        # The cluster's NodePools and NodeClasses as the watches show them.
+        self._specs_seen = ClusterSpecs()
+        self._pools = self._specs_seen.pools
+        self._classes = self._specs_seen.classes
         # Namespace name -> its labels, which shared pools' namespaceSelectors match.
         self._namespace_labels: dict[str, dict[str, str]] = {}
         self._pending: dict[str, PoolKey] = {}  # pod uid -> pool it was sent to
@@ -147,7 +146,10 @@ class PendingPodTrigger:
         # matches nothing may only be waiting for the rest of the list (no Event yet).
         self._specs_listed: set[str] = set()
         # kind -> (namespace, name) -> why it is not served: invalid (field paths) or refused.
-        self._invalid: dict[str, dict[PoolKey, Refusal]] = {"nodepool": {}, "nodeclass": {}}
+        self._invalid: dict[str, dict[PoolKey, Refusal]] = {
+            "nodepool": self._specs_seen.invalid_pools,
+            "nodeclass": self._specs_seen.invalid_classes,
+        }
         self._verdicts = SpecVerdicts(api_client)
         # What each pool was last told of its specs: a NodePool's own status writes (and
         # every other pool's) come back as events, which are no news for a pool.
@@ -256,9 +258,12 @@ class PendingPodTrigger:
                     invalid[key] = refusal
             await self._tell_verdict(plural, key, raw)
         if kind == "nodepool":
-            self._node_specs = {
-                key: self._tenancy.node_spec(key[0], pool.spec) for key, pool in self._pools.items()
-            }
+            node_specs = self._specs_seen.node_specs
+            node_specs.clear()
+            node_specs.update(
+                (key, self._tenancy.node_spec(key[0], pool.spec))
+                for key, pool in self._pools.items()
+            )
             for key in known_before:
                 if self._deleted(key):
                     # Its workflow outlives it: it must forget the pods it was told of, or
@@ -312,7 +317,7 @@ class PendingPodTrigger:
             if refusal is None:
                 await asyncio.to_thread(self._verdicts.valid, plural, raw)
             else:
-                log.warning("%s %s/%s is not served: %s", kind, *key, _described(refusal))
+                log.warning("%s %s/%s is not served: %s", kind, *key, described(refusal))
                 await asyncio.to_thread(
                     self._verdicts.invalid, plural, raw, refusal.message, refusal.reason
                 )
@@ -408,35 +413,16 @@ class PendingPodTrigger:
         self._batch(pool).add(demand)
 
     def _match(self, pod: Any, demand: PodDemand) -> PoolKey | None:
-        """The highest-weight pool that serves the pod's namespace and can host the pod (ties
-        by namespace and name), else None + an Event naming only the pools that serve it."""
+        """The pool that takes the pod (`cluster/matching.py`), else None + an Event naming
+        only the pools that serve the pod's namespace."""
         namespace = demand.namespace
-        labels = self._namespace_labels.get(namespace)
-        matching: list[tuple[int, PoolKey]] = []
-        reasons: dict[str, str] = {}
-        for key, refusal in self._invalid["nodepool"].items():
-            if key[0] == namespace:
-                reasons[f"{key[0]}/{key[1]}"] = f"the NodePool {_described(refusal)}"
-        for key, pool in self._pools.items():
-            if not self._tenancy.pool_serves(key[0], pool.spec, namespace, labels):
-                continue
-            if self._node_class_of(key) is None:
-                reasons[f"{key[0]}/{key[1]}"] = self._class_problem(key)
-                continue
-            why = pool_can_host(key[1], self._node_specs[key], demand)
-            if why is None:
-                matching.append((-pool.spec.weight, key))
-            else:
-                reasons[f"{key[0]}/{key[1]}"] = _explained(why, key[0])
-        if matching:
-            self._unmatched.pop(demand.uid, None)
-            return min(matching)[1]
-        reason = "; ".join(f"{pool}: {why}" for pool, why in sorted(reasons.items()))
-        reason = reason or (
-            f"no NodePool serves namespace {namespace} (a NodePool serves its own namespace's "
-            f"pods; a shared pool in {self._tenancy.worker_namespace} those of the namespaces "
-            "its namespaceSelector selects)"
+        found = match(
+            demand, self._specs_seen, self._tenancy, self._namespace_labels.get(namespace)
         )
+        if found.chosen is not None:
+            self._unmatched.pop(demand.uid, None)
+            return found.chosen
+        reason = found.reason(namespace, self._tenancy.worker_namespace)
         if self._unmatched.get(demand.uid) != reason and self._specs_listed >= _SPEC_KINDS:
             self._unmatched[demand.uid] = reason
             self._warn_unmatched(pod, reason)
@@ -603,12 +589,12 @@ class PendingPodTrigger:
 
     def _specs(self, key: PoolKey) -> PoolSpecs | None:
         pool = self._pools.get(key)
-        class_key = self._node_class_of(key)
+        class_key = self._specs_seen.node_class_of(key)
         if pool is None or class_key is None:
             return None
         node_class = self._classes[class_key]
         return PoolSpecs(
-            pool=self._node_specs[key],
+            pool=self._specs_seen.node_specs[key],
             node_class_name=class_key[1],
             node_class=node_class.spec,
             pool_generation=pool.metadata.generation or 0,
@@ -617,57 +603,6 @@ class PendingPodTrigger:
             class_uid=node_class.metadata.uid or "",
             observed_at=datetime.now(UTC),
         )
-
-    def _class_problem(self, key: PoolKey) -> str:
-        """Why the pool has no usable NodeClass, in words that say what to fix."""
-        namespace = key[0]
-        ref = self._pools[key].spec.node_class_ref
-        if ref:
-            why = self._invalid["nodeclass"].get((namespace, ref))
-            if why is not None:
-                return f"its NodeClass {ref} {_described(why)}"
-            return f"its NodeClass {ref} (spec.nodeClassRef) does not exist in {namespace}"
-        names = sorted(
-            k[1] for k in (*self._classes, *self._invalid["nodeclass"]) if k[0] == namespace
-        )
-        if not names:
-            return f"no NodeClass exists in namespace {namespace}"
-        if len(names) > 1:
-            return (
-                f"it has no spec.nodeClassRef and namespace {namespace} has "
-                f"{len(names)} NodeClasses ({', '.join(names)}): name one"
-            )
-        return f"its NodeClass {names[0]} {_described(self._invalid['nodeclass'][(namespace, names[0])])}"
-
-    def _node_class_of(self, key: PoolKey) -> PoolKey | None:
-        pool = self._pools.get(key)
-        if pool is None:
-            return None
-        namespace = key[0]
-        if pool.spec.node_class_ref:
-            ref = (namespace, pool.spec.node_class_ref)
-            return ref if ref in self._classes else None
-        in_namespace = [k for k in self._classes if k[0] == namespace]
-        return in_namespace[0] if len(in_namespace) == 1 else None
-
-
-def _explained(why: str, pool_namespace: str) -> str:
-    """Why a pool cannot host a pod, with what to do when it is its tenant taint."""
-    if TENANT_TAINT not in why:
-        return why
-    return (
-        f"{why}: every node of a pool in {pool_namespace} carries it; the pods of "
-        f"{pool_namespace} get its toleration from the namespace's "
-        f"scheduler.alpha.kubernetes.io/defaultTolerations annotation (`cloudburst tenant-rbac "
-        f"{pool_namespace}`, docs/security.md)"
-    )
-
-
-def _described(refusal: Refusal) -> str:
-    """`is invalid: <field paths>`, or `is refused (<reason>): <what to change>`."""
-    if refusal.reason == INVALID_SPEC:
-        return f"is invalid: {refusal.message}"
-    return f"is refused ({refusal.reason}): {refusal.message}"
 
 
 def _unschedulable_since(pod: Any) -> float:

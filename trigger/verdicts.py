@@ -24,15 +24,21 @@ from kubernetes.client.exceptions import ApiException
 
 from api.events import KubeEvent, ObjectRef
 from api.nodepool import API_VERSION, READY, VALIDATION_SUCCEEDED
-from cluster.tenancy import ENDPOINT_NOT_ALLOWED, NAMESPACE_NOT_SERVED
+from cluster.tenancy import (
+    ENDPOINT_NOT_ALLOWED,
+    INVALID_SPEC,
+    NAMESPACE_NOT_SERVED,
+    NAMESPACE_SELECTOR_NOT_ALLOWED,
+)
 from reporting.events import record_event
 
 log = logging.getLogger(__name__)
 
 GROUP, VERSION = "cloudburst.io", "v1alpha1"
-INVALID_SPEC = "InvalidSpec"
 # Every reason the trigger refuses an object with; a valid, served object clears them.
-REFUSALS = frozenset({INVALID_SPEC, NAMESPACE_NOT_SERVED, ENDPOINT_NOT_ALLOWED})
+REFUSALS = frozenset(
+    {INVALID_SPEC, NAMESPACE_NOT_SERVED, ENDPOINT_NOT_ALLOWED, NAMESPACE_SELECTOR_NOT_ALLOWED}
+)
 _KINDS = {"nodepools": "NodePool", "nodeclasses": "NodeClass"}
 _CONFLICT_RETRIES = 5
 
