@@ -12,11 +12,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import ValidationError
 
 from api import NodeClass, NodePool
 from api.labels import TENANT_TAINT
 from api.nodepool import NodePoolSpec
 from api.planning import PodDemand
+from api.problems import summary
 from cluster.requirements import pool_can_host
 from cluster.tenancy import INVALID_SPEC, Refusal, Tenancy
 
@@ -65,6 +69,42 @@ class ClusterSpecs:
                 f"{len(names)} NodeClasses ({', '.join(names)}): name one"
             )
         return f"its NodeClass {names[0]} {described(self.invalid_classes[(namespace, names[0])])}"
+
+    def put(self, raw: dict[str, Any], model: type[NodePool | NodeClass], tenancy: Tenancy) -> None:
+        """Judge one NodePool or NodeClass object (as the API server returned it) and keep it,
+        valid and served, or its refusal: invalid (field paths) or not served."""
+        key = (raw["metadata"].get("namespace", "default"), raw["metadata"]["name"])
+        store: dict[PoolKey, Any] = self.pools if model is NodePool else self.classes
+        refused = self.invalid_pools if model is NodePool else self.invalid_classes
+        store.pop(key, None)
+        refused.pop(key, None)
+        if model is NodePool:
+            self.node_specs.pop(key, None)
+        judged = judge(raw, model, key[0], tenancy)
+        if isinstance(judged, Refusal):
+            refused[key] = judged
+            return
+        store[key] = judged
+        if isinstance(judged, NodePool):
+            self.node_specs[key] = tenancy.node_spec(key[0], judged.spec)
+
+
+def judge(
+    raw: dict[str, Any], model: type[NodePool | NodeClass], namespace: str, tenancy: Tenancy
+) -> NodePool | NodeClass | Refusal:
+    """The object, or why it is not served: invalid (the model's field paths), or refused by
+    the tenancy rules (its namespace, an endpoint, a tenant's namespaceSelector)."""
+    try:
+        parsed = model.model_validate(raw)
+    except ValidationError as err:
+        return Refusal(INVALID_SPEC, summary(err))
+    except Exception as err:  # a model bug must not stop a watcher either
+        return Refusal(INVALID_SPEC, f"could not be read: {type(err).__name__}")
+    if isinstance(parsed, NodePool):
+        refusal = tenancy.pool_refusal(namespace, parsed.spec)
+    else:
+        refusal = tenancy.refusal(namespace, parsed.spec)
+    return parsed if refusal is None else refusal
 
 
 @dataclass(frozen=True)

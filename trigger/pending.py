@@ -25,7 +25,7 @@ from typing import Any
 
 from kubernetes import client as k8s
 from opentelemetry.trace import SpanKind
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 from temporalio.client import Client
 from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.service import RPCError, RPCStatusCode
@@ -43,11 +43,10 @@ from api.nodepool.messages import (
     pool_workflow_id,
 )
 from api.planning import PodDemand
-from api.problems import summary
-from cluster.matching import ClusterSpecs, described, match
+from cluster.matching import ClusterSpecs, described, judge, match
 from cluster.pods import is_unschedulable, pod_fields, pod_model
 from cluster.requirements import pod_demand
-from cluster.tenancy import INVALID_SPEC, Refusal, Tenancy
+from cluster.tenancy import Refusal, Tenancy
 from reporting import metrics
 from reporting.events import record_event
 from trigger.verdicts import SpecVerdicts
@@ -215,7 +214,7 @@ class PendingPodTrigger:
         self,
         kind: str,
         store: dict[PoolKey, Any],
-        model: type[BaseModel],
+        model: type[NodePool | NodeClass],
         event: str,
         obj: Any,
     ) -> None:
@@ -239,23 +238,11 @@ class PendingPodTrigger:
             invalid.pop(key, None)
             if event == "DELETED":
                 continue
-            try:
-                parsed = model.model_validate(raw)
-            except ValidationError as err:
-                invalid[key] = Refusal(INVALID_SPEC, summary(err))
-            except Exception as err:  # a model bug must not stop the trigger either
-                invalid[key] = Refusal(INVALID_SPEC, f"could not be read: {type(err).__name__}")
+            judged = judge(raw, model, key[0], self._tenancy)
+            if isinstance(judged, Refusal):
+                invalid[key] = judged
             else:
-                if isinstance(parsed, NodePool):
-                    refusal = self._tenancy.pool_refusal(key[0], parsed.spec)
-                elif isinstance(parsed, NodeClass):
-                    refusal = self._tenancy.refusal(key[0], parsed.spec)
-                else:
-                    refusal = self._tenancy.refusal(key[0])
-                if refusal is None:
-                    store[key] = parsed
-                else:
-                    invalid[key] = refusal
+                store[key] = judged
             await self._tell_verdict(plural, key, raw)
         if kind == "nodepool":
             node_specs = self._specs_seen.node_specs
