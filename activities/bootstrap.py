@@ -64,8 +64,23 @@ CLAIM_GROUP_HASH_PREFIX = "system:bootstrappers:cloudburst:nodeclaim-sha256:"
 # token/api BootstrapGroupPattern): one group outside it and the token authenticates nobody.
 _BOOTSTRAP_GROUP = re.compile(r"\Asystem:bootstrappers:[a-z0-9:-]{0,255}[a-z0-9]\Z")
 # The clouds whose instance metadata service the first-boot script asks for the VM's
-# identity (the kubelet's --provider-id); the fake cloud's kubelet sets its own.
-METADATA_PROVIDERS = ("aws", "gcp", "azure", "hetzner", "scaleway", "digitalocean", "ovh")
+# identity (the kubelet's --provider-id), and `plugin`, whose machines carry it in a file
+# (api/plugin.py PROVIDER_ID_FILE); the fake cloud's kubelet sets its own.
+METADATA_PROVIDERS = (
+    "aws",
+    "gcp",
+    "azure",
+    "hetzner",
+    "scaleway",
+    "digitalocean",
+    "ovh",
+    "plugin",
+    # No metadata service: the VM's SMBIOS serial (Proxmox), the seed's meta-data (Redfish).
+    "proxmox",
+    "redfish",
+)
+# Where the script cannot learn its region from the machine: the offering's is rendered.
+RENDERED_REGION_PROVIDERS = ("ovh", "proxmox", "redfish")
 TOKEN_ALPHABET = string.ascii_lowercase + string.digits
 TOKEN_PURPOSE = "bootstrap-token"
 SCRIPT_PURPOSE = "bootstrap-script"
@@ -243,16 +258,24 @@ def _identity_source(
     node_class: NodeClassSpec, offering: Offering | None
 ) -> tuple[str | None, str | None]:
     """Whose metadata service the script asks for the VM's identity, and the region to name
-    where that service does not (OVH's): the offering's. Without one (a preview, or a claim
-    whose single render precedes its offerings) the class's provider when it has only one,
-    which every offering of the class is; else none, and the kubelet gets no provider ID."""
+    where the machine cannot learn it (OVH's, a Proxmox cluster, a Redfish site): the
+    offering's. Without one (a preview, or a claim whose single render precedes its
+    offerings) the class's provider when it has only one, which every offering of the class
+    is; else none, and the kubelet gets no provider ID."""
     if offering is not None:
-        return offering.provider, offering.region if offering.provider == "ovh" else None
+        rendered = offering.provider in RENDERED_REGION_PROVIDERS
+        return offering.provider, offering.region if rendered else None
     providers = node_class.configured_providers()
     if len(providers) != 1:
         return None, None
-    ovh = node_class.ovh
-    return providers[0], ovh.region if ovh is not None else None
+    region = None
+    if node_class.ovh is not None:
+        region = node_class.ovh.region
+    elif node_class.proxmox is not None:
+        region = node_class.proxmox.cluster
+    elif node_class.redfish is not None:
+        region = node_class.redfish.site
+    return providers[0], region
 
 
 def render_script(
@@ -274,8 +297,8 @@ def render_script(
     Values landing in shell are `shlex.quote`d; values in the join YAML are JSON-quoted.
     The node registers with `taints` plus the startup taint (`registration_taints`), and
     with `--provider-id` read from `provider`'s metadata service (one of
-    `METADATA_PROVIDERS`; `region` names OVH's region, which its service does not); `fake`
-    or None: no lookup.
+    `METADATA_PROVIDERS`; `region` names the region where the machine cannot learn it, one of
+    `RENDERED_REGION_PROVIDERS`); `fake` or None: no lookup.
     """
     if not _DNS_LABELISH.match(claim_name):
         raise _invalid(f"claim name {claim_name!r} is not a valid node/host name")
@@ -295,8 +318,8 @@ def render_script(
     lookup = None if provider in (None, "fake") else provider
     if lookup is not None and lookup not in METADATA_PROVIDERS:
         raise _invalid(f"no instance metadata lookup for provider {provider!r}")
-    if lookup == "ovh" and not _REGION.match(region or ""):
-        raise _invalid(f"OVH region {region!r} is not a region name (spec.ovh.region)")
+    if lookup in RENDERED_REGION_PROVIDERS and not _REGION.match(region or ""):
+        raise _invalid(f"{lookup} region {region!r} is not a region name (spec.{lookup})")
     # kubeadm reads JoinConfiguration v1beta4 from 1.31 on; older releases only v1beta3.
     beta4 = (major, minor) >= (1, 31)
     template = _Template(
@@ -310,7 +333,7 @@ def render_script(
         TAILSCALE_ENABLED="true" if tailscale_auth_key is not None else "false",
         TAILSCALE_AUTHKEY=shlex.quote(tailscale_auth_key or ""),
         PROVIDER=shlex.quote(lookup or ""),
-        REGION=shlex.quote(region if lookup == "ovh" and region else ""),
+        REGION=shlex.quote(region if lookup in RENDERED_REGION_PROVIDERS and region else ""),
         KUBELET_ARGS_FORM="list" if beta4 else "map",
         JOIN_API_VERSION="kubeadm.k8s.io/v1beta4" if beta4 else "kubeadm.k8s.io/v1beta3",
         API_SERVER_ENDPOINT=_yaml_str(api_server),

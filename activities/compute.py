@@ -19,7 +19,7 @@ from temporalio.exceptions import ApplicationError
 
 from activities.bootstrap import ScriptHandoff, read_user_data
 from activities.heartbeat import heartbeating, heartbeats_itself
-from activities.kube import read_secret_value
+from activities.kube import read_provider_credential
 from activities.providers import provider_class
 from activities.providers.base import (
     CapacityError,
@@ -153,9 +153,7 @@ class ComputeActivities:
                 type=INVALID_CONFIGURATION,
                 non_retryable=True,
             ) from None
-        ref = block.credential_ref()
-        credential = read_secret_value(self._core, namespace, ref) if ref else None
-        return cls(block, credential)
+        return cls(block, read_provider_credential(self._core, namespace, block))
 
     @staticmethod
     def _find(provider: Provider, ref: InstanceRef) -> Instance | None:

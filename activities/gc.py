@@ -36,7 +36,7 @@ from temporalio.exceptions import ApplicationError
 
 from activities.bootstrap import SCRIPT_PURPOSE, TOKEN_NAMESPACE
 from activities.heartbeat import heartbeating, heartbeats_itself
-from activities.kube import read_secret_value
+from activities.kube import read_provider_credential
 from activities.providers import provider_class
 from activities.providers.base import Provider, ProviderError
 from api import labels
@@ -196,9 +196,7 @@ class GcActivities:
         self._tenancy.require(scope.namespace, scope.node_class, (scope.provider,))
         block = scope.node_class.provider_block(scope.provider)
         cls = provider_class(scope.provider)
-        ref = block.credential_ref()
-        credential = read_secret_value(self._core, scope.namespace, ref) if ref else None
-        return cls(block, credential)
+        return cls(block, read_provider_credential(self._core, scope.namespace, block))
 
     def _secrets(self) -> list[LabelledSecret]:
         """First-boot script Secrets (the worker's namespace) and the token each one names.

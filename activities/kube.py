@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import json
 import logging
 import threading
 import time
@@ -29,6 +30,7 @@ from api import labels
 from api._base import SecretKeyRef
 from api.errors import INVALID_CONFIGURATION, KUBE_CONFLICT, NODE_NOT_FOUND, kube_api_error
 from api.messages import DrainInput, DrainResult, LabelNodeInput, NodeRef, NodeState
+from api.nodeclass import ProviderBlock, RedfishClass
 from cluster.interruption import interruption_notice
 from cluster.node_identity import is_claims_node, stranger_message
 from cluster.pods import is_do_not_disrupt, is_left_alone
@@ -91,6 +93,26 @@ def read_secret_value(core: client.CoreV1Api, namespace: str, ref: SecretKeyRef)
         type=INVALID_CONFIGURATION,
         non_retryable=True,
     )
+
+
+def read_provider_credential(
+    core: client.CoreV1Api, namespace: str, block: ProviderBlock
+) -> str | None:
+    """The one credential string a provider module is built with, read in `namespace`.
+
+    A block with one credential Secret gives its value (None without one); a Redfish
+    inventory, whose BMC logins are per machine, gives a JSON object of machine name to that
+    machine's value (activities/providers/redfish.py reads it so).
+    """
+    if isinstance(block, RedfishClass):
+        return json.dumps(
+            {
+                name: read_secret_value(core, namespace, ref)
+                for name, ref in block.machine_credential_refs()
+            }
+        )
+    ref = block.credential_ref()
+    return read_secret_value(core, namespace, ref) if ref else None
 
 
 def _sanitized(err: ApiException, what: str) -> ApplicationError:

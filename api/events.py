@@ -19,6 +19,8 @@ INTERRUPTED = "Interrupted"  # the provider reclaims a spot VM: drained and dele
 DISRUPTION_BLOCKED = "DisruptionBlocked"
 NO_MATCHING_NODEPOOL = "NoMatchingNodePool"
 LIMIT_REACHED = "LimitReached"
+# A node consolidation looked at and kept, with why (do-not-disrupt pods, no cheaper fit).
+UNCONSOLIDATABLE = "Unconsolidatable"
 # A Node named like a claim is not its VM (its providerID names another machine, or none).
 NODE_NOT_CLAIMED = "NodeNotClaimed"
 

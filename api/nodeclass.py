@@ -8,7 +8,9 @@ from pydantic import ConfigDict, Field, model_validator
 
 from api._base import CamelModel, ObjectMeta, SecretKeyRef
 from api.limits import (
+    DNS_LABEL_PATTERN,
     KUBERNETES_VERSION_PATTERN,
+    LABEL_VALUE_PATTERN,
     MAX_REGISTRATION_TIMEOUT_S,
     MAX_SHORT_LIST,
     MIN_REGISTRATION_TIMEOUT_S,
@@ -16,6 +18,7 @@ from api.limits import (
     TAILNET_PATTERN,
     TAILSCALE_TAG_PATTERN,
     ObjectName,
+    Price,
     ProviderId,
     Text,
     Url,
@@ -23,6 +26,7 @@ from api.limits import (
     validations,
 )
 from api.nodepool import PROVIDERS
+from api.plugin import Segment
 
 # AWS alone has more than 30 regions.
 MAX_REGIONS = 64
@@ -246,6 +250,237 @@ class FakeClass(ProviderBlock):
     image: Url | None = "ubuntu-24.04"
 
 
+class PluginClass(ProviderBlock):
+    """A provider Cloudburst does not ship, behind the plug-in contract (api/plugin.py;
+    docs/providers.md, "Plug-in providers"): KubeVirt, Terraform, a homelab's machines.
+
+    `endpoint` is the plug-in's base URL (the contract's `/v1/...` lies under it). There is
+    no public default, so it is always an address the operator must allow
+    (`CLOUDBURST_ALLOWED_ENDPOINTS["plugin"]`), as the fake provider's is. `tokenSecretRef`
+    names the bearer token sent to it, when it wants one. `region` is asked for when an
+    offering names none (unset: the plug-in's own default); `image` is passed on as it is.
+    """
+
+    endpoint: Url = Field(min_length=1)
+    token_secret_ref: SecretKeyRef | None = None
+    region: Segment | None = None
+
+    def credential_ref(self) -> SecretKeyRef | None:
+        return self.token_secret_ref
+
+    def credential_field(self) -> str:
+        return "tokenSecretRef"
+
+
+# --- on-premises: the operator's own machines ------------------------------------------------
+
+# Proxmox VE's VM ids (`/cluster/nextid`'s range).
+MIN_PROXMOX_VMID = 100
+MAX_PROXMOX_VMID = 999_999_999
+# A cluster's nodes, a site's machines, the shapes offered: each list is an inventory.
+MAX_PROXMOX_NODES = 64
+MAX_SHAPES = 32
+MAX_MACHINES = 256
+MAX_SHAPE_CPU = 1024
+MAX_SHAPE_MEMORY_GIB = 16384
+# A CA certificate bundle (PEM), inline: a CA is no secret.
+MAX_CA_BUNDLE_LENGTH = 16384
+# A Proxmox VE tag as the API accepts it (pve-common `pve-tag`), lower case here.
+PROXMOX_TAG_PATTERN = r"^[a-z0-9_][a-z0-9_+.-]{0,62}$"
+# A shape's name is a node label value (node.kubernetes.io/instance-type).
+ShapeName = Annotated[str, Field(min_length=1, max_length=63, pattern=LABEL_VALUE_PATTERN)]
+# A name that is also a providerID path segment (a region, a machine, a Proxmox node).
+DnsLabel = Annotated[str, Field(min_length=1, max_length=63, pattern=DNS_LABEL_PATTERN)]
+Vmid = Annotated[int, Field(strict=True, ge=MIN_PROXMOX_VMID, le=MAX_PROXMOX_VMID)]
+
+
+class ProxmoxVmidRange(CamelModel):
+    """The VM ids Cloudburst may give its VMs (KubeNodeSmith's `vmIDRange`), both included."""
+
+    model_config = ConfigDict(
+        json_schema_extra=validations(
+            cel("self.lower <= self.upper", "vmidRange.lower must not exceed vmidRange.upper")
+        )
+    )
+
+    lower: Vmid
+    upper: Vmid
+
+    @model_validator(mode="after")
+    def _ordered(self) -> ProxmoxVmidRange:
+        if self.lower > self.upper:
+            raise ValueError("vmidRange.lower must not exceed vmidRange.upper")
+        return self
+
+
+class ProxmoxShape(CamelModel):
+    """A VM size offered on the cluster: its name is the offering's instance type."""
+
+    name: ShapeName
+    cpu: int = Field(strict=True, ge=1, le=MAX_SHAPE_CPU)
+    memory_gib: int = Field(strict=True, ge=1, le=MAX_SHAPE_MEMORY_GIB, alias="memoryGiB")
+
+
+class ProxmoxClass(ProviderBlock):
+    """Proxmox VE: VMs on the operator's own cluster, through its API with an API token.
+
+    `endpoint` is the API's address (`https://pve.example:8006`; a trailing `/api2/json` is
+    accepted): Proxmox has no public API, so it is always one the operator must allow
+    (`CLOUDBURST_ALLOWED_ENDPOINTS["proxmox"]`). The Secret value (`apiTokenSecretRef`) is
+    the whole token, `user@realm!tokenid=secret`. `cluster` is the region every offering of
+    this block carries; `nodes` the Proxmox nodes VMs may run on (KubeNodeSmith's
+    `nodeWhitelist`); `vmidRange` the ids they may take. A VM is a full clone of `template`
+    (a VM id) or, with `netboot: true`, a new VM that boots from the network (on `bridge`).
+    Every VM is tagged `tag` (KubeNodeSmith's `managedNodeTag`) and its claim's ownership
+    labels; `memoryOverheadMiB` is reserved on the host beyond each VM's memory. Its
+    first-boot script goes in a cloud-init seed ISO uploaded to `seedStorage` (a storage
+    with the `iso` content type on the VM's node, or shared) and attached as its CD-ROM.
+    `shapes` are the sizes offered (the catalog), `priceEurPerHour` what one VM costs (0:
+    owned hardware). `verifyTls` with `caBundle` (PEM) trusts the cluster's own CA.
+    """
+
+    model_config = ConfigDict(
+        json_schema_extra=validations(
+            cel(
+                "has(self.template) != (has(self.netboot) && self.netboot)",
+                "set exactly one of template (the VM id to clone) and netboot: true "
+                "(a VM that boots from the network)",
+            ),
+            cel(
+                "self.endpoint.startsWith('https://')",
+                "endpoint must be an https:// URL: the Proxmox VE API is served over TLS",
+            ),
+            cel(
+                "self.shapes.all(s, self.shapes.exists_one(t, t.name == s.name))",
+                "shape names must be unique",
+            ),
+        )
+    )
+
+    endpoint: Url = Field(min_length=1)
+    api_token_secret_ref: SecretKeyRef
+    cluster: DnsLabel = "pve"
+    nodes: list[DnsLabel] = Field(min_length=1, max_length=MAX_PROXMOX_NODES)
+    vmid_range: ProxmoxVmidRange
+    template: Vmid | None = None
+    netboot: bool = False
+    bridge: Text = "vmbr0"
+    tag: Annotated[str, Field(max_length=63, pattern=PROXMOX_TAG_PATTERN)] = "cloudburst"
+    memory_overhead_mib: int = Field(
+        default=0, strict=True, ge=0, le=1024 * 1024, alias="memoryOverheadMiB"
+    )
+    seed_storage: Text = "local"
+    # Where a full clone's disks go (default: the template's storage) and the resource pool
+    # VMs join (a token may be granted rights on a pool only).
+    storage: Text | None = None
+    pool: Text | None = None
+    shapes: list[ProxmoxShape] = Field(min_length=1, max_length=MAX_SHAPES)
+    price_eur_per_hour: Price = Field(default=0.0, ge=0)
+    verify_tls: bool = True
+    ca_bundle: str | None = Field(default=None, max_length=MAX_CA_BUNDLE_LENGTH)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ProxmoxClass:
+        if (self.template is None) == (not self.netboot):
+            raise ValueError(
+                "set exactly one of template (the VM id to clone) and netboot: true "
+                "(a VM that boots from the network)"
+            )
+        if not self.endpoint.startswith("https://"):
+            raise ValueError(
+                "endpoint must be an https:// URL: the Proxmox VE API is served over TLS"
+            )
+        names = [s.name for s in self.shapes]
+        if len(set(names)) != len(names):
+            raise ValueError("shape names must be unique")
+        return self
+
+
+class RedfishMachine(CamelModel):
+    """One machine of the inventory: its BMC's Redfish service root (`bmc`, e.g.
+    `https://10.0.9.21/redfish/v1`), the system there (`systemId`; unset: the only one) and
+    the Secret key holding the BMC login as `username:password`. `cpu` and `memoryGiB` stand
+    where the BMC reports no `ProcessorSummary.Count` / `MemorySummary.TotalSystemMemoryGiB`."""
+
+    name: DnsLabel
+    bmc: Url = Field(min_length=1)
+    system_id: Text | None = None
+    credentials_secret_ref: SecretKeyRef
+    cpu: int | None = Field(default=None, strict=True, ge=1, le=MAX_SHAPE_CPU)
+    memory_gib: int | None = Field(
+        default=None, strict=True, ge=1, le=MAX_SHAPE_MEMORY_GIB, alias="memoryGiB"
+    )
+    arch: Literal["x86_64", "arm64"] = "x86_64"
+
+
+class RedfishClass(ProviderBlock):
+    """Bare-metal machines the operator owns, powered on and off through their BMCs (Redfish).
+
+    `machines` is the inventory; each machine's `bmc` is an address the operator must allow
+    (`CLOUDBURST_ALLOWED_ENDPOINTS["redfish"]`), and so is `seedUrl`. A claim takes a free
+    machine (powered off, held by no claim), writes its first-boot script as a cloud-init
+    NoCloud seed (`<seedUrl>/<machine>/user-data` and `meta-data`, which the operator's
+    netboot setup hands to the machine with `ds=nocloud;s=<seedUrl>/<machine>/`), sets a
+    one-time boot from the network (`boot: Pxe`) or from `imageUrl` as virtual media
+    (`boot: Cd`) and powers it on; deleting the claim powers it off and returns it. The seed's
+    `meta-data` records which claim holds a machine. `site` is the region of its offerings,
+    `priceEurPerHour` what one machine costs an hour (0: owned hardware).
+    """
+
+    model_config = ConfigDict(
+        json_schema_extra=validations(
+            cel(
+                "(has(self.boot) && self.boot == 'Cd') == has(self.imageUrl)",
+                "imageUrl goes with boot: Cd (the virtual media to boot), and boot: Cd needs it",
+            ),
+            cel(
+                "self.machines.all(m, self.machines.exists_one(n, n.name == m.name))",
+                "machine names must be unique",
+            ),
+            cel(
+                "!has(self.endpoint)",
+                "redfish has no endpoint: each machine's bmc and seedUrl are its addresses",
+            ),
+        )
+    )
+
+    site: DnsLabel = "on-prem"
+    machines: list[RedfishMachine] = Field(min_length=1, max_length=MAX_MACHINES)
+    boot: Literal["Pxe", "Cd"] = "Pxe"
+    image_url: Url | None = None
+    seed_url: Url = Field(min_length=1)
+    price_eur_per_hour: Price = Field(default=0.0, ge=0)
+    verify_tls: bool = True
+
+    @model_validator(mode="after")
+    def _consistent(self) -> RedfishClass:
+        if (self.boot == "Cd") != (self.image_url is not None):
+            raise ValueError(
+                "imageUrl goes with boot: Cd (the virtual media to boot), and boot: Cd needs it"
+            )
+        names = [m.name for m in self.machines]
+        if len(set(names)) != len(names):
+            raise ValueError("machine names must be unique")
+        if self.endpoint is not None:
+            raise ValueError(
+                "redfish has no endpoint: each machine's bmc and seedUrl are its addresses"
+            )
+        return self
+
+    def machine_credential_refs(self) -> list[tuple[str, SecretKeyRef]]:
+        """(machine name, its BMC login's Secret key): the credentials are per machine."""
+        return [(m.name, m.credentials_secret_ref) for m in self.machines]
+
+    def credential_field(self) -> str:
+        return "machines[].credentialsSecretRef"
+
+    def addresses(self) -> list[tuple[str, str]]:
+        """(manifest path, URL) of every address it calls: each BMC and the seed server."""
+        found = [(f"spec.redfish.machines[{i}].bmc", m.bmc) for i, m in enumerate(self.machines)]
+        found.append(("spec.redfish.seedUrl", self.seed_url))
+        return found
+
+
 class JoinSettings(CamelModel):
     host_api_server: Url = Field(min_length=1)
     kind_cluster_name: Text = "cloudburst"
@@ -352,6 +587,9 @@ class NodeClassSpec(CamelModel):
     digitalocean: DigitalOceanClass | None = None
     ovh: OvhClass | None = None
     fake: FakeClass | None = None
+    plugin: PluginClass | None = None
+    proxmox: ProxmoxClass | None = None
+    redfish: RedfishClass | None = None
     join: JoinSettings
     tailscale: TailscaleSettings | None = None
     bootstrap: BootstrapSettings = BootstrapSettings()
@@ -385,19 +623,27 @@ class NodeClassSpec(CamelModel):
                 ref = getattr(block, field)
                 if isinstance(ref, SecretKeyRef):
                     found.append((f"spec.{name}.{info.alias or field}", ref))
+        if self.redfish is not None:
+            found += [
+                (f"spec.redfish.machines[{i}].credentialsSecretRef", ref)
+                for i, (_, ref) in enumerate(self.redfish.machine_credential_refs())
+            ]
         return found
 
     def endpoints(self) -> list[tuple[str, str, str]]:
         """(service, manifest path, URL) of every API address this class overrides.
 
-        The fake provider's endpoint is always one (it has no public API); a Tailscale API
-        endpoint only in the OAuth mode.
+        The fake provider's endpoint is always one (it has no public API), and so is
+        Proxmox's; each BMC of a Redfish inventory and its seed server are too (service
+        `redfish`); a Tailscale API endpoint only in the OAuth mode.
         """
         found = [
             (name, f"spec.{name}.endpoint", block.endpoint)
             for name in self.configured_providers()
             if (block := self.provider_block(name)).endpoint
         ]
+        if self.redfish is not None:
+            found += [("redfish", path, url) for path, url in self.redfish.addresses()]
         if self.tailscale is not None and self.tailscale.api_endpoint:
             found.append(("tailscale", "spec.tailscale.apiEndpoint", self.tailscale.api_endpoint))
         return found

@@ -120,7 +120,8 @@ class Plan(BaseModel):
     # pod uid -> claim name of the in-flight node it will land on
     assignments: dict[str, str] = {}
     new_nodes: list[PlannedNode] = []
-    # pod uid -> why no offering of this pool can ever host it
+    # pod uid -> why no offering of this pool can host it: none ever can, or every one that
+    # could has no machine left (its `available` count used up); planned again next round
     unschedulable: dict[str, str] = {}
     # pods that fit an offering but a pool limit (maxNodes, cpu, memory) holds back
     limited: list[str] = []

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import os
 import secrets
@@ -50,7 +51,7 @@ from trigger.pending import BatchWindows, PendingPodTrigger
 from worker.client import connect_temporal, kube_api_client
 from worker.codec_server import codec_app
 from worker.main import run_worker
-from worker.settings import RELEASE, Settings
+from worker.settings import CONFIG_MAP, RELEASE, Settings
 from workflows.nodeclaim import NodeClaimWorkflow
 
 log = logging.getLogger(__name__)
@@ -168,6 +169,7 @@ async def embedded_stack(options: StackOptions) -> AsyncIterator[EmbeddedStack]:
             await tell_claims_their_cluster_is_new(temporal)
         api_client = kube_api_client(settings)
         serve_tenants(api_client, settings.tenant_namespaces or [])
+        publish_settings(api_client, settings)
         seed_sample_resources(api_client, cluster, options.empty_ttl_s)
         watcher = NodeWatcher(temporal, api_client)
         pending = PendingPodTrigger(
@@ -227,6 +229,24 @@ async def tell_claims_their_cluster_is_new(temporal: Client) -> int:
     if told:
         log.info("%d claims of the previous dev cluster told their node is gone", told)
     return told
+
+
+def publish_settings(api_client: k8s.ApiClient, settings: Settings) -> None:
+    """The stack's tenancy settings in the ConfigMap the shipped manifests give the worker
+    and the trigger theirs from (`cloudburst-config`): what `cloudburst explain` and `plan`
+    read to judge pools as this stack's trigger does."""
+    data = {"CLOUDBURST_ALLOWED_ENDPOINTS": json.dumps(settings.allowed_endpoints)}
+    if settings.tenant_namespaces is not None:
+        data["CLOUDBURST_TENANT_NAMESPACES"] = ",".join(settings.tenant_namespaces)
+    core = k8s.CoreV1Api(api_client)
+    body = k8s.V1ConfigMap(
+        metadata=k8s.V1ObjectMeta(name=CONFIG_MAP, namespace=settings.worker_namespace),
+        data=data,
+    )
+    _create_or_replace(
+        lambda: core.create_namespaced_config_map(settings.worker_namespace, body),
+        lambda: core.replace_namespaced_config_map(CONFIG_MAP, settings.worker_namespace, body),
+    )
 
 
 def serve_tenants(api_client: k8s.ApiClient, namespaces: list[str]) -> None:

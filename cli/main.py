@@ -23,6 +23,8 @@ from cli.commands.catalog import catalog_app
 from cli.commands.claims import claims_app
 from cli.commands.config_reference import config_reference
 from cli.commands.crds import crds
+from cli.commands.explain import explain_app
+from cli.commands.plan import plan
 from cli.commands.pools import pools_app
 from cli.commands.tenant_rbac import tenant_rbac
 from cli.connect import Kubeconfig, TemporalAddress, cli_settings, connect_or_exit, fail
@@ -40,6 +42,8 @@ app.add_typer(claims_app, name="claims")
 app.add_typer(pools_app, name="pools")
 app.add_typer(bootstrap_app, name="bootstrap")
 app.add_typer(catalog_app, name="catalog")
+app.add_typer(explain_app, name="explain")
+app.command("plan")(plan)
 app.command("crds")(crds)
 app.command("config-reference")(config_reference)
 app.command("tenant-rbac")(tenant_rbac)
@@ -178,7 +182,8 @@ def dev(
         str,
         typer.Option(
             help="local stand-ins of real clouds to add, comma-separated "
-            "(hetzner,scaleway,aws,gcp,azure,digitalocean,ovh); the fake cloud is always there"
+            "(hetzner,scaleway,aws,gcp,azure,digitalocean,ovh,proxmox,redfish); the fake cloud "
+            "is always there"
         ),
     ] = "",
     tenants: Annotated[
@@ -273,14 +278,17 @@ Press Ctrl-C to stop.
 
 @app.command()
 def demo(
-    scenario: Annotated[str, typer.Option(help="lifecycle | burst | dr | spot")] = "lifecycle",
-    pods: Annotated[int, typer.Option(help="burst: how many pending pods")] = 20,
+    scenario: Annotated[
+        str, typer.Option(help="lifecycle | burst | dr | spot | hybrid")
+    ] = "lifecycle",
+    pods: Annotated[int, typer.Option(help="burst, hybrid: how many pending pods")] = 20,
     json_output: Annotated[bool, typer.Option("--json", help="last line: one JSON object")] = False,
     provider: Annotated[
         str,
         typer.Option(
             help="lifecycle: the provider module to run it through, against its local "
-            "stand-in (fake, hetzner, scaleway, aws, gcp, azure, digitalocean, ovh)"
+            "stand-in (fake, hetzner, scaleway, aws, gcp, azure, digitalocean, ovh, proxmox, "
+            "redfish)"
         ),
     ] = "fake",
 ) -> None:
@@ -289,12 +297,13 @@ def demo(
     from activities.providers import supported_providers
     from cli.demo import BurstReport, LifecycleReport, run_burst, run_lifecycle
     from cli.dr import DrReport, run_dr
+    from cli.hybrid import HybridReport, run_hybrid
     from cli.spot import SpotReport, run_spot
     from sim.clouds import StandinMissingError, standin_module
     from worker.logs import configure_logging
 
-    if scenario not in ("lifecycle", "burst", "dr", "spot"):
-        raise fail(f"unknown scenario {scenario!r}; available: lifecycle, burst, dr, spot")
+    if scenario not in ("lifecycle", "burst", "dr", "spot", "hybrid"):
+        raise fail(f"unknown scenario {scenario!r}; available: lifecycle, burst, dr, spot, hybrid")
     if provider != "fake":
         if scenario != "lifecycle":
             raise fail("--provider applies to the lifecycle scenario")
@@ -310,18 +319,23 @@ def demo(
     # Activity failures the scenario provokes (a 503, a lost node) are expected, not news.
     logging.getLogger("temporalio").setLevel(logging.CRITICAL)
     logging.getLogger("urllib3").setLevel(logging.ERROR)
+    # sushy tries a Redfish session first and logs an error when the BMC (the emulator) has
+    # no session service, then uses basic authentication: not news for a demo either.
+    logging.getLogger("sushy").setLevel(logging.CRITICAL)
     console = stdout_console()
 
     def say(text: str) -> None:
         (err_console if json_output else console).print(f"• {text}")
 
-    report: LifecycleReport | BurstReport | DrReport | SpotReport
+    report: LifecycleReport | BurstReport | DrReport | SpotReport | HybridReport
     if scenario == "lifecycle":
         report = asyncio.run(run_lifecycle(say, provider=provider))
     elif scenario == "dr":
         report = asyncio.run(run_dr(say))
     elif scenario == "spot":
         report = asyncio.run(run_spot(say))
+    elif scenario == "hybrid":
+        report = asyncio.run(run_hybrid(say, pods))
     else:
         report = asyncio.run(run_burst(say, pods))
     if json_output:

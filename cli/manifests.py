@@ -63,7 +63,7 @@ class Loaded:
 
 def load_manifests(path: Path) -> Loaded:
     """Every cloudburst.io document of a YAML file, validated; other kinds are skipped."""
-    documents, problem = _read_documents(path)
+    documents, problem = read_documents(path)
     if problem is not None:
         return Loaded([], [Problem(str(path), FILE, problem)], 0)
     present = [(index, d) for index, d in enumerate(documents, start=1) if d is not None]
@@ -97,7 +97,7 @@ def validation_problems(source: str, err: ValidationError) -> list[Problem]:
 # --- reading -------------------------------------------------------------------------------
 
 
-def _read_documents(path: Path) -> tuple[list[Any], str | None]:
+def read_documents(path: Path) -> tuple[list[Any], str | None]:
     """The file's YAML documents, or why there are none."""
     try:
         with path.open("rb") as file:

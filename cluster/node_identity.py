@@ -28,6 +28,13 @@ SCHEMES: Final[dict[str, frozenset[str]]] = {
     "digitalocean": frozenset({"digitalocean"}),
     "ovh": frozenset({"openstack", "ovh"}),
     "fake": frozenset({"fake"}),
+    # A plug-in's machines: `plugin:///<region>/<id>` (api/plugin.py, PROVIDER_ID_FILE).
+    "plugin": frozenset({"plugin"}),
+    # Ours (`proxmox:///<cluster>/<vmid>`) and KubeNodeSmith's (`proxmox://cluster/vms/<vmid>`):
+    # both end in the VM id.
+    "proxmox": frozenset({"proxmox"}),
+    # `redfish:///<site>/<machine>`: the claim's instance id ends in the machine's name.
+    "redfish": frozenset({"redfish"}),
 }
 
 

@@ -37,7 +37,7 @@ from temporalio.exceptions import ApplicationError
 from api.errors import INVALID_CONFIGURATION
 from api.labels import TENANT_LABEL, TENANT_TAINT
 from api.nodeclass import NodeClassSpec
-from api.nodepool import PROVIDERS, NodePoolSpec, Taint
+from api.nodepool import LIVE_CATALOG_PROVIDERS, PROVIDERS, NodePoolSpec, Taint
 
 DEFAULT_WORKER_NAMESPACE = "cloudburst-system"
 # Where an endpoint override may be configured: every provider block, and the Tailscale API.
@@ -279,6 +279,11 @@ def _endpoint_message(service: str, path: str, url: str) -> str:
     )
     if service == "fake":
         instead = "the fake provider has no public API: it is for the embedded demo and tests"
+    elif service in LIVE_CATALOG_PROVIDERS:
+        instead = (
+            f"a {service} endpoint is the operator's own machine API: there is no public one "
+            "to fall back to"
+        )
     elif service == "tailscale":
         instead = "remove the field to use https://api.tailscale.com"
     else:

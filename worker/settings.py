@@ -45,6 +45,10 @@ try:
     RELEASE = version("cloudburst")  # the installed distribution's, as pyproject.toml names it
 except PackageNotFoundError:  # run from a source tree that was never installed
     RELEASE = "unreleased"
+
+# The ConfigMap (in the worker's namespace) the shipped manifests give the worker and the
+# trigger their settings from (envFrom): `cloudburst explain` and `plan` read it too.
+CONFIG_MAP = "cloudburst-config"
 BATCH_IDLE_S = 0.2
 BATCH_MAX_S = 0.5
 PENDING_RESEND_S = 300.0

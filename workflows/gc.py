@@ -44,7 +44,6 @@ with workflow.unsafe.imports_passed_through():
     from workflows.timeouts import HEARTBEAT, PLANNING, QUICK_HEARTBEAT, VM_CALL
 
 
-
 def _age_s(now: datetime, created: datetime | None) -> float | None:
     return None if created is None else (now - created).total_seconds()
 

@@ -31,7 +31,6 @@ with workflow.unsafe.imports_passed_through():
     from workflows.timeouts import PLANNING, QUICK_HEARTBEAT
 
 
-
 _Request = TypeVar("_Request", ProviderPriceRefresh, ExchangeRateRefresh)
 
 

@@ -4,8 +4,11 @@ DaemonSet overhead: every DaemonSet whose pods would land on the pool's nodes (i
 selector and required affinity against the node's labels — per offering, since arch and
 region are offering labels — and its tolerations against the pool's taints) takes its
 requests from each node, on top of `kube_reserved`.
-Offerings: from the recommender (the catalog, or CloudBroker when configured) for real
-providers, and from the fake cloud's own catalog endpoint for `fake`.
+Offerings: from the recommender (the catalog, or CloudBroker when configured) for the public
+clouds, and from the provider itself for those whose catalog is live (`LIVE_CATALOG_PROVIDERS`:
+the fake cloud, on-premises machines, plug-ins): its `instance_types()` now, with how many of
+each can still be made (`available`) and the price it reports (on premises: the operator's,
+from the NodeClass block).
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from kubernetes import client as k8s
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.kube import read_secret_value
+from activities.kube import read_provider_credential, read_secret_value
 from activities.planning.catalog import Catalog, stale_price_notes
 from activities.planning.cloudbroker import (
     CloudBrokerClient,
@@ -28,14 +31,16 @@ from activities.planning.cloudbroker import (
     CloudBrokerUnavailable,
 )
 from activities.planning.config import PlanningConfig
-from activities.planning.plan import kube_reserved, plan_capacity
+from activities.planning.plan import OverheadFn, kube_reserved, plan_capacity
 from activities.planning.price_store import LiveCatalog
 from activities.planning.recommend import CatalogRecommender, Recommender
-from activities.providers.base import FatalError, ProviderError
-from activities.providers.fake import FakeProvider
+from activities.providers import provider_class
+from activities.providers.base import FatalError, Provider, ProviderError
 from api.errors import INVALID_CONFIGURATION, RECOMMENDER_UNAVAILABLE
+from api.limits import MAX_NODES
 from api.nodeclaim import Offering
-from api.nodepool import NodePoolSpec
+from api.nodeclass import ProviderBlock
+from api.nodepool import LIVE_CATALOG_PROVIDERS, NodePoolSpec
 from api.planning import NodeSelectorTerm, Plan, PlanRequest, Resources
 from cluster.requirements import (
     node_labels_match,
@@ -75,6 +80,17 @@ class PlanningActivities:
     def activities(self) -> list[Callable[..., Any]]:
         return [self.plan_capacity]
 
+    def planning_inputs(self, request: PlanRequest) -> tuple[list[Offering], OverheadFn]:
+        """What `plan_capacity` plans with: the offerings, and each node's overhead
+        (kube-reserved and DaemonSets). `cloudburst plan` plans with the same, launching
+        nothing."""
+        daemonsets = self._daemonset_overheads(request.pool_name, request.pool)
+
+        def per_node_overhead(offering: Offering) -> Resources:
+            return kube_reserved(offering) + daemonsets(offering)
+
+        return self._offerings(request), per_node_overhead
+
     @activity.defn(name="plan_capacity")
     def plan_capacity(self, request: PlanRequest) -> Plan:
         daemonsets = self._daemonset_overheads(request.pool_name, request.pool)
@@ -106,7 +122,7 @@ class PlanningActivities:
     # ---- offerings ------------------------------------------------------------------------
 
     def _offerings(self, request: PlanRequest) -> list[Offering]:
-        real = [p for p in request.class_providers if p != "fake"]
+        real = [p for p in request.class_providers if p not in LIVE_CATALOG_PROVIDERS]
         out: list[Offering] = []
         if real:
             smallest = _smallest_shape(request)
@@ -120,24 +136,37 @@ class PlanningActivities:
                 ) from None
             except CloudBrokerUnavailable as err:
                 raise ApplicationError(str(err), type=RECOMMENDER_UNAVAILABLE) from None
-        if "fake" in request.class_providers:
-            out += self._fake_offerings(request)
+        for name in request.class_providers:
+            if name in LIVE_CATALOG_PROVIDERS:
+                out += self._live_offerings(request, name)
         return out
 
-    def _fake_offerings(self, request: PlanRequest) -> list[Offering]:
-        block = request.node_class.fake if request.node_class else None
+    def _live_offerings(self, request: PlanRequest, name: str) -> list[Offering]:
+        """The provider's own catalog, read now: one offering per instance type and region,
+        with the count it can still make and its price (the operator's, for machines of
+        their own: a price the NodeClass block sets, 0 when it sets none)."""
+        try:
+            block = request.node_class.provider_block(name) if request.node_class else None
+        except KeyError:
+            block = None
         if block is None:
             raise ApplicationError(
-                "the pool lists the fake provider but PlanRequest.node_class has no `fake` block",
+                f"the pool lists the {name} provider but PlanRequest.node_class has no "
+                f"`{name}` block",
                 type=INVALID_CONFIGURATION,
                 non_retryable=True,
             )
-        # The fake cloud's catalog is a call to its endpoint, with its token: allowed or not.
-        self._tenancy.require(request.namespace, request.node_class, services=("fake",))
-        ref = block.credential_ref()
-        token = read_secret_value(self._core, request.namespace, ref) if ref else None
-        provider = FakeProvider(block, token)
         try:
+            cls = provider_class(name)
+        except (KeyError, ImportError) as err:
+            log.warning("no offerings from %s: no provider module (%s)", name, err)
+            return []
+        # The catalog is a call to the provider with its credential: allowed or not, first.
+        self._tenancy.require(request.namespace, request.node_class, services=(name,))
+        credential = read_provider_credential(self._core, request.namespace, block)
+        provider: Provider | None = None
+        try:
+            provider = cls(block, credential)
             types = provider.instance_types()
         except FatalError as err:
             raise ApplicationError(
@@ -146,20 +175,32 @@ class PlanningActivities:
         except ProviderError as err:
             raise ApplicationError(str(err), type=RECOMMENDER_UNAVAILABLE) from None
         finally:
-            provider.close()
-        return [
-            Offering(
-                provider="fake",
-                region=region,
-                instance_type=t.name,
-                vcpu=t.vcpu,
-                memory_gib=t.memory_gib,
-                arch=t.arch,
-                price_eur_per_hour=t.price_eur_per_hour,
-            )
-            for t in types
-            for region in t.regions
-        ]
+            close = getattr(provider, "close", None)
+            if callable(close):
+                close()
+        read_at = datetime.now(UTC).isoformat(timespec="seconds")
+        set_by_operator = _price_field(name, block)
+        offerings: list[Offering] = []
+        for t in types:
+            price, source = _live_price(name, t.price_eur_per_hour, block, set_by_operator)
+            # More than a pool can ever have is as good as unbounded; below 0 is none.
+            count = None if t.available is None else min(max(t.available, 0), MAX_NODES)
+            offerings += [
+                Offering(
+                    provider=name,
+                    region=region,
+                    instance_type=t.name,
+                    vcpu=t.vcpu,
+                    memory_gib=t.memory_gib,
+                    arch=t.arch,
+                    price_eur_per_hour=price,
+                    price_source=source,
+                    price_as_of=read_at,
+                    available=count,
+                )
+                for region in t.regions
+            ]
+        return offerings
 
     def _default_recommender(self) -> Recommender:
         catalog = CatalogRecommender(self._catalog.get())
@@ -219,6 +260,30 @@ class PlanningActivities:
             return cache[key]
 
         return overhead
+
+
+def _price_field(name: str, block: ProviderBlock) -> str | None:
+    """The manifest path of the price a block sets for its machines (an operator's amortized
+    EUR/h), if the block has one."""
+    field = type(block).model_fields.get("price_eur_per_hour")
+    if field is None:
+        return None
+    return f"NodeClass spec.{name}.{field.alias or 'price_eur_per_hour'}"
+
+
+def _live_price(
+    name: str, reported: float | None, block: ProviderBlock, set_by_operator: str | None
+) -> tuple[float, str]:
+    """An offering's price and its source: the provider's own, else the block's, else 0 (an
+    operator's machines cost nothing more by default)."""
+    if reported is not None:
+        if set_by_operator:
+            return reported, f"{set_by_operator} (the operator's price), as {name} reports it"
+        return reported, f"{name}: the provider's live catalog"
+    value = getattr(block, "price_eur_per_hour", None)
+    if set_by_operator and isinstance(value, int | float):
+        return float(value), set_by_operator
+    return 0.0, f"{name}: no price set, counted as 0"
 
 
 def _smallest_shape(request: PlanRequest) -> Resources:

@@ -31,10 +31,10 @@ from pydantic import BaseModel, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from api._base import SecretKeyRef
-from api.nodepool import PROVIDERS
+from api.nodepool import PRICED_PROVIDERS
 from api.prices import DEFAULT_PRICE_MAX_AGE_H, DEFAULT_REFRESH_INTERVAL_H
 
-REAL_PROVIDERS = [p for p in PROVIDERS if p != "fake"]
+REAL_PROVIDERS = list(PRICED_PROVIDERS)
 
 
 class PriceSettings(BaseSettings):

@@ -2,7 +2,14 @@
 pool's other nodes, or replace it with a cheaper one that fits them — never below a threshold.
 
 It reads the cluster (which pods run where, what each node can still take) and reuses the
-planner for the cheapest replacement, so the same offerings, limits and overheads apply.
+planner for the cheapest replacement, so the same offerings, limits, overheads and counts
+apply: a cloud node is replaced by an on-premises machine once one is free again (an offering
+with `available` left, cheaper), never by an offering with none left.
+
+At the pool's floor (as many Ready nodes as `minNodes`, or fewer) no node is deleted: the
+floor would start another at once. A node there is only replaced, by the cheapest node that
+takes its pods (an empty one: the cheapest node the floor would start), so a static pool
+moves back to free machines of its own too.
 """
 
 from __future__ import annotations
@@ -14,13 +21,17 @@ from typing import Any
 
 from kubernetes import client as k8s
 from temporalio import activity
+from urllib3.exceptions import HTTPError
 
 from activities.planning.activity import PlanningActivities
+from api.events import UNCONSOLIDATABLE, KubeEvent, ObjectRef
+from api.nodepool import API_VERSION
 from api.nodepool.messages import ConsolidationDecision, ConsolidationInput
-from api.planning import PlanRequest, PodDemand, Resources
+from api.planning import PlanRequest, PodDemand, Resources, Toleration
 from api.quantity import cpu_millis, memory_bytes
 from cluster.pods import has_do_not_disrupt, is_left_alone
 from cluster.requirements import pod_demand
+from reporting.events import record_event
 
 log = logging.getLogger(__name__)
 
@@ -42,51 +53,106 @@ class ConsolidationActivities:
             for name, node in nodes.items()
             if node is not None and not (node.spec and node.spec.unschedulable)
         }
-        best = ConsolidationDecision(explanation="no node is underutilized")
-        notes: list[str] = []
-        for name in _stable_candidates(input):
+        stable = _stable_candidates(input)
+        at_floor = len(input.ready) <= input.pool.limits.min_nodes
+        verdicts = {
+            name: "Ready for less than consolidateAfter"
+            for name in input.candidates
+            if name not in stable
+        }
+        moves: list[ConsolidationDecision] = []
+        pinned: list[str] = []  # nodes do-not-disrupt pods keep, with the pods
+        for name in stable:
             node_pods = pods.get(name, [])
-            protected = [p.name for p, annotations in node_pods if _protected(annotations)]
+            protected = [
+                f"{p.namespace}/{p.name}" for p, annotations in node_pods if _protected(annotations)
+            ]
             if protected:
-                notes.append(f"{name}: do-not-disrupt pods {protected}")
+                verdicts[name] = f"do-not-disrupt pods: {', '.join(protected)}"
+                pinned.append(f"{name}: {verdicts[name]}")
                 continue
             price = input.ready[name].price_eur_per_hour or 0.0
             demands = [p for p, _ in node_pods]
             others = {n: capacity for n, capacity in free.items() if n != name}
-            if _fits_elsewhere(demands, others, nodes):
-                decision = ConsolidationDecision(
+            if not at_floor and _fits_elsewhere(demands, others, nodes):
+                move = ConsolidationDecision(
                     action="delete",
                     claim_name=name,
                     savings_eur_per_hour=round(price, 6),
                     explanation=f"{len(demands)} pods of {name} fit on the pool's other nodes",
                 )
             else:
-                decision = self._replacement(input, name, demands, price)
-            if decision.savings_eur_per_hour > best.savings_eur_per_hour:
-                best = decision
-        if best.action != "none" and best.savings_eur_per_hour < input.min_savings_eur_per_hour:
-            notes.append(
-                f"best move ({best.action} {best.claim_name}) saves only "
-                f"{best.savings_eur_per_hour:.4f} EUR/h, below the threshold"
+                move = self._replacement(input, name, demands, price)
+            verdicts[name] = move.explanation
+            if move.action != "none" and move.savings_eur_per_hour > 0:
+                moves.append(move)
+            elif move.action != "none":
+                verdicts[name] += ", but that saves nothing (its price is 0)"
+        best = max(moves, key=lambda m: m.savings_eur_per_hour, default=None)
+        threshold = input.min_savings_eur_per_hour
+        for move in moves:
+            assert move.claim_name is not None
+            saves = f"saves {move.savings_eur_per_hour:.4f} EUR/h"
+            if move.savings_eur_per_hour < threshold:
+                verdicts[move.claim_name] += (
+                    f", but {saves}, below the pool's {threshold:.4f} EUR/h threshold"
+                )
+            elif move is not best:
+                verdicts[move.claim_name] += f" ({saves}); another move saves more"
+            else:
+                verdicts[move.claim_name] += f" ({saves}): chosen"
+        if best is not None and best.savings_eur_per_hour >= threshold:
+            decision = best.model_copy(update={"verdicts": verdicts})
+        else:
+            # The pool's one line: what held the moves back (the verdicts say it per node).
+            notes = list(pinned)
+            if best is not None:
+                notes.append(
+                    f"best move ({best.action} {best.claim_name}) saves only "
+                    f"{best.savings_eur_per_hour:.4f} EUR/h, below the threshold"
+                )
+            decision = ConsolidationDecision(
+                explanation="; ".join(notes) or "no node is underutilized", verdicts=verdicts
             )
-            best = ConsolidationDecision(explanation="; ".join(notes))
-        elif best.action == "none" and notes:
-            best.explanation = "; ".join(notes)
-        log.info("pool %s consolidation: %s", input.pool_name, best.explanation)
-        return best
+        self._tell_unconsolidatable(input, decision)
+        log.info("pool %s consolidation: %s", input.pool_name, decision.explanation)
+        return decision
+
+    def _tell_unconsolidatable(
+        self, input: ConsolidationInput, decision: ConsolidationDecision
+    ) -> None:
+        """An `Unconsolidatable` Event on each node kept, and on its NodeClaim, with the
+        reason (Karpenter writes the same): where `kubectl describe` shows it. Repeats fold
+        into one Event (`record_event`); a failed write only loses the courtesy."""
+        for name, why in decision.verdicts.items():
+            if name == decision.claim_name:
+                continue
+            for regarding in (
+                ObjectRef(kind="Node", name=name),
+                ObjectRef(
+                    kind="NodeClaim", name=name, namespace=input.namespace, api_version=API_VERSION
+                ),
+            ):
+                try:
+                    record_event(
+                        self._core,
+                        KubeEvent(regarding=regarding, reason=UNCONSOLIDATABLE, message=why),
+                    )
+                except (k8s.ApiException, OSError, HTTPError) as err:
+                    log.warning("Unconsolidatable Event for %s not written: %s", name, err)
 
     def _replacement(
         self, input: ConsolidationInput, name: str, demands: list[PodDemand], price: float
     ) -> ConsolidationDecision:
-        """The cheapest single node that takes all the pods, if it is cheaper than this one."""
-        if not demands:
-            return ConsolidationDecision(explanation=f"{name} is empty")
-        total = _sum(demands)
-        synthetic = PodDemand(
+        """The cheapest single node that takes all the pods, if it is cheaper than this one
+        (for an empty node, kept by the floor: the cheapest node of all)."""
+        together = PodDemand(
             uid=f"consolidate/{name}",
             namespace=input.namespace,
             name=f"pods of {name}",
-            requests=total,
+            requests=_sum(demands),
+            # They run on the pool's node: they tolerate its taints, which the new one has too.
+            tolerations=[Toleration(operator="Exists")],
         )
         plan = self._planning.plan_capacity(
             PlanRequest(
@@ -95,9 +161,10 @@ class ConsolidationActivities:
                 pool=input.pool,
                 class_providers=input.node_class.configured_providers(),
                 node_class=input.node_class,
-                pods=[synthetic],
+                pods=[together] if demands else [],
                 failed_offerings=input.failed_offerings,
                 max_new_nodes=1,
+                min_new_nodes=0 if demands else 1,
             )
         )
         if not plan.new_nodes:

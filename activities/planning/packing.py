@@ -1,7 +1,8 @@
 """Multi-dimensional bin packing (cpu, memory, pods) over node types, cheapest plan first.
 
 Pure and integer-exact: a bin's items never exceed its type's capacity in any dimension, and
-the budget (max nodes, cpu, memory counted by the node's raw size) is never exceeded.
+the budget (max nodes, cpu, memory counted by the node's raw size, and each type's count of
+nodes that can still be made: an on-premises inventory) is never exceeded.
 
 How a node type is chosen (the plan's total cost, not the per-node price, is what counts):
 1. the fractional covering LP of the remaining demand gives a price per core, per GiB and per
@@ -13,7 +14,9 @@ How a node type is chosen (the plan's total cost, not the per-node price, is wha
    are opened in one step, which is what makes 10k pods fast), then the LP is re-solved.
 Then an improvement pass replaces a node by the cheapest type that still fits its pods,
 merges pairs of under-used nodes into one cheaper node, and re-packs the pods of the 8, 16
-and 32 emptiest nodes together (kept when cheaper).
+and 32 emptiest nodes together (kept when cheaper). Types with a count (machines on premises)
+are used up to it and no further; machines the plan leaves idle beside nodes without a count
+get those nodes' pods re-packed with them, kept when cheaper.
 
 That greedy plan is 10-25% above the optimum when pods are large against the cheapest nodes
 (a few pods per node): its early nodes use up the pods that would have complemented later
@@ -58,6 +61,9 @@ class BinType:
     cap: Vector  # what pods may use (after overhead)
     raw_cpu_m: int = 0  # counted against the pool's cpu limit
     raw_memory: int = 0  # counted against the pool's memory limit
+    # How many nodes of this type can be made at most (free machines on premises); None:
+    # as many as wanted (a public cloud). Counted per type, by the budget's `stock`.
+    available: int | None = None
 
 
 @dataclass(slots=True)
@@ -69,14 +75,18 @@ class Bin:
 
 @dataclass(slots=True)
 class Budget:
-    """What the pool's limits still allow (None = unlimited); shared across pack() calls."""
+    """What the pool's limits still allow (None = unlimited) and what each finite type has
+    left; shared across pack() calls, so that one plan's partitions share both."""
 
     nodes: int | None = None
     cpu_m: int | None = None
     memory: int | None = None
+    # type ref -> nodes of it still to be had; a finite type not in it has its `available`.
+    stock: dict[int, int] = field(default_factory=dict)
 
-    def copies(self, t: BinType) -> int | float:
-        """How many more nodes of this type fit the budget."""
+    def copies(self, t: BinType, *, with_stock: bool = True) -> int | float:
+        """How many more nodes of this type fit the budget (`with_stock=False`: the pool's
+        limits alone)."""
         limit: int | float = math.inf
         if self.nodes is not None:
             limit = min(limit, self.nodes)
@@ -84,12 +94,21 @@ class Budget:
             limit = min(limit, self.cpu_m // t.raw_cpu_m)
         if self.memory is not None and t.raw_memory > 0:
             limit = min(limit, self.memory // t.raw_memory)
+        left = self.left(t)
+        if with_stock and left is not None:
+            limit = min(limit, left)
         return max(0, limit)
+
+    def left(self, t: BinType) -> int | None:
+        """Nodes of this type still to be had; None: unbounded."""
+        return self.stock.get(t.ref, t.available) if t.available is not None else None
 
     def allows_swap(self, old: BinType, new: BinType) -> bool:
         cpu_ok = self.cpu_m is None or new.raw_cpu_m - old.raw_cpu_m <= self.cpu_m
         mem_ok = self.memory is None or new.raw_memory - old.raw_memory <= self.memory
-        return cpu_ok and mem_ok
+        left = self.left(new)
+        stock_ok = new.ref == old.ref or left is None or left >= 1
+        return cpu_ok and mem_ok and stock_ok
 
     def take(self, t: BinType, count: int = 1) -> None:
         if self.nodes is not None:
@@ -98,9 +117,17 @@ class Budget:
             self.cpu_m -= t.raw_cpu_m * count
         if self.memory is not None:
             self.memory -= t.raw_memory * count
+        left = self.left(t)
+        if left is not None:
+            self.stock[t.ref] = left - count
 
     def give_back(self, t: BinType, count: int = 1) -> None:
         self.take(t, -count)
+
+    def inventory(self) -> Budget:
+        """The stock alone, copied: a trial packing that ignores the pool's limits (the
+        caller checks its result against them with `_affordable`) still counts machines."""
+        return Budget(stock=dict(self.stock))
 
 
 @dataclass(slots=True)
@@ -137,7 +164,11 @@ def pack(
         # Column generation over the shapes: usually much closer to the optimum than the
         # greedy fills, which stay the fallback (and seed its LP).
         seeds = [dict(Counter(group_of[i] for i in b.items)) for b in bins]
-        candidate = _pack_patterns(items, types, shapes, counts, seeds)
+        # The machines the greedy plan's nodes hold are the trial's to use again.
+        inventory = budget.inventory()
+        for b in bins:
+            inventory.give_back(b.type)
+        candidate = _pack_patterns(items, types, shapes, counts, seeds, inventory)
         if (
             candidate is not None
             and _cost(candidate) < _cost(bins) - 1e-12
@@ -149,6 +180,7 @@ def pack(
     baseline = one_node_per_round(items, given)
     if _cost(baseline) < _cost(bins) - 1e-12 and _affordable(baseline, bins, budget):
         bins = _swap(bins, baseline, budget)
+    _use_idle_machines(bins, items, types, budget)
     return bins, limited
 
 
@@ -191,9 +223,12 @@ def _pack_patterns(
     shapes: Sequence[Vector],
     counts: Sequence[int],
     seeds: Sequence[dict[int, int]],
+    inventory: Budget,
 ) -> list[Bin] | None:
-    """The pattern LP's plan (patterns.py), its leftovers packed greedily; limits ignored."""
-    planned = plan_patterns(shapes, counts, types, seeds)
+    """The pattern LP's plan (patterns.py), its leftovers packed greedily; limits ignored,
+    the `inventory`'s stock kept (the LP itself prices every type as unbounded: a node whose
+    cheapest type is out of stock gets the cheapest that is not)."""
+    planned = plan_patterns(shapes, counts, types, seeds, stock=dict(inventory.stock))
     if planned is None:
         return None
     candidates = [planned.nodes]
@@ -203,12 +238,15 @@ def _pack_patterns(
     for nodes in candidates:
         groups = _group(items, types)  # the same shapes in the same order, all items unplaced
         bins = [_take_fill(groups, chosen, sorted(pattern.items())) for chosen, pattern in nodes]
-        rest, limited = _pack_greedy(groups, types, Budget())
+        trial = inventory.inventory()
+        for chosen, _ in nodes:
+            trial.take(chosen)
+        rest, limited = _pack_greedy(groups, types, trial)
         if limited:
             return None
         bins.extend(rest)
-        _improve(bins, types, Budget())
-        _repack_emptiest(bins, items, types, Budget())
+        _improve(bins, types, trial)
+        _repack_emptiest(bins, items, types, trial)
         if best is None or _cost(bins) < _cost(best) - 1e-12:
             best = bins
     return best
@@ -253,6 +291,23 @@ def one_node_per_round(items: Sequence[Vector], types: Sequence[BinType]) -> lis
         fill, used = _fill(groups, active, chosen.cap)
         taken = [i for g, n in fill for i in _take(groups, g, n)]
         bins.append(Bin(chosen, taken, list(used)))
+
+
+def _cheaper_fitting(
+    used: Sequence[int], by_price: Sequence[BinType], below: float
+) -> list[BinType]:
+    """The types cheaper than `below` that hold `used`, cheapest first, up to the first one
+    without a count: a finite type may be out of stock, nothing dearer than an unbounded
+    one is worth trying."""
+    out: list[BinType] = []
+    for t in by_price:
+        if t.price >= below:
+            break
+        if used[0] <= t.cap[0] and used[1] <= t.cap[1] and used[2] <= t.cap[2]:
+            out.append(t)
+            if t.available is None:
+                break
+    return out
 
 
 def cheapest_fitting(used: Sequence[int], types: Sequence[BinType]) -> BinType | None:
@@ -386,20 +441,17 @@ def _fill_balanced(
 def _improve(bins: list[Bin], types: Sequence[BinType], budget: Budget) -> None:
     """Cheaper type per node, then merge pairs of the emptiest nodes while that saves money."""
     by_price = sorted(types, key=lambda t: t.price)
-    cache: dict[tuple[int, int, int, int], BinType | None] = {}
+    cache: dict[tuple[int, int, int, int], list[BinType]] = {}
     for b in bins:
         key = (b.type.ref, b.used[0], b.used[1], b.used[2])
         if key not in cache:
-            cache[key] = cheapest_fitting(b.used, by_price)
-        better = cache[key]
-        if (
-            better is not None
-            and better.price < b.type.price
-            and budget.allows_swap(b.type, better)
-        ):
-            budget.give_back(b.type)
-            budget.take(better)
-            b.type = better
+            cache[key] = _cheaper_fitting(b.used, by_price, b.type.price)
+        for better in cache[key]:
+            if budget.allows_swap(b.type, better):
+                budget.give_back(b.type)
+                budget.take(better)
+                b.type = better
+                break
     merged = True
     while merged and len(bins) > 1:
         merged = False
@@ -410,20 +462,21 @@ def _improve(bins: list[Bin], types: Sequence[BinType], budget: Budget) -> None:
             for y in range(x + 1, len(order)):
                 b = bins[order[y]]
                 used = [a.used[d] + b.used[d] for d in range(3)]
-                target = cheapest_fitting(used, by_price)
-                if target is None or target.price >= a.type.price + b.type.price - 1e-12:
-                    continue
-                budget.give_back(a.type)
-                budget.give_back(b.type)
-                if budget.copies(target) < 1:
-                    budget.take(a.type)
-                    budget.take(b.type)
-                    continue
-                budget.take(target)
-                bins[order[x]] = Bin(target, a.items + b.items, used)
-                del bins[order[y]]
-                merged = True
-                break
+                together = a.type.price + b.type.price - 1e-12
+                for target in _cheaper_fitting(used, by_price, together):
+                    budget.give_back(a.type)
+                    budget.give_back(b.type)
+                    if budget.copies(target) < 1:
+                        budget.take(a.type)
+                        budget.take(b.type)
+                        continue
+                    budget.take(target)
+                    bins[order[x]] = Bin(target, a.items + b.items, used)
+                    del bins[order[y]]
+                    merged = True
+                    break
+                if merged:
+                    break
             if merged:
                 break
 
@@ -437,15 +490,50 @@ def _repack_emptiest(
         if k > len(bins):
             break
         order = sorted(range(len(bins)), key=lambda i: (_utilisation(bins[i]), i))[:k]
-        old = [bins[i] for i in order]
-        pool = [i for b in old for i in b.items]
-        sub, _ = _pack_greedy(_group([items[i] for i in pool], types), types, Budget())
-        _improve(sub, types, Budget())
-        new = [Bin(b.type, [pool[i] for i in b.items], b.used) for b in sub]
-        if _cost(new) < _cost(old) - 1e-12 and _affordable(new, old, budget):
-            _swap(old, new, budget)
-            keep = set(order)
-            bins[:] = [b for i, b in enumerate(bins) if i not in keep] + new
+        _repack(bins, order, items, types, budget)
+
+
+def _use_idle_machines(
+    bins: list[Bin], items: Sequence[Vector], types: Sequence[BinType], budget: Budget
+) -> None:
+    """Machines left idle while the plan pays for nodes without a count (the pattern LP
+    prices every type as unbounded, so its plan may leave some): the pods of those nodes, the
+    emptiest k and then all of them, packed afresh with the idle machines in reach; kept when
+    cheaper."""
+    for k in (*_REPACK_SIZES, None):
+        if not any((budget.left(t) or 0) > 0 for t in types):
+            return
+        unbounded = [i for i, b in enumerate(bins) if b.type.available is None]
+        if not unbounded:
+            return
+        order = sorted(unbounded, key=lambda i: (_utilisation(bins[i]), i))
+        _repack(bins, order if k is None else order[:k], items, types, budget)
+
+
+def _repack(
+    bins: list[Bin],
+    order: Sequence[int],
+    items: Sequence[Vector],
+    types: Sequence[BinType],
+    budget: Budget,
+) -> None:
+    """The pods of the nodes at `order`, packed afresh together (greedy, then the improvement
+    pass), replace those nodes when that is cheaper and affordable."""
+    old = [bins[i] for i in order]
+    pool = [i for b in old for i in b.items]
+    # The machines the old nodes hold are the new ones' to use.
+    trial = budget.inventory()
+    for b in old:
+        trial.give_back(b.type)
+    sub, held = _pack_greedy(_group([items[i] for i in pool], types), types, trial)
+    if held:
+        return  # the stock left cannot hold them all another way
+    _improve(sub, types, trial)
+    new = [Bin(b.type, [pool[i] for i in b.items], b.used) for b in sub]
+    if _cost(new) < _cost(old) - 1e-12 and _affordable(new, old, budget):
+        _swap(old, new, budget)
+        keep = set(order)
+        bins[:] = [b for i, b in enumerate(bins) if i not in keep] + new
 
 
 def _utilisation(b: Bin) -> float:
@@ -457,12 +545,14 @@ def _utilisation(b: Bin) -> float:
 
 
 def undominated(types: Sequence[BinType]) -> list[BinType]:
-    """Drop a type when another is no dearer and at least as big in every dimension."""
+    """Drop a type when another is no dearer and at least as big in every dimension, and
+    never runs out (a finite one may be used up: what it dominates is then the next best)."""
     ordered = sorted(types, key=lambda t: (t.price, -t.cap[0], -t.cap[1], -t.cap[2], t.ref))
     kept: list[BinType] = []
     for t in ordered:
         if not any(
-            k.price <= t.price
+            k.available is None
+            and k.price <= t.price
             and k.cap[0] >= t.cap[0]
             and k.cap[1] >= t.cap[1]
             and k.cap[2] >= t.cap[2]
@@ -526,6 +616,13 @@ def _affordable(new: Sequence[Bin], old: Sequence[Bin], budget: Budget) -> bool:
     """Whether swapping `old` (already taken from the budget) for `new` stays within it."""
     if budget.nodes is not None and len(new) - len(old) > budget.nodes:
         return False
+    wanted = Counter(b.type.ref for b in new)
+    wanted.subtract(b.type.ref for b in old)
+    finite = {b.type.ref: b.type for b in new if b.type.available is not None}
+    for ref, t in finite.items():
+        left = budget.left(t)
+        if left is not None and wanted[ref] > left:
+            return False
     cpu = sum(b.type.raw_cpu_m for b in new) - sum(b.type.raw_cpu_m for b in old)
     mem = sum(b.type.raw_memory for b in new) - sum(b.type.raw_memory for b in old)
     return (budget.cpu_m is None or cpu <= budget.cpu_m) and (

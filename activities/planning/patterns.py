@@ -517,11 +517,17 @@ def plan_patterns(
     types: Sequence[BinType],
     seeds: Sequence[Pattern] = (),
     limits: Limits = Limits(),
+    stock: dict[int, int] | None = None,
 ) -> PatternPlan | None:
     """An integral plan from the pattern LP; None if some shape fits no type.
 
     `seeds` are patterns known to be good (a greedy plan's nodes): they start the LP close to
-    its optimum. Each node gets the cheapest type its pods fit."""
+    its optimum. Each node gets the cheapest type its pods fit that has machines left: a type
+    with an `available` count makes at most that many nodes, or what `stock` (type ref ->
+    nodes left, as the packer's budget keeps it) says; the LP prices every type as if it
+    never ran out. When no type with machines left holds a node's pods, rounding stops and
+    the rest is residual, for the caller's packer."""
+    left = dict(stock or {})
     by_price = sorted(types, key=lambda t: (t.price, t.ref))
     diagonal: list[tuple[float, float]] = []
     for g, shape in enumerate(shapes):
@@ -545,20 +551,26 @@ def plan_patterns(
     lp_cost = lp.cost()
     nodes: list[tuple[BinType, Pattern]] = []
 
-    def take(j: int, copies: int) -> None:
+    def take(j: int, copies: int) -> bool:
+        """Takes `copies` nodes of column j; False when no type with machines left holds
+        its pods."""
         column = lp.columns[j]
         for _ in range(copies):
             pattern = {g: min(a, remaining[g]) for g, a in column if remaining[g] > 0}
             if not pattern:
                 break
-            chosen = _cheapest_fitting(_used(pattern, shapes), by_price)
-            assert chosen is not None, "a pattern's pods fit the type it was made for"
+            chosen = _cheapest_fitting(_used(pattern, shapes), by_price, left)
+            if chosen is None:
+                return False
+            if chosen.available is not None:
+                left[chosen.ref] = left.get(chosen.ref, chosen.available) - 1
             for g, a in pattern.items():
                 remaining[g] -= a
             nodes.append((chosen, pattern))
         # Uncapped, so that the LP's demand goes negative where a pattern over-covers: taking
         # whole λ's then leaves the basis feasible (the rest of each λ still covers the rest).
         lp.reduce_demand(column, copies)
+        return True
 
     dives = 0
     whole_count: int | None = None
@@ -572,8 +584,8 @@ def plan_patterns(
             break
         whole = [(j, int(x + _FEAS_TOL)) for j, x in solution if x >= 1 - _FEAS_TOL]
         if whole:
-            for j, copies in whole:
-                take(j, copies)
+            if not all([take(j, copies) for j, copies in whole]):
+                break
         else:
             if whole_count is None:
                 whole_count = len(nodes)
@@ -581,8 +593,7 @@ def plan_patterns(
             # more than a small one at λ 0.3.
             dives += 1
             j = min(solution, key=lambda jx: (lp.costs[jx[0]] * (1 - jx[1]), jx[0]))[0]
-            take(j, 1)
-            if not lp.dual(limits.pivots, limits.simplex_work):
+            if not take(j, 1) or not lp.dual(limits.pivots, limits.simplex_work):
                 break
         _generate(lp, shapes, remaining, by_price, fit, limits, limits.dive_pricing_rounds, work)
     return PatternPlan(
@@ -701,9 +712,14 @@ def _used(pattern: Pattern, shapes: Sequence[Vector]) -> Vector:
     return cpu, mem, pods
 
 
-def _cheapest_fitting(used: Vector, by_price: Sequence[BinType]) -> BinType | None:
+def _cheapest_fitting(
+    used: Vector, by_price: Sequence[BinType], left: dict[int, int] | None = None
+) -> BinType | None:
+    """The cheapest type that holds `used` and, with `left`, has machines left."""
     for t in by_price:
         if used[0] <= t.cap[0] and used[1] <= t.cap[1] and used[2] <= t.cap[2]:
+            if left is not None and t.available is not None and left.get(t.ref, t.available) < 1:
+                continue
             return t
     return None
 

@@ -3,14 +3,25 @@
 Order of work: drop offerings the pool may not use; find, per pod, the offerings it may land
 on (its node selector/affinity on offering labels) and report pods no offering can ever host;
 place pods on in-flight nodes' free room first (first-fit decreasing); pack the rest into new
-nodes (see packing.py) within the pool's remaining limits; give each node its ranked
-fallback offerings, all of which fit its pods.
+nodes (see packing.py) within the pool's remaining limits and each offering's count; give
+each node its ranked fallback offerings, all of which fit its pods.
+
+Finite inventory: an offering with `available` (on-premises machines, room on the hosts) gets
+at most that many new nodes in the whole plan, counted per offering across every group of
+pods and the floor's empty nodes; once it is used up the rest of the burst goes to the next
+cheapest offering (a cloud) in the same plan, and no node lists a used-up offering among its
+fallbacks. The count is the provider's, for that shape alone: where shapes share hosts (one
+Proxmox cluster's room holds either two 4-core or four 2-core VMs) the plan may promise the
+same room to two shapes. The provider then refuses the second create (a capacity error), the
+claim fails over to its next offering, and the provider's next `instance_types()`, read by
+the next plan, says what is really left. The same holds for a machine promised by two plans
+made before the first one's VM exists.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from activities.planning.packing import (
     Bin,
@@ -30,6 +41,10 @@ from cluster.requirements import offering_filter, pool_can_host
 MAX_PODS_PER_NODE = 110  # the kubelet's default --max-pods
 EVICTION_THRESHOLD_BYTES = 100 * 2**20  # kubelet's default memory.available<100Mi
 _GIB = 2**30
+# What the packer counts a free node at (on-premises machines default to a price of 0): its
+# scores divide by prices, and a node that costs a little keeps it from spreading pods over
+# more free machines than they need, which leaves fewer for the rest of the burst.
+FREE_NODE_PRICE = 1e-6
 
 OverheadFn = Callable[[Offering], Resources]
 
@@ -74,13 +89,20 @@ def plan_capacity(
         cpu_m=request.remaining_cpu_m,
         memory=request.remaining_memory_bytes,
     )
+    packed: list[tuple[Bin, list[PodDemand], tuple[int, ...]]] = []
     for eligible, pods in _partitions(remaining, prep):
         types = [prep.bin_types[i] for i in eligible]
         bins, held = pack([prep.shape[p.uid] for p in pods], types, budget)
-        plan.limited.extend(pods[i].uid for i in held)
-        for b in bins:
-            plan.new_nodes.append(_planned_node(b, pods, eligible, prep, request, budget))
-    _add_floor_nodes(request, prep, plan, budget)
+        for i in held:
+            _held_back(pods[i], types, prep, budget, plan)
+        packed += [(b, pods, eligible) for b in bins]
+    everything = tuple(range(len(prep.offerings)))
+    packed += [(b, [], everything) for b in _floor_bins(request, prep, budget)]
+    # Fallbacks are chosen once every node is planned: an offering a later node used up is
+    # no node's fallback.
+    plan.new_nodes = [
+        _planned_node(b, pods, eligible, prep, request, budget) for b, pods, eligible in packed
+    ]
     plan.cost_eur_per_hour = round(
         sum(n.offerings[0].price_eur_per_hour or 0.0 for n in plan.new_nodes), 6
     )
@@ -94,7 +116,8 @@ def baseline_one_node_per_round(
 ) -> Plan:
     """The seed system's strategy, for comparison: each round asks for one node the size of
     all remaining demand (the cheapest offering that holds it); when none is that big, takes
-    the biggest offering, fills it largest pod first, and goes again. Ignores the limits."""
+    the biggest offering, fills it largest pod first, and goes again. Ignores the limits and
+    the offerings' counts."""
     prep = _prepare(request, offerings, per_node_overhead)
     plan = Plan(unschedulable=prep.unschedulable)
     remaining = _place_in_flight(request, prep, plan)
@@ -126,15 +149,23 @@ def lp_lower_bound(
 
     tight=True (needs scipy, a dev extra): the strengthened assignment LP of bound.py, which
     respects which offerings each pod fits and may use. tight=False: the plain fractional
-    cover LP (lp.py, pure Python; much looser when pods are large against cheap nodes)."""
+    cover LP (lp.py, pure Python; much looser when pods are large against cheap nodes).
+    Both ignore the offerings' counts (`available`) and count each node at its offering's
+    own price (a free one at 0): a relaxation of what a plan must obey, so still a lower
+    bound on every plan, one that counts machines included (only looser: as if the cheap
+    machines never ran out)."""
     prep = _prepare(request, offerings, per_node_overhead)
     pods = [p for p in request.pods if p.uid in prep.eligible]
     items = [prep.shape[p.uid] for p in pods]
+    types = [
+        replace(t, price=float(o.price_eur_per_hour or 0.0), available=None)
+        for t, o in zip(prep.bin_types, prep.offerings, strict=True)
+    ]
     if not tight:
-        return lower_bound(items, prep.bin_types)
+        return lower_bound(items, types)
     from activities.planning.bound import assignment_lower_bound
 
-    return assignment_lower_bound(items, prep.bin_types, [prep.eligible[p.uid] for p in pods])
+    return assignment_lower_bound(items, types, [prep.eligible[p.uid] for p in pods])
 
 
 # ---- preparation --------------------------------------------------------------------------
@@ -163,10 +194,11 @@ def _prepare(
         bin_types.append(
             BinType(
                 ref=len(usable),
-                price=float(offering.price_eur_per_hour or 0.0),
+                price=max(float(offering.price_eur_per_hour or 0.0), FREE_NODE_PRICE),
                 cap=(cap.cpu_m, cap.memory_bytes, cap.pods),
                 raw_cpu_m=round(float(offering.vcpu or 0) * 1000),
                 raw_memory=int(float(offering.memory_gib or 0) * _GIB),
+                available=offering.available,
             )
         )
         usable.append(offering)
@@ -358,16 +390,38 @@ def _on_demand_twin(chosen: Offering, fitting: list[int], offerings: list[Offeri
     )
 
 
-def _add_floor_nodes(request: PlanRequest, prep: _Prepared, plan: Plan, budget: Budget) -> None:
-    """`min_new_nodes` empty nodes (the pool's minNodes floor): the cheapest offerings."""
-    everything = tuple(range(len(prep.offerings)))
+def _floor_bins(request: PlanRequest, prep: _Prepared, budget: Budget) -> list[Bin]:
+    """`min_new_nodes` empty nodes (the pool's minNodes floor): the cheapest offerings with
+    machines left."""
+    bins: list[Bin] = []
     for _ in range(request.min_new_nodes):
         chosen = next((t for t in prep.bin_types if budget.copies(t) >= 1), None)
         if chosen is None:
-            return
+            break
         budget.take(chosen)
-        empty = Bin(chosen, [], [0, 0, 0])
-        plan.new_nodes.append(_planned_node(empty, [], everything, prep, request, budget))
+        bins.append(Bin(chosen, [], [0, 0, 0]))
+    return bins
+
+
+def _held_back(
+    pod: PodDemand, types: list[BinType], prep: _Prepared, budget: Budget, plan: Plan
+) -> None:
+    """A pod the packer could not place: held by the pool's limits, or (when the limits
+    would allow a node that holds it) by the offerings' counts, all used up."""
+    shape = prep.shape[pod.uid]
+    fitting = [t for t in types if _fits(shape, t.cap)]
+    if not any(budget.copies(t, with_stock=False) >= 1 for t in fitting):
+        plan.limited.append(pod.uid)
+        return
+    used_up = [
+        f"{prep.offerings[t.ref].key} ({t.available} available)"
+        for t in fitting
+        if t.available is not None
+    ]
+    plan.unschedulable[pod.uid] = (
+        "no machine left: every offering that holds the pod is used up by this plan or out "
+        f"of stock ({', '.join(used_up[:3])}{', ...' if len(used_up) > 3 else ''})"
+    )
 
 
 def _no_offering_reason(

@@ -16,6 +16,9 @@ _PROVIDER_CLASSES: dict[str, str] = {
     "ovh": "activities.providers.ovh:OvhProvider",
     "hetzner": "activities.providers.hetzner:HetznerProvider",
     "scaleway": "activities.providers.scaleway:ScalewayProvider",
+    "plugin": "activities.providers.plugin:PluginProvider",
+    "proxmox": "activities.providers.proxmox:ProxmoxProvider",
+    "redfish": "activities.providers.redfish:RedfishProvider",
 }
 
 

@@ -269,9 +269,12 @@ class FakeProvider(Provider):
             log.info("instance %s already gone", instance_id)
 
     def instance_types(self) -> list[InstanceType]:
+        """The cloud's catalog. A type the cloud holds only so many of says how many more
+        each region can make (`available`, by region): one entry per region then."""
         response = self._request("GET", "/v1/instance-types", what="list instance types")
-        return [
-            InstanceType(
+        out: list[InstanceType] = []
+        for raw in response.json().get("instance_types") or []:
+            kind = InstanceType(
                 provider=self.name,
                 name=str(raw["name"]),
                 vcpu=float(raw["vcpu"]),
@@ -280,5 +283,14 @@ class FakeProvider(Provider):
                 regions=[str(r) for r in raw.get("regions") or []],
                 price_eur_per_hour=raw.get("price_eur_per_hour"),
             )
-            for raw in response.json().get("instance_types") or []
-        ]
+            counts = raw.get("available")
+            if not isinstance(counts, dict):
+                out.append(kind)
+                continue
+            out += [
+                kind.model_copy(
+                    update={"regions": [region], "available": int(counts.get(region, 0))}
+                )
+                for region in kind.regions
+            ]
+        return out

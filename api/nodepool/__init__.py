@@ -54,7 +54,25 @@ from api.restricted_keys import LABELS_RULE, TAINTS_RULE, refuse_restricted_keys
 from api.selectors import LabelSelector
 
 API_VERSION = "cloudburst.io/v1alpha1"
-PROVIDERS = ("aws", "gcp", "azure", "hetzner", "scaleway", "digitalocean", "ovh", "fake")
+PROVIDERS = (
+    "aws",
+    "gcp",
+    "azure",
+    "hetzner",
+    "scaleway",
+    "digitalocean",
+    "ovh",
+    "fake",
+    "plugin",
+    # On-premises: the operator's own machines (docs/providers.md).
+    "proxmox",
+    "redfish",
+)
+# Providers whose offerings and prices the provider itself gives, at each plan (its
+# `instance_types()`: what it has now, with counts): no price list to fetch or ship for them.
+LIVE_CATALOG_PROVIDERS: frozenset[str] = frozenset({"fake", "plugin", "proxmox", "redfish"})
+# The public clouds with published prices: the shipped catalog and the price refresh.
+PRICED_PROVIDERS = tuple(p for p in PROVIDERS if p not in LIVE_CATALOG_PROVIDERS)
 ARCHITECTURES = ("x86_64", "amd64", "arm64", "aarch64")
 # Karpenter's `karpenter.sh/capacity-type` values: spot VMs are cheaper and may be reclaimed
 # by the provider at short notice (AWS interruption, GCP preemption, Azure eviction).

@@ -203,6 +203,8 @@ class PoolState(BaseModel):
     claims_started: int = 0
     last_consolidation: datetime | None = None
     consolidation_note: str = ""
+    # claim -> what the latest consolidation found for it (see ConsolidationDecision).
+    consolidation_verdicts: dict[str, str] = {}
     # The NodePool status last written, so that only changes are written.
     published_status: NodePoolStatus | None = None
     # Moments the pool waits for (see workflows/alarms.py): each stored once, so that the
@@ -267,6 +269,7 @@ class PoolStatus(BaseModel):
     claims: list[PoolClaim]
     failed_offerings: dict[str, datetime]
     consolidation: str = ""
+    consolidation_verdicts: dict[str, str] = {}
     disruption_queue: dict[str, str] = {}
     permits: dict[str, str] = {}
     disruption_blocked: dict[str, str] = {}
@@ -308,6 +311,8 @@ class ConsolidationDecision(BaseModel):
     replacement: PlannedNode | None = None
     savings_eur_per_hour: float = 0.0
     explanation: str = ""
+    # Every claim looked at -> what consolidation found for it (kept: why; the move: which).
+    verdicts: dict[str, str] = {}
 
 
 class NodePoolStatusUpdate(CamelModel):

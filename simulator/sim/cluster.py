@@ -158,7 +158,12 @@ class SimulatedCluster:
     def endpoints(self) -> dict[str, list[str]]:
         """Service -> the stand-in addresses (every path under them) a worker may call."""
         found = {
-            name: [str(getattr(handle.cloud, "url", None) or handle.endpoint)]
+            # A stand-in called at several addresses (Redfish: the BMCs and the seed server)
+            # lists them as `urls`.
+            name: list(
+                getattr(handle.cloud, "urls", None)
+                or [str(getattr(handle.cloud, "url", None) or handle.endpoint)]
+            )
             for name, handle in self.standins.items()
             if name != "fake"
         }

@@ -14,8 +14,11 @@ from temporalio.testing import ActivityEnvironment
 
 from activities.planning.activity import PlanningActivities
 from activities.planning.config import PlanningConfig
+from activities.planning.consolidation import ConsolidationActivities
+from api.nodeclaim import Offering
 from api.nodeclass import NodeClassSpec
 from api.nodepool import NodePoolSpec
+from api.nodepool.messages import ConsolidationInput
 from api.planning import PlanRequest, PodDemand, Resources
 from cluster.tenancy import Tenancy
 from sim.cloud import FakeCloud, FakeCloudServer, FakeInstanceType
@@ -123,13 +126,17 @@ def daemonset(name: str, cpu: str, **spec: Any) -> k8s.V1DaemonSet:
     )
 
 
-def plan(planning_kube: k8s.ApiClient, request: PlanRequest) -> Any:
+def planning(planning_kube: k8s.ApiClient, node_class: NodeClassSpec | None) -> PlanningActivities:
     # The operator allows the fake cloud's address (as the dev stack does).
-    fake = request.node_class.fake if request.node_class else None
+    fake = node_class.fake if node_class else None
     allowed = {"fake": (fake.endpoint,)} if fake and fake.endpoint else {}
-    activities = PlanningActivities(
+    return PlanningActivities(
         planning_kube, config=PlanningConfig(), tenancy=Tenancy(allowed_endpoints=allowed)
     )
+
+
+def plan(planning_kube: k8s.ApiClient, request: PlanRequest) -> Any:
+    activities = planning(planning_kube, request.node_class)
     return ActivityEnvironment().run(activities.plan_capacity, request)
 
 
@@ -209,3 +216,143 @@ def test_a_wrong_fake_cloud_token_is_a_configuration_error(
         plan(planning_kube, request)
     assert err.value.type == "InvalidConfiguration" and err.value.non_retryable
     assert "apiTokenSecretRef" in str(err.value) and "nope" not in str(err.value)
+
+
+# ---- machines of one's own: a type the fake cloud holds only so many of --------------------
+
+RACK = "fk-rack"  # 4 cores, 8 GiB, free: the operator's machines, 2 per region
+
+
+@pytest.fixture
+def rack() -> Iterator[tuple[FakeCloud, str]]:
+    cloud = FakeCloud(
+        regions=["sim-1"],
+        instance_types=[
+            FakeInstanceType(RACK, 4, 8, "x86_64", 0.0, capacity=2),
+            FakeInstanceType("fk-medium", 4, 8, "x86_64", 0.022),
+            FakeInstanceType("fk-large", 8, 16, "x86_64", 0.041),
+        ],
+        token=TOKEN,
+        delete_delay_s=0.0,
+    )
+    server = FakeCloudServer(cloud).start()
+    yield cloud, server.url
+    server.stop()
+
+
+def use_a_machine(cloud: FakeCloud, name: str) -> str:
+    return str(cloud.create_instance(name=name, region="sim-1", instance_type=RACK)["id"])
+
+
+def test_the_machines_left_are_planned_first_and_the_rest_of_the_burst_goes_to_the_cloud(
+    planning_kube: k8s.ApiClient, rack: tuple[FakeCloud, str]
+) -> None:
+    cloud, url = rack
+    request = PlanRequest(
+        pool_name="shop", pool=POOL, class_providers=["fake"], pods=pods(8),
+        namespace=NS, node_class=node_class(url), offerings_per_node=3,
+    )  # fmt: skip
+    result = plan(planning_kube, request)
+    first = [n.offerings[0] for n in result.new_nodes]
+    machines = [o for o in first if o.instance_type == RACK]
+    assert len(machines) == 2  # three 1-core pods on each, both machines the cloud has
+    assert machines[0].available == 2 and machines[0].price_eur_per_hour == 0.0
+    assert machines[0].price_source == "fake: the provider's live catalog"
+    assert machines[0].price_as_of
+    assert {o.instance_type for o in first} - {RACK} and not result.unschedulable
+    assert sum(len(n.pod_uids) for n in result.new_nodes) == 8
+    for node in result.new_nodes:
+        if node.offerings[0].instance_type != RACK:
+            assert RACK not in [o.instance_type for o in node.offerings]
+
+    # One machine taken since: the next plan has one left.
+    use_a_machine(cloud, "taken-1")
+    again = plan(planning_kube, request)
+    assert [n.offerings[0].instance_type for n in again.new_nodes].count(RACK) == 1
+
+
+def consolidation_input(url: str, node: str) -> ConsolidationInput:
+    pool = POOL.model_copy(deep=True)
+    pool.disruption.consolidation_policy = "WhenEmptyOrUnderutilized"
+    medium = Offering(
+        provider="fake", region="sim-1", instance_type="fk-medium", vcpu=4, memory_gib=8,
+        price_eur_per_hour=0.022,
+    )  # fmt: skip
+    return ConsolidationInput(
+        pool_name="shop", namespace=NS, pool=pool, node_class=node_class(url),
+        candidates=[node], ready={node: medium}, min_savings_eur_per_hour=0.0,
+    )  # fmt: skip
+
+
+def test_consolidation_moves_a_cloud_node_to_a_machine_once_one_is_free(
+    planning_kube: k8s.ApiClient, rack: tuple[FakeCloud, str]
+) -> None:
+    cloud, url = rack
+    core = k8s.CoreV1Api(planning_kube)
+    node = "shop-cloud-1"
+    core.create_node(k8s.V1Node(metadata=k8s.V1ObjectMeta(name=node)))
+    core.patch_node_status(
+        node, {"status": {"allocatable": {"cpu": "3920m", "memory": "6Gi", "pods": "110"}}}
+    )
+    for i in range(2):
+        core.create_namespaced_pod(
+            NS,
+            k8s.V1Pod(
+                metadata=k8s.V1ObjectMeta(name=f"web-on-cloud-{i}"),
+                spec=k8s.V1PodSpec(
+                    node_name=node,
+                    containers=[
+                        k8s.V1Container(
+                            name="c",
+                            image="web",
+                            resources=k8s.V1ResourceRequirements(
+                                requests={"cpu": "1", "memory": "1Gi"}
+                            ),
+                        )
+                    ],
+                ),
+            ),
+        )
+    held = [use_a_machine(cloud, f"busy-{i}") for i in range(2)]
+    request = consolidation_input(url, node)
+    activities = ConsolidationActivities(planning_kube, planning(planning_kube, request.node_class))
+
+    # Both machines in use: the cloud node stays (nothing cheaper can take its pods).
+    full = ActivityEnvironment().run(activities.find_consolidation, request)
+    assert full.action == "none", full
+
+    # A machine frees up: the pods move back to it, replacement first.
+    cloud.delete_instance(held[0])
+    freed = ActivityEnvironment().run(activities.find_consolidation, request)
+    assert freed.action == "replace" and freed.claim_name == node, freed
+    assert freed.replacement is not None
+    assert freed.replacement.offerings[0].instance_type == RACK
+    assert freed.replacement.offerings[0].available == 1
+    assert freed.savings_eur_per_hour == pytest.approx(0.022)
+
+
+def test_at_the_floor_a_node_is_replaced_by_a_free_machine_never_deleted(
+    planning_kube: k8s.ApiClient, rack: tuple[FakeCloud, str]
+) -> None:
+    """A static pool (minNodes 1): its empty node is not consolidated away (the floor would
+    start another at once), but moves to a machine of the operator's once one is free."""
+    cloud, url = rack
+    core = k8s.CoreV1Api(planning_kube)
+    node = "shop-floor-1"
+    core.create_node(k8s.V1Node(metadata=k8s.V1ObjectMeta(name=node)))
+    core.patch_node_status(
+        node, {"status": {"allocatable": {"cpu": "3920m", "memory": "6Gi", "pods": "110"}}}
+    )
+    held = [use_a_machine(cloud, f"floor-busy-{i}") for i in range(2)]
+    request = consolidation_input(url, node)
+    request.pool.limits.min_nodes = 1
+    activities = ConsolidationActivities(planning_kube, planning(planning_kube, request.node_class))
+
+    kept = ActivityEnvironment().run(activities.find_consolidation, request)
+    assert kept.action == "none", kept
+
+    cloud.delete_instance(held[1])
+    moved = ActivityEnvironment().run(activities.find_consolidation, request)
+    assert moved.action == "replace" and moved.replacement is not None, moved
+    assert moved.replacement.offerings[0].instance_type == RACK
+    assert moved.replacement.pod_uids == []

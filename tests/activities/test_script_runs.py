@@ -664,3 +664,36 @@ def test_a_rerun_after_a_failed_join_asks_for_the_provider_id_again(machine: Mac
     assert retried.returncode == 0, retried.output
     assert sum("http://169.254." in c for c in retried.calls[done:]) == len(items)
     assert kubelet_args(retried.join_config())["provider-id"] == expected
+
+
+@pytest.mark.parametrize(
+    ("provider", "path", "content", "expected"),
+    [
+        # Proxmox: the VM's SMBIOS serial is its VM id (activities/providers/proxmox.py).
+        ("proxmox", "sys/class/dmi/id/product_serial", "1251\n", "proxmox:///pve/1251"),
+        # Redfish: the machine's name, from the seed's meta-data as cloud-init keeps it.
+        (
+            "redfish",
+            "run/cloud-init/instance-data.json",
+            json.dumps({"ds": {"meta_data": {"cloudburst-machine": "rack1-07"}}}),
+            "redfish:///pve/rack1-07",
+        ),
+    ],
+    ids=["proxmox", "redfish"],
+)
+def test_on_premises_machines_name_themselves_without_a_metadata_service(
+    machine: Machine, provider: str, path: str, content: str, expected: str
+) -> None:
+    metadata_service(machine, {}, silent=True)  # any request would fail the run
+    source = machine.root / path
+    source.parent.mkdir(parents=True, exist_ok=True)
+    source.write_text(content)
+    run = machine.run(script(provider=provider, region="pve"))
+    assert run.returncode == 0, run.output
+    assert kubelet_args(run.join_config())["provider-id"] == expected
+    assert not any("169.254." in c for c in run.calls)
+    source.unlink()
+    again = Machine(machine.base.parent / "again", UBUNTU_2404)
+    metadata_service(again, {}, silent=True)
+    failed = again.run(script(provider=provider, region="pve"))
+    assert failed.returncode != 0 and "FAILED in step 'provider-id'" in failed.log

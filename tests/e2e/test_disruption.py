@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import AsyncIterator
 from datetime import timedelta
@@ -33,6 +34,7 @@ from tests.e2e.harness import (
     running_watcher,
     serving,
 )
+from tests.e2e.test_operator_cli import cloudburst
 from worker.settings import Settings
 from workflows.nodeclaim import NodeClaimWorkflow
 from workflows.nodepool import NodePoolWorkflow
@@ -112,6 +114,8 @@ async def add_pods(stack: Stack, name: str, count: int, cpu: str = "20", **meta:
         pod = pool_pod(f"{name}-{index}", name, cpu=cpu, memory="1Gi")
         if meta.get("annotations"):
             pod.metadata.annotations = meta["annotations"]
+        if meta.get("tolerations"):
+            pod.spec.tolerations = meta["tolerations"]
         await in_thread(stack.core.create_namespaced_pod, "default", pod)
 
 
@@ -403,7 +407,19 @@ async def test_a_vm_gone_at_the_provider_is_found_by_the_claims_poll(stack: Stac
 
 async def test_drift_replaces_nodes_within_budgets_replacement_first(stack: Stack) -> None:
     pool(stack.kube, "drift", budgets=[{"nodes": "1"}])
-    await add_pods(stack, "drift", 2)
+    # Nodes with a taint (as a tenant pool's all are): the replacement is planned for pods
+    # that tolerate it, as the node's do.
+    taint = {"key": "dedicated", "value": "drift", "effect": "NoSchedule"}
+    k8s.CustomObjectsApi(stack.kube).patch_namespaced_custom_object(
+        "cloudburst.io",
+        "v1alpha1",
+        "default",
+        "nodepools",
+        "drift",
+        {"spec": {"template": {"labels": {"test-pool": "drift"}, "taints": [taint]}}},
+    )
+    toleration = k8s.V1Toleration(key="dedicated", value="drift", effect="NoSchedule")
+    await add_pods(stack, "drift", 2, tolerations=[toleration])
     await eventually(lambda: running_pods(stack, "drift"), lambda p: len(p) == 2, 90)
     old = {c.name for c in (await status_of(stack, "drift")).claims}
 
@@ -414,7 +430,7 @@ async def test_drift_replaces_nodes_within_budgets_replacement_first(stack: Stac
         "default",
         "nodepools",
         "drift",
-        {"spec": {"template": {"labels": {"test-pool": "drift", "tier": "v2"}}}},
+        {"spec": {"template": {"labels": {"test-pool": "drift", "tier": "v2"}, "taints": [taint]}}},
     )
     most = 0
     replaced_first = True
@@ -556,6 +572,32 @@ async def test_do_not_disrupt_blocks_consolidation(stack: Stack) -> None:
         assert small_node in status.consolidation, status.consolidation
         assert {c.name for c in status.claims} == {small_node, big_node}
         assert not disrupting(status)
+        # Where users look: the node's verdict names the pod, in the pool's status, an
+        # Unconsolidatable Event on the Node, and `cloudburst explain node`.
+        [pinned] = (
+            await in_thread(
+                stack.core.list_namespaced_pod, "default", label_selector="app=pinned-small"
+            )
+        ).items
+        pinned_name = f"default/{pinned.metadata.name}"
+        assert status.consolidation_verdicts[small_node] == f"do-not-disrupt pods: {pinned_name}"
+        told = await eventually(
+            lambda: in_thread(
+                stack.core.list_namespaced_event,
+                "default",
+                field_selector=f"involvedObject.kind=Node,involvedObject.name={small_node},"
+                "reason=Unconsolidatable",
+            ),
+            lambda found: bool(found.items),
+            30,
+        )
+        assert told.items[0].message == f"do-not-disrupt pods: {pinned_name}"
+        result = await cloudburst(stack, "explain", "node", small_node, "-o", "json")
+        assert result.exit_code == 0, result.output
+        answer = json.loads(result.stdout)
+        assert answer["summary"] == f"do-not-disrupt pods: {pinned_name}"
+        assert answer["do_not_disrupt"] == [pinned_name]
+        assert answer["consolidation"] == f"do-not-disrupt pods: {pinned_name}"
     finally:
         await delete_apps(stack, "pinned")
 

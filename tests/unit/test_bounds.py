@@ -560,6 +560,77 @@ RULE_CASES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
         ),
     ),
 }
+_PROXMOX: dict[str, Any] = {
+    "endpoint": "https://pve.example:8006",
+    "apiTokenSecretRef": {"name": "pve-token", "key": "token"},
+    "nodes": ["pve1"],
+    "vmidRange": {"lower": 1200, "upper": 1299},
+    "template": 9000,
+    "shapes": [{"name": "small", "cpu": 2, "memoryGiB": 4}],
+}
+_MACHINE: dict[str, Any] = {
+    "name": "rack1-07",
+    "bmc": "https://10.0.9.21/redfish/v1",
+    "credentialsSecretRef": {"name": "bmc", "key": "rack1-07"},
+}
+_REDFISH: dict[str, Any] = {"machines": [_MACHINE], "seedUrl": "https://netboot.example/seed"}
+RULE_CASES.update(
+    {
+        "vmidRange.lower must not exceed vmidRange.upper": (
+            with_value(NODE_CLASS, ("spec", "proxmox"), _PROXMOX),
+            with_value(
+                NODE_CLASS,
+                ("spec", "proxmox"),
+                {**_PROXMOX, "vmidRange": {"lower": 1300, "upper": 1299}},
+            ),
+        ),
+        "set exactly one of template (the VM id to clone) and netboot: true "
+        "(a VM that boots from the network)": (
+            with_value(
+                NODE_CLASS,
+                ("spec", "proxmox"),
+                {k: v for k, v in _PROXMOX.items() if k != "template"} | {"netboot": True},
+            ),
+            with_value(NODE_CLASS, ("spec", "proxmox"), {**_PROXMOX, "netboot": True}),
+        ),
+        "endpoint must be an https:// URL: the Proxmox VE API is served over TLS": (
+            with_value(NODE_CLASS, ("spec", "proxmox"), _PROXMOX),
+            with_value(
+                NODE_CLASS, ("spec", "proxmox"), {**_PROXMOX, "endpoint": "http://pve:8006"}
+            ),
+        ),
+        "shape names must be unique": (
+            with_value(NODE_CLASS, ("spec", "proxmox"), _PROXMOX),
+            with_value(
+                NODE_CLASS,
+                ("spec", "proxmox"),
+                {**_PROXMOX, "shapes": _PROXMOX["shapes"] * 2},
+            ),
+        ),
+        "imageUrl goes with boot: Cd (the virtual media to boot), and boot: Cd needs it": (
+            with_value(
+                NODE_CLASS,
+                ("spec", "redfish"),
+                {**_REDFISH, "boot": "Cd", "imageUrl": "https://netboot.example/live.iso"},
+            ),
+            with_value(NODE_CLASS, ("spec", "redfish"), {**_REDFISH, "boot": "Cd"}),
+        ),
+        "machine names must be unique": (
+            with_value(NODE_CLASS, ("spec", "redfish"), _REDFISH),
+            with_value(
+                NODE_CLASS, ("spec", "redfish"), {**_REDFISH, "machines": [_MACHINE, _MACHINE]}
+            ),
+        ),
+        "redfish has no endpoint: each machine's bmc and seedUrl are its addresses": (
+            with_value(NODE_CLASS, ("spec", "redfish"), _REDFISH),
+            with_value(
+                NODE_CLASS,
+                ("spec", "redfish"),
+                {**_REDFISH, "endpoint": "https://10.0.9.21/redfish/v1"},
+            ),
+        ),
+    }
+)
 # NodeClaims are written by our own code, not by users: their rules are tested on the claim.
 CLAIM_RULES = {
     f"cpu must be at most {MAX_CPU_CORES} cores",

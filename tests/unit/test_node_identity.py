@@ -18,6 +18,9 @@ ITS_OWN = [
     ("scaleway/fr-par-1/1f2e", "scaleway://instance/fr-par-1/1f2e"),
     ("digitalocean/fra1/2756294", "digitalocean://2756294"),
     ("ovh/GRA11/9a8b", "openstack:///9a8b"),
+    ("proxmox/pve/1251", "proxmox:///pve/1251"),
+    ("proxmox/pve/1251", "proxmox://cluster/vms/1251"),  # KubeNodeSmith's form
+    ("redfish/on-prem/burst-x7k2p/rack1-07", "redfish:///on-prem/rack1-07"),
     (
         "azure/westeurope/web-x7k2p",
         "azure:///subscriptions/s/resourceGroups/rg/providers/Microsoft.Compute/"
@@ -36,6 +39,8 @@ def test_the_claims_vm_is_its_node(instance: str, provider_id: str) -> None:
     [
         ("fake/sim-1/42", "fake:///sim-1/43"),  # another VM
         ("fake/sim-1/42", "fake:///sim-1/142"),  # a longer id ending the same
+        ("proxmox/pve/1251", "proxmox:///pve/12510"),
+        ("redfish/on-prem/burst-x7k2p/rack1-07", "redfish:///on-prem/rack1-08"),
         ("aws/eu-west-1/i-0abc", "gce://p/z/i-0abc"),  # another cloud, the same name
         ("fake/sim-1/42", ""),  # nobody set it: proves nothing
         ("fake/sim-1/42", None),

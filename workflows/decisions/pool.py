@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
 
+from api.explain import PoolPodView
 from api.nodeclaim import Condition, NodeClaimPhase
 from api.nodepool import (
     LIMIT_REACHED,
@@ -20,6 +21,16 @@ from api.nodepool import (
 from api.nodepool.messages import PoolClaim, PoolState
 from api.planning import InFlightNode, PlannedNode, PlanRequest, PodDemand
 from api.quantity import cpu_millis, format_cpu, format_memory, memory_bytes
+
+# A claim in these phases holds a node or is making one.
+LIVE_PHASES = frozenset(
+    {
+        NodeClaimPhase.PENDING,
+        NodeClaimPhase.PROVISIONING,
+        NodeClaimPhase.JOINING,
+        NodeClaimPhase.READY,
+    }
+)
 
 
 def start_batches(sizes: Sequence[int], max_claims: int, max_bytes: int) -> list[range]:
@@ -173,13 +184,21 @@ def events_allowed(
     return granted, EventAllowance(tokens=tokens - granted, at=now)
 
 
-def limit_text(limits: Limits) -> str:
+def limit_text(limits: Limits, live: Sequence[PoolClaim]) -> str:
+    """The pool's limits, each with what its live claims hold of it:
+    `pool limits maxNodes=3 (3 in use), cpu=8 (8 in use)`."""
+    cpu_m, memory = held(live)
     parts = [
-        f"maxNodes={limits.max_nodes}" if limits.max_nodes is not None else "",
-        f"cpu={limits.cpu}" if limits.cpu else "",
-        f"memory={limits.memory}" if limits.memory else "",
+        f"maxNodes={limits.max_nodes} ({len(live)} in use)" if limits.max_nodes is not None else "",
+        f"cpu={limits.cpu} ({format_cpu(cpu_m)} in use)" if limits.cpu else "",
+        f"memory={limits.memory} ({format_memory(memory)} in use)" if limits.memory else "",
     ]
     return "pool limits " + ", ".join(p for p in parts if p)
+
+
+def live(claims: Iterable[PoolClaim]) -> list[PoolClaim]:
+    """The claims that hold a node or are making one: what counts against the limits."""
+    return [c for c in claims if c.phase in LIVE_PHASES]
 
 
 def pool_status(
@@ -195,7 +214,11 @@ def pool_status(
         ready = (False, "ClaimsFailing", f"new claims held back: {state.config_error}")
     else:
         ready = (True, "Reconciled", "the pool's workflow is running")
-    text = f"{limited} pods wait: {limit_text(state.specs.pool.limits)}" if limited else ""
+    text = (
+        f"{limited} pods wait: {limit_text(state.specs.pool.limits, live(claims))}"
+        if limited
+        else ""
+    )
     previous = state.published_status
     conditions = [
         _condition(previous, READY, *ready, now),
@@ -246,3 +269,39 @@ def _condition(
     return Condition(
         type=type_, status=value, reason=reason, message=message, last_transition_time=now
     )
+
+
+def pod_view(state: PoolState, held_back: set[str], uid: str) -> PoolPodView:
+    """What the pool knows of one pod: nominated to a claim (which, in what phase, on which
+    offering), held back for more of a burst, or why it waits."""
+    claims = live(state.claims.values())
+    limits = limit_text(state.specs.pool.limits, claims)
+    if uid not in state.pending:
+        return PoolPodView(known=False, limits=limits, config_error=state.config_error)
+    claim = next((c for c in claims if uid in c.nominated), None)
+    return PoolPodView(
+        known=True,
+        nominated_to=claim.name if claim else None,
+        claim_phase=claim.phase if claim else None,
+        claim_started_at=claim.started_at if claim else None,
+        offering=claim.offering if claim else None,
+        blocked=state.blocked.get(uid),
+        held_until=state.hold_until if uid in held_back else None,
+        limits=limits,
+        config_error=state.config_error,
+    )
+
+
+def waiting_reasons(state: PoolState, most: int) -> list[tuple[str, int, str]]:
+    """The most common reasons pods wait: (reason, how many pods, one of them as
+    namespace/name), most pods first."""
+    counts: dict[str, int] = {}
+    example: dict[str, str] = {}
+    for uid, reason in state.blocked.items():
+        pod = state.pending.get(uid)
+        if pod is None:
+            continue
+        counts[reason] = counts.get(reason, 0) + 1
+        example.setdefault(reason, f"{pod.namespace}/{pod.name}")
+    ranked = sorted(counts, key=lambda r: (-counts[r], r))[:most]
+    return [(reason, counts[reason], example[reason]) for reason in ranked]

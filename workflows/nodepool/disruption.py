@@ -25,7 +25,7 @@ from api.nodepool.messages import (
     DisruptionPermit,
     PoolClaim,
 )
-from api.planning import PlannedNode, PodDemand
+from api.planning import PlannedNode, PodDemand, Toleration
 from workflows.decisions import budgets as budget_rules
 from workflows.failures import cause
 from workflows.nodepool import claims, planning
@@ -103,6 +103,9 @@ async def replace_drifted(run: PoolRun) -> None:
             namespace=run.namespace,
             name=f"replacement for {claim.name}",
             requests=claim.requests if claim.requests.pods else claim.allocatable,
+            # The node's pods tolerate its taints (a tenant pool's own, the template's):
+            # the replacement is planned for them, not for a pod that tolerates none.
+            tolerations=[Toleration(operator="Exists")],
         )
         try:
             plan = await planning.plan(
@@ -146,6 +149,7 @@ async def consolidate(run: PoolRun, due: bool) -> None:
         state.consolidation_note = f"consolidation failed: {cause(err)}"
         return
     state.consolidation_note = decision.explanation
+    state.consolidation_verdicts = decision.verdicts
     name = decision.claim_name
     if decision.action == "delete" and name:
         state.permits[name] = DisruptionReason.UNDERUTILIZED

@@ -66,7 +66,7 @@ def blocked(run: PoolRun, plan: Plan) -> list[KubeEvent]:
     """Record why pods the plan could not place still wait; an Event when the reason is new."""
     state = run.state
     notices = []
-    limit = pool_rules.limit_text(state.specs.pool.limits)
+    limit = pool_rules.limit_text(state.specs.pool.limits, run.live_claims())
     reasons = {uid: f"{events.LIMIT_REACHED}: {limit}" for uid in plan.limited}
     reasons.update(plan.unschedulable)
     for uid, reason in reasons.items():
@@ -173,7 +173,8 @@ async def _publish_status(run: PoolRun) -> None:
 
 
 def update_details(run: PoolRun) -> None:
-    """Current details in the Web UI."""
+    """Current details in the Web UI, with why pods wait (each reason, how many, and the
+    command that explains one of them in full)."""
     state = run.state
     ready = sum(1 for c in state.claims.values() if c.phase == NodeClaimPhase.READY)
     lines = [
@@ -187,4 +188,14 @@ def update_details(run: PoolRun) -> None:
         f"| Offerings skipped | {', '.join(sorted(state.failed_offerings)) or '—'} |",
         f"| Claims started | {state.claims_started} |",
     ]
+    if state.consolidation_note:
+        lines.append(f"| Consolidation | {_cell(state.consolidation_note)} |")
+    for reason, count, example in pool_rules.waiting_reasons(state, most=3):
+        lines.append(f"| Waiting ({count}) | {_cell(reason)}: `cloudburst explain pod {example}` |")
     workflow.set_current_details("\n".join(lines))
+
+
+def _cell(text: str, most: int = 200) -> str:
+    """User text in a Markdown table cell: one line, no column breaks, not too long."""
+    flat = " ".join(text.split()).replace("|", "\\|")
+    return flat if len(flat) <= most else flat[: most - 1] + "…"

@@ -10,7 +10,7 @@ from typing import Any
 from temporalio import workflow
 
 from api.messages import claim_task_queue
-from api.nodeclaim import NodeClaim, NodeClaimPhase
+from api.nodeclaim import NodeClaim
 from api.nodepool import Budget
 from api.nodepool.messages import NodePoolInput, PoolClaim, PoolState
 from api.planning import Plan, PlannedNode
@@ -22,14 +22,7 @@ from workflows.history import HistoryBound
 # cannot continue as new until they have started, and its history (the claims' reports) is
 # what a worker replays on a takeover.
 CLAIM_STARTS_PER_RUN = 500
-LIVE_PHASES = frozenset(
-    {
-        NodeClaimPhase.PENDING,
-        NodeClaimPhase.PROVISIONING,
-        NodeClaimPhase.JOINING,
-        NodeClaimPhase.READY,
-    }
-)
+LIVE_PHASES = pool_rules.LIVE_PHASES
 
 
 @dataclass(frozen=True)
@@ -93,7 +86,7 @@ class PoolRun:
         self.dirty = True
 
     def live_claims(self) -> list[PoolClaim]:
-        return [c for c in self.state.claims.values() if c.phase in LIVE_PHASES]
+        return pool_rules.live(self.state.claims.values())
 
     def settled(self) -> bool:
         """Nothing of this run in flight that the next run would not know about."""

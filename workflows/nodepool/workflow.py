@@ -16,6 +16,7 @@ from temporalio import workflow
 with workflow.unsafe.imports_passed_through():
     # The modules hold no state of their own: passed through, they are loaded once per
     # worker, not again for every run.
+    from api.explain import PoolPodView
     from api.nodeclaim import NodeClaimPhase
     from api.nodepool.messages import (
         BudgetStatus,
@@ -120,6 +121,11 @@ class NodePoolWorkflow:
         self._run.dirty = True
 
     @workflow.query
+    def pod(self, uid: str) -> PoolPodView:
+        """What the pool knows of one pending pod (`cloudburst explain pod`)."""
+        return pool_rules.pod_view(self._run.state, self._run.held, uid)
+
+    @workflow.query
     def status(self) -> PoolStatus:
         run = self._run
         state = run.state
@@ -133,6 +139,7 @@ class NodePoolWorkflow:
             claims=claims,
             failed_offerings=dict(state.failed_offerings),
             consolidation=state.consolidation_note,
+            consolidation_verdicts=dict(state.consolidation_verdicts),
             disruption_queue=dict(state.disruption_queue),
             permits=dict(state.permits),
             disruption_blocked=dict(state.disruption_blocked),

@@ -11,7 +11,7 @@ import itertools
 import threading
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -59,9 +59,12 @@ class FakeInstanceType:
     memory_gib: float
     arch: str
     price_eur_per_hour: float
+    # How many instances of this type each region holds at once (machines on premises);
+    # None: as many as asked (a public cloud). A create past it is refused for capacity.
+    capacity: int | None = None
 
-    def to_json(self, regions: list[str]) -> dict[str, Any]:
-        return {
+    def to_json(self, regions: list[str], in_use: dict[str, int]) -> dict[str, Any]:
+        out: dict[str, Any] = {
             "name": self.name,
             "vcpu": self.vcpu,
             "memory_gib": self.memory_gib,
@@ -69,6 +72,10 @@ class FakeInstanceType:
             "price_eur_per_hour": self.price_eur_per_hour,
             "regions": list(regions),
         }
+        if self.capacity is not None:
+            # Per region: how many more can be made now.
+            out["available"] = {r: max(0, self.capacity - in_use.get(r, 0)) for r in regions}
+        return out
 
 
 # The fake cloud's catalog: a size ladder of general (x86_64 and arm64), memory- and
@@ -328,6 +335,13 @@ class FakeCloud:
                 raise CloudError(
                     409, "uniqueness_error", f"an instance named {name!r} already exists"
                 )
+            capacity = self.types[instance_type].capacity
+            if capacity is not None and self._in_use(instance_type).get(region, 0) >= capacity:
+                raise CloudError(
+                    412,
+                    "resource_unavailable",
+                    f"no {instance_type} left in {region}: all {capacity} are in use",
+                )
             n = next(self._ids)
             inst = _Instance(
                 id=f"i-{n:04d}",
@@ -402,7 +416,27 @@ class FakeCloud:
     def instance_types(self) -> list[dict[str, Any]]:
         with self._lock:
             self._maybe_fail("catalog")
-            return [t.to_json(self.regions) for t in self.types.values()]
+            self._purge(time.monotonic())
+            return [
+                t.to_json(self.regions, self._in_use(t.name) if t.capacity is not None else {})
+                for t in self.types.values()
+            ]
+
+    def set_capacity(self, instance_type: str, capacity: int | None) -> None:
+        """How many instances of this type each region holds from now on (None: unlimited);
+        instances already made stay."""
+        with self._lock:
+            self.types[instance_type] = replace(self.types[instance_type], capacity=capacity)
+
+    def _in_use(self, instance_type: str) -> dict[str, int]:
+        """Called with the lock held: per region, the instances of this type that hold a
+        machine (every one not yet gone, stopping ones included)."""
+        counts: Counter[str] = Counter(
+            i.region
+            for i in self._instances.values()
+            if i.instance_type == instance_type and not i.terminated
+        )
+        return dict(counts)
 
     # ---- test and kubelet helpers (not part of the public cloud API) ---------------------
 

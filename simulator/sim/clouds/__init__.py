@@ -22,8 +22,19 @@ from sim.clouds.base import (
     as_bootable,
 )
 
-# Every cloud a stand-in is planned for (EC2's is moto, wrapped in sim/clouds/aws.py).
-KNOWN_STANDINS = ("hetzner", "scaleway", "aws", "gcp", "azure", "digitalocean", "ovh")
+# Every cloud a stand-in is planned for (EC2's is moto, wrapped in sim/clouds/aws.py; Redfish's
+# is sushy-tools' emulator, bridged to the kubelets by sim/clouds/redfish.py).
+KNOWN_STANDINS = (
+    "hetzner",
+    "scaleway",
+    "aws",
+    "gcp",
+    "azure",
+    "digitalocean",
+    "ovh",
+    "proxmox",
+    "redfish",
+)
 
 
 class StandinMissingError(LookupError):

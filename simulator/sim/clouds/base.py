@@ -257,6 +257,8 @@ class Response:
     body: Any = None  # JSON-serialisable, or bytes/str sent as they are
     headers: dict[str, str] = field(default_factory=dict)
     content_type: str = "application/json"
+    # The status line's reason phrase, where an API puts its message there (Proxmox VE).
+    reason: str | None = None
 
     def encoded(self) -> bytes:
         if self.body is None:
@@ -309,7 +311,7 @@ class _Handler(BaseHTTPRequestHandler):
         except Exception as exc:  # a stand-in bug: answer 500 rather than hang up
             response = Response(500, {"message": f"stand-in error: {type(exc).__name__}: {exc}"})
         data = response.encoded()
-        self.send_response(response.status)
+        self.send_response(response.status, response.reason)
         if data:
             self.send_header("Content-Type", response.content_type)
         self.send_header("Content-Length", str(len(data)))

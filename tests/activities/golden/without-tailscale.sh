@@ -25,7 +25,7 @@ TAILSCALE_ENABLED=false
 TAILSCALE_AUTHKEY=''
 # The cloud whose instance metadata service tells this VM who it is, for the kubelet's
 # --provider-id ('' when none does: the fake cloud, or a provider not known at render time),
-# and the region to name where that service does not tell it (OVH).
+# and the region to name where that service does not tell it (OVH, Proxmox, Redfish).
 PROVIDER=scaleway
 REGION=''
 # kubeadm's kubeletExtraArgs form: `list` (v1beta4) or `map` (v1beta3).
@@ -249,6 +249,43 @@ read_identity() {
       # OpenStack's instance uuid; its metadata names no region, the rendered one stands.
       metadata "$imds/openstack/latest/meta_data.json"
       INSTANCE_ID=$(json_string uuid)
+      INSTANCE_REGION=$REGION
+      ;;
+    plugin)
+      # No metadata service: the plug-in's own first-boot handling wrote the machine's
+      # providerID (plugin:///<region>/<id>, api/plugin.py) here before this script runs.
+      if ! METADATA=$(cat "$ROOT/etc/cloudburst/provider-id" 2>/dev/null); then
+        log "the plug-in wrote no /etc/cloudburst/provider-id (docs/providers.md)"
+        return 1
+      fi
+      case $METADATA in
+        plugin:///*) METADATA=${METADATA#plugin:///} ;;
+        *)
+          log "/etc/cloudburst/provider-id holds no plugin:///<region>/<id> providerID"
+          return 1
+          ;;
+      esac
+      INSTANCE_REGION=${METADATA%%/*}
+      INSTANCE_ID=${METADATA#*/}
+      ;;
+    proxmox)
+      # A Proxmox VM has no metadata service: its SMBIOS serial is its VM id (smbios1
+      # serial=<vmid>, set by activities/providers/proxmox.py); the cluster is rendered.
+      if ! METADATA=$(cat "$ROOT/sys/class/dmi/id/product_serial" 2>/dev/null); then
+        log "cannot read /sys/class/dmi/id/product_serial (the VM's SMBIOS serial)"
+        return 1
+      fi
+      INSTANCE_ID=$METADATA
+      INSTANCE_REGION=$REGION
+      ;;
+    redfish)
+      # A bare-metal machine's name is in the cloud-init seed it booted with (meta-data
+      # cloudburst-machine, activities/providers/redfish.py); the site is rendered.
+      if ! METADATA=$(cat "$ROOT/run/cloud-init/instance-data.json" 2>/dev/null); then
+        log "cannot read /run/cloud-init/instance-data.json (cloud-init's instance data)"
+        return 1
+      fi
+      INSTANCE_ID=$(json_string ds meta_data cloudburst-machine)
       INSTANCE_REGION=$REGION
       ;;
     *)

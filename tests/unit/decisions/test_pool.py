@@ -19,8 +19,10 @@ from workflows.decisions.pool import (
     overflowing,
     partly_filled,
     plan_request,
+    pod_view,
     pool_status,
     start_batches,
+    waiting_reasons,
 )
 
 NOW = datetime(2026, 11, 24, 9, 0, tzinfo=UTC)
@@ -112,7 +114,7 @@ def test_status_counts_nodes_and_says_when_pods_wait_on_limits() -> None:
     ready, limit = status.conditions
     assert (ready.type, ready.status) == ("Ready", "True")
     assert (limit.status, limit.reason) == ("True", "PodsWaiting")
-    assert limit.message == "1 pods wait: pool limits maxNodes=2"
+    assert limit.message == "1 pods wait: pool limits maxNodes=2 (2 in use)"
 
 
 def test_a_condition_keeps_its_transition_time_while_it_holds() -> None:
@@ -265,3 +267,32 @@ def test_specs_without_uids_are_ordered_by_generation_alone() -> None:
     assert specs(2, 1).supersedes(specs(1, 1, "pool-a", "class-a"))
     assert not specs(1, 1).supersedes(specs(2, 1, "pool-a", "class-a"))
     assert not specs(1, 1, "pool-b", "class-b").supersedes(specs(2, 1))
+
+
+def test_a_pod_waiting_on_the_limits_reads_them_with_what_the_live_claims_hold() -> None:
+    pool = state({"maxNodes": 2, "cpu": "4"})
+    pool.claims = {
+        "a": claim("a", NodeClaimPhase.READY, nominated=["p1"]),
+        "b": claim("b", NodeClaimPhase.PROVISIONING),
+        "gone": claim("gone", NodeClaimPhase.DELETED),
+    }
+    pool.pending = {uid: pod(uid) for uid in ("p1", "p2")}
+    pool.blocked = {"p2": "LimitReached: pool limits maxNodes=2 (2 in use), cpu=4 (4 in use)"}
+    nominated = pod_view(pool, set(), "p1")
+    assert (nominated.nominated_to, nominated.claim_phase) == ("a", NodeClaimPhase.READY)
+    assert nominated.limits == "pool limits maxNodes=2 (2 in use), cpu=4 (4 in use)"
+    waiting = pod_view(pool, set(), "p2")
+    assert waiting.nominated_to is None and waiting.blocked == pool.blocked["p2"]
+    assert pod_view(pool, {"p2"}, "p2").held_until == pool.hold_until
+    assert not pod_view(pool, set(), "never-told").known
+
+
+def test_the_web_ui_lists_the_commonest_reasons_pods_wait_with_one_pod_to_explain() -> None:
+    pool = state()
+    pool.pending = {uid: pod(uid) for uid in ("p1", "p2", "p3")}
+    pool.blocked = {"p1": "LimitReached: x", "p2": "LimitReached: x", "p3": "no offering"}
+    assert waiting_reasons(pool, most=3) == [
+        ("LimitReached: x", 2, "default/p1"),
+        ("no offering", 1, "default/p3"),
+    ]
+    assert waiting_reasons(pool, most=1) == [("LimitReached: x", 2, "default/p1")]

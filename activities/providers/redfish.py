@@ -1,0 +1,482 @@
+"""Bare-metal machines through their BMCs' Redfish services, with `sushy` (OpenStack's client).
+
+The inventory is the NodeClass's `spec.redfish.machines`; a claim holds one machine from its
+create to its delete:
+
+- Which claim holds a machine is recorded in the machine's cloud-init seed, on the operator's
+  seed server (`seedUrl`): `<seedUrl>/<machine>/meta-data` names the claim, its pool and
+  cluster and the shape, and `user-data` beside it is the first-boot script. Redfish has no
+  tags: the one writable free-text field, `AssetTag`, is not a compare-and-set, many BMCs cap
+  its length well below a claim's labels, and sushy-tools' emulator neither shows nor
+  accepts it; the seed, though, must be written for the machine to join at all, and goes when
+  the machine is returned. The record is created with `If-None-Match: *` (RFC 9110): on a
+  server that honours it two workers cannot take the same machine (412 to the second).
+- A free machine is one without a record that is powered off. Create takes one of the
+  requested shape, writes its seed, sets a one-time boot from the network (`boot: Pxe`, the
+  operator's PXE/iPXE hands the machine `ds=nocloud;s=<seedUrl>/<machine>/`) or inserts
+  `imageUrl` as virtual media and boots it once (`boot: Cd`), and powers it on. A create
+  that finds the claim's record resumes it (boot override, power) and makes nothing twice.
+- Delete forces the power off, ejects the virtual media and removes the seed, the record
+  last: the machine is free again once it is off.
+- The instance id is `redfish/<site>/<claim>/<machine>`: a machine serves claim after claim,
+  and an id names one holding, so a late delete of an earlier claim never powers off a later
+  claim's node. Its last segment, the machine, is what the node's providerID ends in
+  (`redfish:///<site>/<machine>`, from the seed's `cloudburst-machine`).
+- A shape is named by its size, `metal-<cpu>c<memory>g` (`-arm64` for arm64), from the BMC's
+  `ProcessorSummary.Count` and `MemorySummary.TotalSystemMemoryGiB`, or the inventory's `cpu`
+  and `memoryGiB` where the BMC reports none; `available` is its free machines.
+- Errors: a BMC that refuses the login (401/403) → fatal, naming the machine's Secret; a BMC
+  or seed server that cannot be reached or answers 5xx → the machine is skipped when creating
+  (no free machine reachable: capacity), retryable otherwise; 429 → retryable; no free
+  machine of the shape → capacity. No credential is in any message.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from typing import Any, ClassVar, NoReturn
+from urllib.parse import urlsplit
+
+import httpx
+import sushy
+import yaml
+from sushy import exceptions as sushy_errors
+
+from activities.providers.base import (
+    CapacityError,
+    FatalError,
+    Instance,
+    InstanceSpec,
+    InstanceState,
+    InstanceType,
+    Provider,
+    RetryableError,
+    instance_id,
+    split_instance_id,
+)
+from api import labels as L
+from api.nodeclass import RedfishClass, RedfishMachine
+
+log = logging.getLogger(__name__)
+
+# What a BMC's error becomes: fatal (fix something) or retryable (a machine to skip now).
+ProviderError_ = FatalError | RetryableError
+TIMEOUT_S = 15.0
+MACHINE_KEY = "cloudburst-machine"
+_STATES = {
+    "On": InstanceState.RUNNING,
+    "PoweringOn": InstanceState.PENDING,
+    "PoweringOff": InstanceState.STOPPING,
+    # Held but off: its power-on is still to land (BMCs take seconds), or someone turned it
+    # off; the node's own state tells which.
+    "Off": InstanceState.PENDING,
+}
+
+
+class RedfishProvider(Provider):
+    """`credential` is a JSON object of machine name to that BMC's `username:password`."""
+
+    name: ClassVar[str] = "redfish"
+    block: RedfishClass
+
+    def __init__(self, block: RedfishClass, credential: str | None) -> None:
+        super().__init__(block, credential)
+        try:
+            logins = json.loads(credential or "{}")
+        except ValueError:
+            logins = None
+        if not isinstance(logins, dict):
+            raise FatalError(
+                self.name,
+                "the BMC logins are not a JSON object of machine name to username:password",
+                "the worker reads each spec.redfish.machines[].credentialsSecretRef itself",
+            )
+        self.machines: dict[str, RedfishMachine] = {m.name: m for m in block.machines}
+        self._logins: dict[str, tuple[str, str]] = {}
+        for index, machine in enumerate(block.machines):
+            user, sep, password = str(logins.get(machine.name) or "").partition(":")
+            if not (user and sep):
+                raise FatalError(
+                    self.name,
+                    f"no BMC login for machine {machine.name}",
+                    f"the Secret key named by spec.redfish.machines[{index}].credentialsSecretRef "
+                    "must hold username:password",
+                )
+            self._logins[machine.name] = (user, password)
+        self.seed_url = block.seed_url.rstrip("/")
+        self._http = httpx.Client(timeout=TIMEOUT_S, verify=block.verify_tls)
+        self._bmcs: dict[tuple[str, str], sushy.Sushy] = {}
+
+    def close(self) -> None:
+        self._http.close()
+
+    # ---- errors ----------------------------------------------------------------------------
+
+    def _login_fix(self, machine: str) -> str:
+        index = next(i for i, m in enumerate(self.block.machines) if m.name == machine)
+        return (
+            f"check the BMC login in the Secret named by "
+            f"spec.redfish.machines[{index}].credentialsSecretRef (an account with the "
+            "Operator role: power control, boot override, virtual media)"
+        )
+
+    def _bmc_error(self, machine: str, exc: Exception, what: str) -> ProviderError_:
+        """A sushy error as a typed error (returned, not raised: creating skips a machine
+        whose BMC is down)."""
+        detail = f"{what}: machine {machine}: {type(exc).__name__}: {exc}"
+        if isinstance(exc, sushy_errors.AccessError):
+            return FatalError(self.name, detail, self._login_fix(machine))
+        if isinstance(exc, sushy_errors.ResourceNotFoundError):
+            return FatalError(self.name, detail, f"check the bmc and systemId of machine {machine}")
+        if isinstance(exc, sushy_errors.HTTPError) and exc.status_code == 429:
+            return RetryableError(self.name, detail, retry_after_s=5.0)
+        if isinstance(exc, sushy_errors.ConnectionError | sushy_errors.ServerSideError):
+            return RetryableError(self.name, detail)
+        return FatalError(self.name, detail, f"check machine {machine} in spec.redfish.machines")
+
+    def _seed_error(self, exc: Exception, what: str, *, creating: bool = False) -> NoReturn:
+        if isinstance(exc, httpx.TimeoutException | httpx.TransportError):
+            detail = f"{what}: cannot reach the seed server {self.seed_url}"
+            if creating:
+                raise CapacityError(self.name, detail) from None
+            raise RetryableError(self.name, detail) from None
+        if isinstance(exc, httpx.HTTPStatusError):
+            status = exc.response.status_code
+            detail = f"{what}: the seed server answered HTTP {status}"
+            if status == 429:
+                raise RetryableError(self.name, detail) from None
+            if status >= 500:
+                if creating:
+                    raise CapacityError(self.name, detail) from None
+                raise RetryableError(self.name, detail) from None
+            raise FatalError(
+                self.name,
+                detail,
+                "check NodeClass spec.redfish.seedUrl: the worker must be allowed to PUT, "
+                "GET and DELETE under it",
+            ) from None
+        raise exc
+
+    # ---- the BMCs --------------------------------------------------------------------------
+
+    def _system(self, machine: str) -> Any:
+        """The machine's ComputerSystem (sushy), through a connection per BMC and login."""
+        entry = self.machines[machine]
+        root = urlsplit(entry.bmc)
+        user, password = self._logins[machine]
+        key = (entry.bmc, user)
+        conn = self._bmcs.get(key)
+        if conn is None:
+            conn = sushy.Sushy(
+                f"{root.scheme}://{root.netloc}",
+                username=user,
+                password=password,
+                root_prefix=(root.path.rstrip("/") or "/redfish/v1") + "/",
+                verify=self.block.verify_tls,
+                server_side_retries=1,
+                server_side_retries_delay=1,
+                read_timeout=int(TIMEOUT_S),
+                connect_timeout=5,
+            )
+            self._bmcs[key] = conn
+        identity = None
+        if entry.system_id:
+            identity = f"{root.path.rstrip('/') or '/redfish/v1'}/Systems/{entry.system_id}"
+        return conn.get_system(identity)
+
+    def _look(self, machine: str, what: str) -> _Machine:
+        """Power state and shape of a machine (sushy errors raised as typed errors)."""
+        try:
+            system = self._system(machine)
+            raw = system.json or {}
+        except sushy_errors.SushyError as exc:
+            raise self._bmc_error(machine, exc, what) from None
+        entry = self.machines[machine]
+        cpu = (raw.get("ProcessorSummary") or {}).get("Count") or entry.cpu
+        memory = (raw.get("MemorySummary") or {}).get("TotalSystemMemoryGiB") or entry.memory_gib
+        shape = None
+        if cpu and memory:
+            shape = f"metal-{int(cpu)}c{int(memory)}g" + ("-arm64" if entry.arch == "arm64" else "")
+        return _Machine(
+            name=machine,
+            power=str(raw.get("PowerState") or ""),
+            shape=shape,
+            cpu=int(cpu or 0),
+            memory_gib=float(memory or 0),
+            arch=entry.arch,
+            system=system,
+        )
+
+    # ---- the seed server -------------------------------------------------------------------
+
+    def _record(self, machine: str, what: str, *, creating: bool = False) -> dict[str, str] | None:
+        """The claim holding `machine` (its seed's meta-data), or None when it is free."""
+        try:
+            response = self._http.get(f"{self.seed_url}/{machine}/meta-data")
+            if response.status_code == 404:
+                return None
+            response.raise_for_status()
+        except httpx.HTTPError as exc:
+            self._seed_error(exc, f"{what}: read the seed of {machine}", creating=creating)
+        try:
+            doc = yaml.safe_load(response.text)
+        except yaml.YAMLError:
+            doc = None
+        if not isinstance(doc, dict):
+            return {}  # a seed that is not ours: the machine is taken, by whom is unknown
+        return {str(k): str(v) for k, v in doc.items()}
+
+    def _claim(self, machine: str, spec: InstanceSpec, what: str) -> bool:
+        """Write the record (create-only); False when another claim took the machine first."""
+        labels = {**spec.vm_labels(), L.INSTANCE_TYPE: spec.instance_type}
+        lines = [
+            f"instance-id: {json.dumps(f'cloudburst-{machine}-{spec.name}')}",
+            f"local-hostname: {json.dumps(spec.name)}",
+            f"{MACHINE_KEY}: {json.dumps(machine)}",
+            *(f"{key}: {json.dumps(value)}" for key, value in sorted(labels.items())),
+        ]
+        try:
+            response = self._http.put(
+                f"{self.seed_url}/{machine}/meta-data",
+                content="\n".join(lines) + "\n",
+                headers={"If-None-Match": "*", "Content-Type": "text/yaml"},
+            )
+            if response.status_code == 412:
+                return False
+            response.raise_for_status()
+        except httpx.HTTPError as exc:
+            self._seed_error(exc, f"{what}: record the claim on {machine}", creating=True)
+        mine = self._record(machine, what, creating=True) or {}
+        # A server that ignores If-None-Match lets the last writer win: read back who did.
+        return mine.get(L.NODECLAIM) == spec.name and mine.get(L.CLUSTER) == spec.cluster_id
+
+    def _write_user_data(self, machine: str, user_data: str, what: str) -> None:
+        try:
+            self._http.put(
+                f"{self.seed_url}/{machine}/user-data",
+                content=user_data.encode(),
+                headers={"Content-Type": "text/plain; charset=utf-8"},
+            ).raise_for_status()
+        except httpx.HTTPError as exc:
+            self._seed_error(
+                exc, f"{what}: write the first-boot script of {machine}", creating=True
+            )
+
+    def _release(self, machine: str, what: str) -> None:
+        """Remove the seed: the script (it holds a join token), then the record."""
+        for name in ("user-data", "meta-data"):
+            try:
+                response = self._http.delete(f"{self.seed_url}/{machine}/{name}")
+                if response.status_code != 404:
+                    response.raise_for_status()
+            except httpx.HTTPError as exc:
+                self._seed_error(exc, f"{what}: remove the seed of {machine}")
+
+    # ---- Provider --------------------------------------------------------------------------
+
+    def create(self, spec: InstanceSpec) -> Instance:
+        site = self.block.site
+        what = f"create machine for {spec.name!r} ({spec.instance_type} at {site})"
+        if spec.region and spec.region != site:
+            raise FatalError(
+                self.name,
+                f"{what}: the offering's region {spec.region!r} is not this site",
+                "the region of a redfish offering is NodeClass spec.redfish.site",
+            )
+        records = {m: self._record(m, what, creating=True) for m in self.machines}
+        for machine, record in records.items():
+            if _holds(record, spec.name, spec.cluster_id):
+                log.info("machine %s already holds %s; resuming", machine, spec.name)
+                return self._boot(machine, spec, what)
+        unreachable: list[str] = []
+        for machine, record in records.items():
+            if record is not None:
+                continue
+            try:
+                seen = self._look(machine, what)
+            except (RetryableError, CapacityError) as exc:
+                log.warning("skipping machine %s: %s", machine, exc)
+                unreachable.append(machine)
+                continue
+            if seen.shape != spec.instance_type or seen.power != "Off":
+                continue
+            if not self._claim(machine, spec, what):
+                log.info("machine %s was taken meanwhile", machine)
+                continue
+            try:
+                self._write_user_data(machine, spec.user_data, what)
+                return self._boot(machine, spec, what, seen)
+            except (FatalError, CapacityError):
+                self._release_quietly(machine, what)
+                raise
+        also = (
+            f" ({len(unreachable)} did not answer: {', '.join(unreachable)})" if unreachable else ""
+        )
+        raise CapacityError(
+            self.name, f"{what}: no free machine of shape {spec.instance_type}{also}"
+        )
+
+    def _boot(
+        self, machine: str, spec: InstanceSpec, what: str, seen: _Machine | None = None
+    ) -> Instance:
+        """Boot override and power on (both idempotent); the holding as an Instance."""
+        seen = seen or self._look(machine, what)
+        system = seen.system
+        try:
+            if seen.power in ("Off", "PoweringOff"):
+                if self.block.boot == "Cd":
+                    self._insert_media(system, what)
+                    target = sushy.BootSource.CD
+                else:
+                    target = sushy.BootSource.PXE
+                system.set_system_boot_options(
+                    target=target, enabled=sushy.BootSourceOverrideEnabled.ONCE
+                )
+                system.reset_system(sushy.ResetType.ON)
+                seen.power = "PoweringOn"
+        except sushy_errors.SushyError as exc:
+            error = self._bmc_error(machine, exc, f"{what}: power on")
+            if isinstance(error, RetryableError):
+                raise CapacityError(self.name, error.message) from None
+            raise error from None
+        log.info("machine %s powering on for %s", machine, spec.name)
+        labels = {**spec.vm_labels()}
+        return self._instance(machine, spec.name, labels, spec.instance_type, seen.power)
+
+    def _insert_media(self, system: Any, what: str) -> None:
+        for media in system.virtual_media.get_members():
+            types = {str(getattr(t, "value", t)) for t in media.media_types or []}
+            if types & {"CD", "DVD"}:
+                media.insert_media(self.block.image_url, inserted=True, write_protected=True)
+                return
+        raise FatalError(
+            self.name,
+            f"{what}: the BMC offers no CD virtual media",
+            "use boot: Pxe for this inventory",
+        )
+
+    def _release_quietly(self, machine: str, what: str) -> None:
+        try:
+            self._release(machine, what)
+        except (RetryableError, CapacityError, FatalError) as exc:
+            log.warning("could not return machine %s after a failed create: %s", machine, exc)
+
+    def _instance(
+        self, machine: str, claim: str, labels: dict[str, str], shape: str, power: str
+    ) -> Instance:
+        return Instance(
+            id=instance_id(self.name, self.block.site, f"{claim}/{machine}"),
+            name=claim,
+            provider=self.name,
+            region=self.block.site,
+            instance_type=shape,
+            state=_STATES.get(power, InstanceState.PENDING),
+            labels=labels,
+        )
+
+    def _holding(self, value: str) -> tuple[str, str]:
+        try:
+            provider, _site, native = split_instance_id(value)
+            claim, machine = native.split("/")
+            if provider != self.name or machine not in self.machines:
+                raise ValueError(value)
+        except ValueError as exc:
+            raise FatalError(
+                self.name,
+                f"{value!r} is not a machine of this inventory",
+                "a machine removed from spec.redfish.machines is no longer managed",
+            ) from exc
+        return claim, machine
+
+    def _from_record(self, machine: str, record: dict[str, str], what: str) -> Instance:
+        labels = {k: v for k, v in record.items() if k.startswith(f"{L.GROUP}/")}
+        shape = labels.pop(L.INSTANCE_TYPE, "")
+        power = self._look(machine, what).power
+        return self._instance(machine, record.get(L.NODECLAIM, ""), labels, shape, power)
+
+    def get(self, instance_id: str) -> Instance | None:
+        claim, machine = self._holding(instance_id)
+        what = f"get {instance_id}"
+        record = self._record(machine, what)
+        if record is None or record.get(L.NODECLAIM) != claim:
+            return None  # returned, perhaps held by a later claim now
+        return self._from_record(machine, record, what)
+
+    def list_owned(self, cluster_id: str) -> list[Instance]:
+        what = f"list machines of cluster {cluster_id!r}"
+        found: list[Instance] = []
+        for machine in self.machines:
+            record = self._record(machine, what)
+            if record and record.get(L.CLUSTER) == cluster_id and record.get(L.NODECLAIM):
+                found.append(self._from_record(machine, record, what))
+        return found
+
+    def delete(self, instance_id: str) -> None:
+        claim, machine = self._holding(instance_id)
+        what = f"delete {instance_id}"
+        record = self._record(machine, what)
+        if record is None or record.get(L.NODECLAIM) != claim:
+            log.info("%s already returned", instance_id)
+            return
+        seen = self._look(machine, what)
+        try:
+            if seen.power not in ("Off", "PoweringOff"):
+                seen.system.reset_system(sushy.ResetType.FORCE_OFF)
+            if self.block.boot == "Cd":
+                for media in seen.system.virtual_media.get_members():
+                    if media.inserted:
+                        media.eject_media()
+        except sushy_errors.SushyError as exc:
+            raise self._bmc_error(machine, exc, f"{what}: power off") from None
+        self._release(machine, what)
+        log.info("machine %s powered off and returned (was %s)", machine, claim)
+
+    def instance_types(self) -> list[InstanceType]:
+        what = "list machine shapes"
+        shapes: dict[str, InstanceType] = {}
+        for machine in self.machines:
+            try:
+                seen = self._look(machine, what)
+            except RetryableError as exc:
+                log.warning("machine %s not counted: %s", machine, exc)
+                continue
+            if seen.shape is None:
+                log.warning("machine %s: its BMC reports no size and the inventory none", machine)
+                continue
+            free = seen.power == "Off" and self._record(machine, what) is None
+            entry = shapes.setdefault(
+                seen.shape,
+                InstanceType(
+                    provider=self.name,
+                    name=seen.shape,
+                    vcpu=float(seen.cpu),
+                    memory_gib=seen.memory_gib,
+                    arch=seen.arch,
+                    regions=[self.block.site],
+                    price_eur_per_hour=self.block.price_eur_per_hour,
+                    available=0,
+                ),
+            )
+            entry.available = (entry.available or 0) + int(free)
+        return list(shapes.values())
+
+
+@dataclass
+class _Machine:
+    """A machine as its BMC reports it."""
+
+    name: str
+    power: str
+    shape: str | None
+    cpu: int
+    memory_gib: float
+    arch: str
+    system: Any
+
+
+def _holds(record: dict[str, str] | None, claim: str, cluster_id: str) -> bool:
+    if not record:
+        return False
+    return record.get(L.NODECLAIM) == claim and record.get(L.CLUSTER) == cluster_id

@@ -1,0 +1,170 @@
+"""`cloudburst plan -f` on a 50-pod file: how long an operator waits, and where the time goes.
+
+    .venv/bin/python bench/plan_command.py [--runs 7] [--pods 50] [--json]
+
+Runs the command as a user does (a fresh process each time, shipped catalog, no cluster: the
+file carries its NodePool and NodeClass for a Hetzner+Scaleway pool), and inside one process
+the planning alone (`explain.plan.compare`: the plan, the cheapest one-type plan, the LP bound)
+on the same pods. Prints the median and the spread (min..max) of each, and the process's
+start (importing the command) for comparison. Asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+POOL: dict[str, object] = {
+    "apiVersion": "cloudburst.io/v1alpha1",
+    "kind": "NodePool",
+    "metadata": {"name": "bench", "namespace": "default"},
+    "spec": {
+        "nodeClassRef": "bench",
+        "requirements": {"allowedProviders": ["hetzner", "scaleway"]},
+    },
+}
+CLASS: dict[str, object] = {
+    "apiVersion": "cloudburst.io/v1alpha1",
+    "kind": "NodeClass",
+    "metadata": {"name": "bench", "namespace": "default"},
+    "spec": {
+        "hetzner": {"location": "fsn1", "apiTokenSecretRef": {"name": "h", "key": "token"}},
+        "scaleway": {
+            "zone": "fr-par-1",
+            "apiKeySecretRef": {"name": "s", "key": "key"},
+            "projectID": "00000000-0000-0000-0000-000000000000",
+        },
+        "join": {"hostApiServer": "https://10.0.0.1:6443"},
+    },
+}
+
+
+def workload(pods: int) -> list[dict[str, object]]:
+    """Three Deployments of different sizes, `pods` replicas in all."""
+    shapes = [("web", "500m", "512Mi"), ("api", "1", "2Gi"), ("batch", "2", "4Gi")]
+    docs: list[dict[str, object]] = [POOL, CLASS]
+    for i, (name, cpu, memory) in enumerate(shapes):
+        replicas = pods // len(shapes) + (1 if i < pods % len(shapes) else 0)
+        docs.append(
+            {
+                "apiVersion": "apps/v1",
+                "kind": "Deployment",
+                "metadata": {"name": name, "namespace": "default"},
+                "spec": {
+                    "replicas": replicas,
+                    "template": {
+                        "spec": {
+                            "containers": [
+                                {
+                                    "name": "c",
+                                    "resources": {"requests": {"cpu": cpu, "memory": memory}},
+                                }
+                            ]
+                        }
+                    },
+                },
+            }
+        )
+    return docs
+
+
+def spread(values: list[float]) -> dict[str, float]:
+    return {
+        "median_s": round(statistics.median(values), 3),
+        "min_s": round(min(values), 3),
+        "max_s": round(max(values), 3),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=7)
+    parser.add_argument("--pods", type=int, default=50)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    cli = str(Path(sys.executable).parent / "cloudburst")
+    env = {**os.environ, "KUBECONFIG": "/nonexistent", "CLOUDBURST_TEMPORAL_ADDRESS": "127.0.0.1:1"}
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "pods.yaml"
+        path.write_text(yaml.safe_dump_all(workload(args.pods)))
+        walls, starts, output = [], [], ""
+        for _ in range(args.runs):
+            begin = time.perf_counter()
+            done = subprocess.run(
+                [cli, "plan", "-f", str(path), "-o", "json"],
+                env=env,
+                capture_output=True,
+                text=True,
+            )
+            walls.append(time.perf_counter() - begin)
+            output = done.stdout
+            if done.returncode != 0:
+                sys.exit(f"plan failed: {done.stderr}")
+            begin = time.perf_counter()
+            subprocess.run([sys.executable, "-c", "import cli.main"], env=env, check=True)
+            starts.append(time.perf_counter() - begin)
+        answer = json.loads(output)
+        planning = _planning_alone(path, args.runs)
+    report = {
+        "pods": args.pods,
+        "runs": args.runs,
+        "nodes": len(answer["nodes"]),
+        "cost_eur_per_hour": answer["cost_eur_per_hour"],
+        "single_type_eur_per_hour": (answer.get("single_type") or {}).get("cost_eur_per_hour"),
+        "lower_bound_eur_per_hour": answer["lower_bound_eur_per_hour"],
+        "command_wall": spread(walls),
+        "process_start_wall": spread(starts),
+        "planning_alone": spread(planning),
+    }
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return
+    for key, value in report.items():
+        print(f"{key:>26}: {value}")
+
+
+def _planning_alone(path: Path, runs: int) -> list[float]:
+    """`compare` on the file's pods, in this process: what the command computes."""
+    from activities.planning.catalog import Catalog
+    from activities.planning.plan import kube_reserved
+    from activities.planning.recommend import CatalogRecommender
+    from api import NodeClass, NodePool
+    from api.planning import PlanRequest, Resources
+    from explain.plan import compare, expand
+
+    found = expand(yaml.safe_load_all(path.read_text()))
+    pool = NodePool.model_validate(found.pools[0]).spec
+    node_class = NodeClass.model_validate(found.classes[0]).spec
+    request = PlanRequest(
+        pool_name="bench",
+        pool=pool,
+        class_providers=node_class.configured_providers(),
+        node_class=node_class,
+        pods=found.pods,
+    )
+    smallest = Resources(
+        cpu_m=min(p.requests.cpu_m for p in found.pods),
+        memory_bytes=min(p.requests.memory_bytes for p in found.pods),
+    )
+    offerings = CatalogRecommender(Catalog.load()).recommend(
+        smallest, pool.requirements, request.class_providers, 500
+    )
+    times = []
+    for _ in range(runs):
+        begin = time.perf_counter()
+        compare(request, offerings, kube_reserved, pool="bench", prices="", limits="")
+        times.append(time.perf_counter() - begin)
+    return times
+
+
+if __name__ == "__main__":
+    main()

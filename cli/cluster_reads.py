@@ -1,0 +1,166 @@
+"""What `explain` and `plan` read from the cluster and from Temporal, read-only: NodePools and
+NodeClasses judged as the trigger judges them, the settings the deployed trigger runs with,
+Events, and the pools' and claims' queries (an unreachable or older worker is an answer too).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from kubernetes import client as k8s
+from kubernetes.client.exceptions import ApiException
+from pydantic import ValidationError
+from temporalio.client import Client, WorkflowQueryFailedError
+from temporalio.service import RPCError, RPCStatusCode
+
+from api import NodeClass, NodePool
+from api.explain import PoolPodView
+from api.labels import GROUP
+from api.messages import claim_workflow_id
+from api.nodeclaim import NodeClaimStatus
+from api.nodepool.messages import PoolStatus, pool_workflow_id
+from cli.connect import UNREACHABLE, answered
+from cluster.matching import ClusterSpecs
+from cluster.tenancy import Tenancy
+from worker.settings import CONFIG_MAP, Settings
+from workflows.nodeclaim import NodeClaimWorkflow
+from workflows.nodepool import NodePoolWorkflow
+
+VERSION = "v1alpha1"
+_QUERY_TIMEOUT_S = 10.0
+
+
+def deployed_tenancy(core: k8s.CoreV1Api, local: Settings) -> tuple[Tenancy, str]:
+    """The tenancy the deployed trigger enforces (its ConfigMap in the worker's namespace,
+    read as the worker reads its environment), else this shell's settings; and which it is."""
+    where = f"{local.worker_namespace}/{CONFIG_MAP}"
+    try:
+        found = core.read_namespaced_config_map(CONFIG_MAP, local.worker_namespace)
+    except ApiException as err:
+        if err.status in (403, 404):
+            return local.tenancy(), f"this shell's settings ({where}: {err.status})"
+        raise
+    data: dict[str, str] = found.data or {}
+    overrides: dict[str, Any] = {}
+    if "CLOUDBURST_TENANT_NAMESPACES" in data:
+        overrides["tenant_namespaces"] = data["CLOUDBURST_TENANT_NAMESPACES"]
+    try:
+        if data.get("CLOUDBURST_ALLOWED_ENDPOINTS"):
+            overrides["allowed_endpoints"] = json.loads(data["CLOUDBURST_ALLOWED_ENDPOINTS"])
+        deployed = Settings(**overrides, worker_namespace=local.worker_namespace)
+    except (ValueError, ValidationError) as err:
+        return local.tenancy(), f"this shell's settings ({where} unreadable: {err})"
+    return deployed.tenancy(), f"the deployed settings ({where})"
+
+
+def cluster_specs(api_client: k8s.ApiClient, tenancy: Tenancy) -> ClusterSpecs:
+    """Every NodePool and NodeClass of the cluster, judged as the trigger judges them."""
+    custom = k8s.CustomObjectsApi(api_client)
+    specs = ClusterSpecs()
+    for plural, model in (("nodeclasses", NodeClass), ("nodepools", NodePool)):
+        listing = custom.list_cluster_custom_object(GROUP, VERSION, plural)
+        for raw in (listing.get("items") if isinstance(listing, dict) else None) or []:
+            if isinstance(raw, dict) and (raw.get("metadata") or {}).get("name"):
+                specs.put(raw, model, tenancy)
+    return specs
+
+
+def namespace_labels(core: k8s.CoreV1Api, namespace: str) -> dict[str, str] | None:
+    try:
+        found = core.read_namespace(namespace)
+    except ApiException as err:
+        if err.status in (403, 404):
+            return None
+        raise
+    return dict((found.metadata.labels if found.metadata else None) or {})
+
+
+def events_of(
+    core: k8s.CoreV1Api, kind: str, name: str, namespace: str, uid: str | None
+) -> list[Any]:
+    """The Events about one object, as `kubectl describe` finds them."""
+    listing = core.list_namespaced_event(
+        namespace or "default",
+        field_selector=f"involvedObject.kind={kind},involvedObject.name={name}",
+    )
+    return [
+        e
+        for e in listing.items
+        if uid is None or not e.involved_object.uid or e.involved_object.uid == uid
+    ]
+
+
+async def pool_pod_view(
+    client: Client, namespace: str, pool: str, uid: str
+) -> tuple[PoolPodView | None, str | None]:
+    """The pool's view of the pod, or why there is none. A worker of an older release has no
+    `pod` query: its `status` query says the same, for the one pod."""
+    handle = client.get_workflow_handle_for(NodePoolWorkflow.run, pool_workflow_id(namespace, pool))
+    try:
+        return await answered(
+            lambda: handle.query(NodePoolWorkflow.pod, uid), _QUERY_TIMEOUT_S
+        ), None
+    except WorkflowQueryFailedError as err:
+        if "pod" not in str(err) or "unknown" not in str(err).lower():
+            return None, str(err)
+    except TimeoutError:
+        return None, f"no answer within {_QUERY_TIMEOUT_S:.0f}s (is a worker running?)"
+    except RPCError as err:
+        return None, _rpc_why(err, "the pool's workflow has not started (no pod has asked it yet)")
+    status, why = await pool_status(client, namespace, pool)
+    if status is None:
+        return None, why
+    claim = next((c for c in status.claims if uid in c.nominated), None)
+    return (
+        PoolPodView(
+            known=claim is not None or uid in status.blocked,
+            nominated_to=claim.name if claim else None,
+            claim_phase=claim.phase if claim else None,
+            claim_started_at=claim.started_at if claim else None,
+            offering=claim.offering if claim else None,
+            blocked=status.blocked.get(uid),
+            config_error=status.config_error,
+        ),
+        None,
+    )
+
+
+async def pool_status(
+    client: Client, namespace: str, pool: str
+) -> tuple[PoolStatus | None, str | None]:
+    handle = client.get_workflow_handle_for(NodePoolWorkflow.run, pool_workflow_id(namespace, pool))
+    try:
+        return await answered(lambda: handle.query(NodePoolWorkflow.status), _QUERY_TIMEOUT_S), None
+    except WorkflowQueryFailedError as err:
+        return None, str(err)
+    except TimeoutError:
+        return None, f"no answer within {_QUERY_TIMEOUT_S:.0f}s (is a worker running?)"
+    except RPCError as err:
+        return None, _rpc_why(err, "the pool's workflow has not started")
+
+
+async def claim_status(
+    client: Client, namespace: str, name: str
+) -> tuple[NodeClaimStatus | None, str | None]:
+    handle = client.get_workflow_handle_for(
+        NodeClaimWorkflow.run, claim_workflow_id(namespace, name)
+    )
+    try:
+        return await answered(
+            lambda: handle.query(NodeClaimWorkflow.status), _QUERY_TIMEOUT_S
+        ), None
+    except WorkflowQueryFailedError as err:
+        return None, str(err)
+    except TimeoutError:
+        return None, f"no answer within {_QUERY_TIMEOUT_S:.0f}s (is a worker running?)"
+    except RPCError as err:
+        return None, _rpc_why(err, "no workflow for this claim")
+
+
+def _rpc_why(err: RPCError, not_found: str) -> str:
+    if err.status in UNREACHABLE:
+        raise err
+    if err.status == RPCStatusCode.NOT_FOUND:
+        return not_found
+    return err.message

@@ -1,0 +1,155 @@
+"""The Redfish inventory against sushy-tools' emulator: a machine is claimed, held by one claim
+only, returned, counted in `available`; an earlier claim's delete never touches a later one's."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+
+import httpx
+import pytest
+import yaml
+
+from activities.providers.base import (
+    CapacityError,
+    FatalError,
+    InstanceSpec,
+    ProviderError,
+    split_instance_id,
+)
+from activities.providers.redfish import RedfishProvider
+from api import labels as L
+from sim.clouds.redfish import RedfishBridge, inventory
+from tests.providers.harness_redfish import block, logins
+
+SMALL = "metal-16c64g"
+BIG = "metal-32c128g"
+
+
+@pytest.fixture(scope="module")
+def bridge() -> Iterator[RedfishBridge]:
+    machines = inventory((("metal", 6, 16, 64), ("big", 1, 32, 128)))
+    with RedfishBridge(machines=machines, boot_delay_s=0.1, poll_s=0.1) as b:
+        yield b
+
+
+@pytest.fixture
+def provider(bridge: RedfishBridge) -> Iterator[RedfishProvider]:
+    p = RedfishProvider(block(bridge), logins(bridge))
+    yield p
+    for inst in p.list_owned("c1"):
+        p.delete(inst.id)
+    p.close()
+
+
+def spec(name: str, shape: str = SMALL) -> InstanceSpec:
+    return InstanceSpec(
+        name=name,
+        cluster_id="c1",
+        node_pool="burst",
+        region="on-prem",
+        instance_type=shape,
+        user_data=f"#!/bin/sh\necho {name}\n",
+        labels=L.ownership_labels(name, node_pool="burst", cluster_id="c1"),
+    )
+
+
+def machine_of(iid: str) -> str:
+    return split_instance_id(iid)[2].rsplit("/", 1)[-1]
+
+
+def available(p: RedfishProvider) -> dict[str, int | None]:
+    return {t.name: t.available for t in p.instance_types()}
+
+
+def test_a_claim_takes_a_free_machine_of_its_shape_and_records_itself(
+    bridge: RedfishBridge, provider: RedfishProvider
+) -> None:
+    before = available(provider)
+    inst = provider.create(spec("nc-big", shape=BIG))
+    machine = machine_of(inst.id)
+    assert machine == "big-01" and inst.id == "redfish/on-prem/nc-big/big-01"
+    meta = yaml.safe_load(bridge.seed.read(machine, "meta-data") or b"")
+    assert meta["cloudburst-machine"] == machine  # what the first-boot script's provider ID reads
+    assert meta["local-hostname"] == "nc-big" and meta["cloudburst.io/cluster"] == "c1"
+    after = available(provider)
+    assert (before[BIG], after[BIG]) == (1, 0) and after[SMALL] == before[SMALL]
+    with pytest.raises(CapacityError, match=f"no free machine of shape {BIG}"):
+        provider.create(spec("nc-big-2", shape=BIG))
+    # The emulator took the power-on request: the machine is on, or about to be.
+    assert bridge.power_state(machine) in ("On", "Off")
+    provider.delete(inst.id)
+    assert provider.get(inst.id) is None
+    assert bridge.seed.read(machine, "user-data") is None
+    assert bridge.seed.read(machine, "meta-data") is None
+
+
+def test_two_claims_at_once_never_share_a_machine(
+    bridge: RedfishBridge, provider: RedfishProvider
+) -> None:
+    results: dict[str, str] = {}
+    errors: list[ProviderError] = []
+
+    def create(name: str) -> None:
+        p = RedfishProvider(block(bridge), logins(bridge))
+        try:
+            results[name] = machine_of(p.create(spec(name)).id)
+        except ProviderError as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=create, args=(f"nc-race-{i}",)) for i in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert len(set(results.values())) == 3
+    assert all(bridge.stats()["created_by_name"][name] == 1 for name in results)
+
+
+def test_a_late_delete_of_an_earlier_claim_leaves_the_later_one_alone(
+    bridge: RedfishBridge, provider: RedfishProvider
+) -> None:
+    inst = provider.create(spec("nc-later"))
+    machine = machine_of(inst.id)
+    stale = f"redfish/on-prem/nc-earlier/{machine}"
+    assert provider.get(stale) is None
+    provider.delete(stale)
+    assert provider.get(inst.id) is not None
+    assert bridge.seed.read(machine, "user-data") is not None
+
+
+def test_create_again_resumes_the_holding(bridge: RedfishBridge, provider: RedfishProvider) -> None:
+    first = provider.create(spec("nc-again"))
+    again = provider.create(spec("nc-again"))
+    assert again.id == first.id
+    assert bridge.stats()["created_by_name"]["nc-again"] == 1
+    owned = [i.id for i in provider.list_owned("c1") if i.labels[L.NODECLAIM] == "nc-again"]
+    assert owned == [first.id]
+    assert provider.list_owned("another-cluster") == []
+
+
+def test_virtual_media_boot_inserts_the_image(bridge: RedfishBridge) -> None:
+    bridge.seed.write("images", "live.iso", b"an iso image")
+    p = RedfishProvider(
+        block(bridge, boot="Cd", imageUrl=f"{bridge.seed.url}/images/live.iso"), logins(bridge)
+    )
+    inst = p.create(spec("nc-cd"))
+    machine = bridge.by_name[machine_of(inst.id)]
+    media = httpx.get(
+        f"{bridge.endpoint}/Systems/{machine.uuid}/VirtualMedia/Cd",
+        auth=("cloudburst", bridge.password),
+    ).json()
+    assert media["Image"].endswith("live.iso") and media["Inserted"] is True
+    p.delete(inst.id)
+    p.close()
+
+
+def test_a_machine_without_a_login_is_a_fatal_error_naming_its_secret(
+    bridge: RedfishBridge,
+) -> None:
+    partial = json.loads(logins(bridge))
+    partial.pop(bridge.machines[2].name)
+    with pytest.raises(FatalError, match=r"spec\.redfish\.machines\[2\]\.credentialsSecretRef"):
+        RedfishProvider(block(bridge), json.dumps(partial))
