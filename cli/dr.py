@@ -157,23 +157,11 @@ async def workload_node(
 
 def _apply_seed_manifests(api_client: k8s.ApiClient) -> None:
     """The seed's NodePool/NodeClass/Deployment, pointed at the stand-ins."""
-    custom = k8s.CustomObjectsApi(api_client)
-    sample = custom.get_namespaced_custom_object(
-        "cloudburst.io", "v1alpha1", "default", "nodeclasses", SAMPLE_CLASS
-    )
-    spec: dict[str, Any] = sample["spec"]  # type: ignore[index]
-    node_class = {
-        "apiVersion": API_VERSION,
-        "kind": "NodeClass",
-        "metadata": {"name": CLASS, "namespace": "default"},
-        "spec": {"hetzner": spec["hetzner"], "scaleway": spec["scaleway"], "join": spec["join"]},
-    }
-    node_pool = {
-        "apiVersion": API_VERSION,
-        "kind": "NodePool",
-        "metadata": {"name": POOL, "namespace": "default"},
-        "spec": {
-            "nodeClassRef": CLASS,
+    apply_drill_pool(
+        api_client,
+        POOL,
+        ["hetzner", "scaleway"],
+        {
             "requirements": {
                 "regionConstraint": "ANY",
                 "arch": ["x86_64"],
@@ -189,16 +177,43 @@ def _apply_seed_manifests(api_client: k8s.ApiClient) -> None:
             },
             "weight": 1,
         },
-    }
-    custom.create_namespaced_custom_object(
-        "cloudburst.io", "v1alpha1", "default", "nodeclasses", node_class
-    )
-    custom.create_namespaced_custom_object(
-        "cloudburst.io", "v1alpha1", "default", "nodepools", node_pool
+        class_name=CLASS,
     )
     k8s.AppsV1Api(api_client).create_namespaced_deployment(
         "default", one_replica_deployment(APP, POOL, cpu="1500m", memory="2Gi")
     )
+
+
+def apply_drill_pool(
+    api_client: k8s.ApiClient,
+    name: str,
+    providers: list[str],
+    pool_spec: dict[str, Any],
+    class_name: str | None = None,
+) -> None:
+    """A NodeClass (`class_name`, else `name`) with the sample NodeClass's blocks of these
+    providers (the stack's stand-ins) and its join settings, and a NodePool `name` of it with
+    `pool_spec`."""
+    class_name = class_name or name
+    custom = k8s.CustomObjectsApi(api_client)
+    sample: Any = custom.get_namespaced_custom_object(
+        "cloudburst.io", "v1alpha1", "default", "nodeclasses", SAMPLE_CLASS
+    )
+    spec: dict[str, Any] = sample["spec"]
+    node_class = {
+        "apiVersion": API_VERSION,
+        "kind": "NodeClass",
+        "metadata": {"name": class_name, "namespace": "default"},
+        "spec": {**{p: spec[p] for p in providers}, "join": spec["join"]},
+    }
+    node_pool = {
+        "apiVersion": API_VERSION,
+        "kind": "NodePool",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"nodeClassRef": class_name, **pool_spec},
+    }
+    for plural, body in (("nodeclasses", node_class), ("nodepools", node_pool)):
+        custom.create_namespaced_custom_object("cloudburst.io", "v1alpha1", "default", plural, body)
 
 
 def one_replica_deployment(app: str, pool: str, *, cpu: str, memory: str) -> k8s.V1Deployment:

@@ -20,13 +20,12 @@ from typing import Any
 from kubernetes import client as k8s
 
 from api import labels
-from api.nodepool import API_VERSION
 from api.nodepool.messages import PoolStatus, pool_workflow_id
-from cli.devstack import SAMPLE_CLASS, EmbeddedStack
-from cli.dr import DrillReport, drill_stack
+from cli.devstack import EmbeddedStack
+from cli.dr import DrillReport, apply_drill_pool, drill_stack
 from workflows.nodepool import NodePoolWorkflow
 
-POOL, CLASS, APP = "hybrid", "hybrid", "hybrid-burst"
+POOL, APP = "hybrid", "hybrid-burst"
 ON_PREM, CLOUD = "redfish", "hetzner"
 # Seven cores a pod: two fill a 16-core machine, four a 32-core one (with kube-reserved).
 POD_CPU, POD_MEMORY = "7", "8Gi"
@@ -179,31 +178,13 @@ def _burst_pods(core: k8s.CoreV1Api) -> list[Any]:
 
 def _apply_pool(api_client: k8s.ApiClient) -> None:
     """A NodeClass with the sample's Redfish and Hetzner blocks, a pool allowing both."""
-    custom = k8s.CustomObjectsApi(api_client)
-    sample: Any = custom.get_namespaced_custom_object(
-        "cloudburst.io", "v1alpha1", "default", "nodeclasses", SAMPLE_CLASS
-    )
-    spec: dict[str, Any] = sample["spec"]
-    node_class = {
-        "apiVersion": API_VERSION,
-        "kind": "NodeClass",
-        "metadata": {"name": CLASS, "namespace": "default"},
-        "spec": {ON_PREM: spec[ON_PREM], CLOUD: spec[CLOUD], "join": spec["join"]},
-    }
-    node_pool = {
-        "apiVersion": API_VERSION,
-        "kind": "NodePool",
-        "metadata": {"name": POOL, "namespace": "default"},
-        "spec": {
-            "nodeClassRef": CLASS,
+    apply_drill_pool(
+        api_client,
+        POOL,
+        [ON_PREM, CLOUD],
+        {
             "requirements": {"arch": ["x86_64"], "allowedProviders": [ON_PREM, CLOUD]},
             "limits": {"maxNodes": 30},
             "disruption": {"ttlSecondsAfterEmpty": EMPTY_TTL_S},
         },
-    }
-    custom.create_namespaced_custom_object(
-        "cloudburst.io", "v1alpha1", "default", "nodeclasses", node_class
-    )
-    custom.create_namespaced_custom_object(
-        "cloudburst.io", "v1alpha1", "default", "nodepools", node_pool
     )

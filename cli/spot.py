@@ -19,9 +19,15 @@ from kubernetes import client as k8s
 
 from api import labels
 from api.messages import claim_workflow_id
-from api.nodepool import API_VERSION
-from cli.devstack import SAMPLE_CLASS, EmbeddedStack
-from cli.dr import DrillReport, drill_stack, finish_drill, one_replica_deployment, workload_node
+from cli.devstack import EmbeddedStack
+from cli.dr import (
+    DrillReport,
+    apply_drill_pool,
+    drill_stack,
+    finish_drill,
+    one_replica_deployment,
+    workload_node,
+)
 from workflows.decisions.disruption import INTERRUPTED
 from workflows.nodeclaim import NodeClaimWorkflow
 
@@ -100,23 +106,11 @@ async def interruption_drill(stack: EmbeddedStack, say: Any) -> SpotReport:
 
 def _apply_manifests(api_client: k8s.ApiClient) -> None:
     """A NodeClass reaching the AWS stand-in, a pool allowing spot, the Deployment."""
-    custom = k8s.CustomObjectsApi(api_client)
-    sample: Any = custom.get_namespaced_custom_object(
-        "cloudburst.io", "v1alpha1", "default", "nodeclasses", SAMPLE_CLASS
-    )
-    spec: dict[str, Any] = sample["spec"]
-    node_class = {
-        "apiVersion": API_VERSION,
-        "kind": "NodeClass",
-        "metadata": {"name": CLASS, "namespace": "default"},
-        "spec": {"aws": spec["aws"], "join": spec["join"]},
-    }
-    node_pool = {
-        "apiVersion": API_VERSION,
-        "kind": "NodePool",
-        "metadata": {"name": POOL, "namespace": "default"},
-        "spec": {
-            "nodeClassRef": CLASS,
+    apply_drill_pool(
+        api_client,
+        POOL,
+        ["aws"],
+        {
             "requirements": {
                 "allowedProviders": ["aws"],
                 "capacityType": ["spot", "on-demand"],
@@ -124,9 +118,8 @@ def _apply_manifests(api_client: k8s.ApiClient) -> None:
             "template": {"labels": {labels.NODEPOOL: POOL}},
             "disruption": {"ttlSecondsAfterEmpty": 60, "terminationGracePeriodSeconds": 20},
         },
-    }
-    for plural, body in (("nodeclasses", node_class), ("nodepools", node_pool)):
-        custom.create_namespaced_custom_object("cloudburst.io", "v1alpha1", "default", plural, body)
+        class_name=CLASS,
+    )
     k8s.AppsV1Api(api_client).create_namespaced_deployment(
         "default", one_replica_deployment(APP, POOL, cpu="500m", memory="512Mi")
     )

@@ -26,6 +26,7 @@ import yaml
 from kubernetes import client
 from kubernetes.client import ApiException
 
+from api.nodepool import PROVIDERS
 from sim.kubeapi import KubeApiServer
 from sim.kubeapi.resources import REGISTRY
 
@@ -208,8 +209,8 @@ POOL_CASES = [
         ["hetzner", "nosuchcloud"],
         "spec.requirements.allowedProviders[1]",
         "FieldValueNotSupported",
-        'Unsupported value: "nosuchcloud": supported values: "aws", "gcp", "azure", "hetzner", '
-        '"scaleway", "digitalocean", "ovh", "fake"',
+        'Unsupported value: "nosuchcloud": supported values: '
+        + ", ".join(f'"{provider}"' for provider in PROVIDERS),
     ),
     (
         "spec.limits.cpu",
