@@ -1,4 +1,5 @@
-"""Every process's data converter: pydantic JSON, with the largest payloads compressed.
+"""Every process's data converter: pydantic JSON (reading fields a newer release added as absent),
+with the largest payloads compressed.
 
 Temporal refuses a payload over its blob limit (2 MB by default, Temporal Cloud's too), and
 the SDK then fails the workflow task, again on every retry: a pool whose continue-as-new
@@ -16,13 +17,13 @@ before, and every process must use `DATA_CONVERTER` to read the compressed ones.
 
 from __future__ import annotations
 
-import dataclasses
 import zlib
 from collections.abc import Sequence
 
 from temporalio.api.common.v1 import Payload
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.converter import DataConverter, PayloadCodec
+
+from worker.forward_compatible import ForwardCompatiblePayloadConverter
 
 ENCODING = b"binary/zlib"
 # Temporal's own warning size for a payload: below it nothing changes.
@@ -87,6 +88,7 @@ class LargePayloadCodec(PayloadCodec):
         return decoded
 
 
-DATA_CONVERTER: DataConverter = dataclasses.replace(
-    pydantic_data_converter, payload_codec=LargePayloadCodec()
+# Pydantic JSON that skips fields a newer release added (worker/forward_compatible.py).
+DATA_CONVERTER = DataConverter(
+    payload_converter_class=ForwardCompatiblePayloadConverter, payload_codec=LargePayloadCodec()
 )

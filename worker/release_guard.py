@@ -4,13 +4,16 @@ A release may add a `workflow.patched` branch (CHANGELOG.md, docs/upgrades.md): 
 run, the histories of the claims and pools it advanced hold its marker and the commands of its
 new branch. An older worker replaying one of them meets commands its code never issues, fails
 the workflow task as nondeterministic, and Temporal hands the task back again and again: the
-claim or pool stops, silently, until a worker that knows the branch runs it.
+claim or pool stops, silently, until a worker that knows the branch runs it. A release may
+also write payloads the older one cannot read (a field it removed or retyped; 0.1.0 refuses
+any field it does not know): the same endless retries, as decoding errors.
 
 So each worker, before it polls, records the newest release that started for its Temporal
 namespace in the ConfigMap `cloudburst-release` of its own namespace (one key per Temporal
 namespace, the release as its value), and a worker older than the recorded release exits with
-a message naming both and what to do, unless the operator says the newer releases added no
-patch (`Settings.allow_downgrade`, `CLOUDBURST_ALLOW_DOWNGRADE`). The record keeps the newest
+a message naming both and what to do, unless the operator says every newer release is safe to
+roll back from (CHANGELOG.md's `Rollback: safe`; `Settings.allow_downgrade`,
+`CLOUDBURST_ALLOW_DOWNGRADE`). The record keeps the newest
 release even then: it is a fact about the histories (a newer release wrote some), not a
 preference, and each start of the older release needs the override again.
 """
@@ -81,8 +84,8 @@ def decide(
         return Verdict(
             Action.KEEP,
             f"release {running} starts although {recorded} already ran for Temporal namespace "
-            f"{temporal_namespace!r}: allowed by {OVERRIDE} (the releases after {running} "
-            "added no patch, as the operator says)",
+            f"{temporal_namespace!r}: allowed by {OVERRIDE} (every release after {running} is "
+            "safe to roll back from, as the operator says)",
         )
     return Verdict(Action.REFUSE, refusal(recorded or "", running, temporal_namespace, where))
 
@@ -94,12 +97,13 @@ def refusal(recorded: str, running: str, temporal_namespace: str, where: str) ->
         f"this cluster for Temporal namespace {temporal_namespace!r} (recorded in the "
         f"ConfigMap {where}).\n"
         f"  What a rollback would do: claims and pools that {recorded} advanced may carry "
-        f"commands of a `workflow.patched` branch {running} does not know; {running} would fail "
-        "their workflow tasks as nondeterministic, Temporal would retry them without end, and "
-        "those nodes would be neither watched nor deleted until a newer worker ran them.\n"
+        f"commands of a `workflow.patched` branch {running} does not know, or payloads it "
+        f"cannot read; {running} would fail their workflow tasks, Temporal would retry them "
+        "without end (nondeterministic, or failing to decode), and those nodes would be neither "
+        "watched nor deleted until a newer worker ran them.\n"
         f"  What to do: roll forward (run {recorded} or newer again). If CHANGELOG.md says "
-        f'"Patches added: none" for every release after {running} up to {recorded}, the '
-        f"rollback is safe: set {OVERRIDE}=true on this worker (docs/upgrades.md, "
+        f'"Rollback: safe" for every release after {running} up to {recorded}, the rollback '
+        f"is safe: set {OVERRIDE}=true on this worker (docs/upgrades.md, "
         '"Rolling back").'
     )
 

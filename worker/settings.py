@@ -207,9 +207,9 @@ class Settings(BaseSettings):
         description="Let this worker start although a newer release already ran on this "
         "cluster for this Temporal namespace (the ConfigMap `cloudburst-release`, "
         "worker/release_guard.py), which it refuses otherwise. Safe only when CHANGELOG.md "
-        'says "Patches added: none" for every release newer than this one: a patch\'s '
-        "commands in a claim's or pool's history make this worker fail its workflow tasks "
-        'again and again (docs/upgrades.md "Rolling back").',
+        'says "Rollback: safe" for every release newer than this one: a patch\'s commands, '
+        "or a payload this worker cannot read, in a claim's or pool's history make it fail "
+        'its workflow tasks again and again (docs/upgrades.md "Rolling back").',
     )
 
     # --- the trigger ----------------------------------------------------------------------
