@@ -18,7 +18,10 @@ from worker.settings import Settings
 from worker.untaken_events import REFUSAL
 
 T = TypeVar("T")
-err_console = Console(stderr=True, markup=False, emoji=False)  # messages carry user text
+# Every command's errors and notes. Markup off: names, messages and manifests are user text,
+# never rich markup ("[/red]" in a value must print as it is); styles are given as `style=` or
+# `Text` instead. Output goes through `cli.output.stdout_console()`.
+err_console = Console(stderr=True, markup=False, emoji=False)
 
 TemporalAddress = Annotated[
     str | None, typer.Option("--temporal-address", help="host:port of the Temporal frontend")

@@ -27,7 +27,14 @@ from cli.commands.explain import explain_app
 from cli.commands.plan import plan
 from cli.commands.pools import pools_app
 from cli.commands.tenant_rbac import tenant_rbac
-from cli.connect import Kubeconfig, TemporalAddress, cli_settings, connect_or_exit, fail
+from cli.connect import (
+    Kubeconfig,
+    TemporalAddress,
+    cli_settings,
+    connect_or_exit,
+    err_console,
+    fail,
+)
 from cli.manifests import Loaded, Problem, load_manifests
 from cli.output import stdout_console
 from worker.client import kube_api_client
@@ -47,11 +54,6 @@ app.command("plan")(plan)
 app.command("crds")(crds)
 app.command("config-reference")(config_reference)
 app.command("tenant-rbac")(tenant_rbac)
-
-# Markup off: names, messages and manifests are user text, never rich markup ("[/red]" in a
-# value must print as it is). Styles are given as `style=` or `Text` instead. Output goes
-# through `stdout_console()`: the terminal's width, or whole lines in a pipe.
-err_console = Console(stderr=True, markup=False, emoji=False)
 
 
 HealthPort = Annotated[

@@ -16,7 +16,6 @@ from typing import Annotated
 import typer
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
-from rich.console import Console
 from rich.text import Text
 from urllib3.exceptions import HTTPError
 
@@ -29,7 +28,7 @@ from api._base import CamelModel
 from api.nodeclaim import Offering
 from api.nodepool import PROVIDERS, Requirements
 from api.prices import CATALOG_CONFIGMAP, ProviderPriceStatus
-from cli.connect import Kubeconfig, cli_settings, fail
+from cli.connect import Kubeconfig, cli_settings, err_console, fail
 from cli.output import (
     Output,
     OutputFormat,
@@ -44,8 +43,6 @@ from cli.output import (
 from worker.client import kube_api_client
 
 catalog_app = typer.Typer(help="The built-in instance-type catalog and its prices.")
-# Markup off: offerings and errors are data, never rich markup.
-err_console = Console(stderr=True, markup=False, emoji=False)
 
 
 class RankedOffering(CamelModel):

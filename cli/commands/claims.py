@@ -8,7 +8,6 @@ from datetime import UTC, datetime
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 from rich.text import Text
@@ -31,6 +30,7 @@ from cli.connect import (
     answered,
     cli_settings,
     connect_or_exit,
+    err_console,
     fail,
     run_or_exit,
 )
@@ -63,8 +63,6 @@ from worker.client import kube_api_client
 from workflows.nodeclaim import NodeClaimWorkflow
 
 claims_app = typer.Typer(help="Inspect and steer NodeClaims (one workflow per node).")
-# Markup off: names, messages and reasons are user text, never rich markup.
-err_console = Console(stderr=True, markup=False, emoji=False)
 
 LIST_COLUMNS = ("NAMESPACE", "NAME", "NODEPOOL", "PROVIDER", "REGION", "INSTANCE", "PHASE", "AGE")
 WIDE_COLUMNS = ("STATUS", "WORKFLOW")

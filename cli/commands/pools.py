@@ -11,7 +11,6 @@ from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config import ConfigException
 from pydantic import BaseModel
-from rich.console import Console
 from rich.text import Text
 from temporalio.client import Client, WorkflowQueryFailedError
 from temporalio.service import RPCError, RPCStatusCode
@@ -25,6 +24,7 @@ from cli.connect import (
     answered,
     cli_settings,
     connect_or_exit,
+    err_console,
     fail,
     run_or_exit,
 )
@@ -43,8 +43,6 @@ from worker.client import kube_api_client
 from workflows.nodepool import NodePoolWorkflow
 
 pools_app = typer.Typer(help="Inspect NodePools: nodes, pending demand, disruption budgets.")
-# Markup off: pool names, reasons and schedules are user text, never rich markup.
-err_console = Console(stderr=True, markup=False, emoji=False)
 # A query waits for a worker to answer it: long enough for a busy one, short for a dead one.
 _QUERY_TIMEOUT_S = 10.0
 
