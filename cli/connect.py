@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import signal
 from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
@@ -99,3 +101,28 @@ def run_or_exit(main: Coroutine[Any, Any, T], settings: Settings) -> T:
         if err.status in UNREACHABLE:
             raise unreachable(settings, err.message) from None
         raise
+
+
+def stop_on_signals() -> asyncio.Event:
+    """An event set by the first SIGINT or SIGTERM; the second cancels the current task (a
+    command stuck in a call still ends). For a loop that stops between its calls, never in
+    the middle of one. The handlers are the loop's own: they take effect even where the
+    process was started with SIGINT ignored (a shell's background job inherits that)."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    task = asyncio.current_task()
+
+    def signalled() -> None:
+        if stop.is_set() and task is not None:
+            task.cancel()
+        stop.set()
+
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, signalled)
+    return stop
+
+
+async def pause(stop: asyncio.Event, seconds: float) -> None:
+    """Sleep `seconds`, or less once `stop` is set."""
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(stop.wait(), seconds)

@@ -32,7 +32,9 @@ from cli.connect import (
     connect_or_exit,
     err_console,
     fail,
+    pause,
     run_or_exit,
+    stop_on_signals,
 )
 from cli.manual_claims import (
     ClaimError,
@@ -233,15 +235,18 @@ def claims_list(
         client = await connect_or_exit(settings)
         if not watch:
             return await _list_claims(client, query)
+        stop = stop_on_signals()  # Ctrl-C ends the watch between two lists, exit status 0
         if is_tty() and not output.is_data:
-            await _watch_live(client, query, wide, interval)
+            await _watch_live(client, query, wide, interval, stop)
         else:
-            await _watch_stream(client, query, output, interval)
+            await _watch_stream(client, query, output, interval, stop)
         return []
 
     try:
         claims = run_or_exit(main(), settings)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # a second Ctrl-C, in the middle of a call
+        return
+    if watch:
         return
     if output.is_data:
         print_data(items(claims), output)
@@ -260,24 +265,30 @@ def _claims_table(claims: Sequence[ClaimSummary], wide: bool) -> Table:
     return table
 
 
-async def _watch_live(client: Client, query: str, wide: bool, interval: float) -> None:
+async def _watch_live(
+    client: Client, query: str, wide: bool, interval: float, stop: asyncio.Event
+) -> None:
     """A table redrawn in place: only on a terminal, where it can be."""
     table = _claims_table(await _list_claims(client, query), wide)
     with Live(table, console=stdout_console(), auto_refresh=False) as live:
-        while True:
-            await asyncio.sleep(interval)
+        while not stop.is_set():
+            await pause(stop, interval)
+            if stop.is_set():
+                break
             table = _claims_table(await _list_claims(client, query), wide)
             table.caption = f"every {interval:g}s · {datetime.now():%H:%M:%S} · Ctrl-C to stop"
             live.update(table, refresh=True)
 
 
-async def _watch_stream(client: Client, query: str, output: OutputFormat, interval: float) -> None:
+async def _watch_stream(
+    client: Client, query: str, output: OutputFormat, interval: float, stop: asyncio.Event
+) -> None:
     """Every claim once, then a line each time one changes (kubectl's `get -w`): a claim that
     leaves the list (it ended) is shown once more as it ended."""
     wide = output == OutputFormat.WIDE
     rows = TableStream([*LIST_COLUMNS, *(WIDE_COLUMNS if wide else ())])
     seen: dict[str, ClaimSummary] = {}
-    while True:
+    while not stop.is_set():
         current = {claim.name: claim for claim in await _list_claims(client, query)}
         changed = [claim for name, claim in current.items() if claim.changed_from(seen.get(name))]
         for name in seen.keys() - current.keys():
@@ -290,7 +301,7 @@ async def _watch_stream(client: Client, query: str, output: OutputFormat, interv
         else:
             rows.print([claim.row(wide) for claim in changed])
         seen = current
-        await asyncio.sleep(interval)
+        await pause(stop, interval)
 
 
 async def _ended(client: Client, claim: ClaimSummary) -> ClaimSummary | None:

@@ -198,12 +198,18 @@ async def test_claims_list_watch_streams_a_line_per_change_into_a_pipe(stack: St
     make_pool(stack.kube, "watched")
     name, handle = await start_test_claim(stack, "watched")  # no worker: it stays Pending
     address = stack.temporal.service_client.config.target_host
-    process = await asyncio.create_subprocess_exec(
-        CLI, "claims", "list", "--watch", "--interval", "0.2", "--pool", "watched",
-        "--temporal-address", address,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-        env={**os.environ, "COLUMNS": "80"},
-    )  # fmt: skip
+    # Started with SIGINT ignored, as a shell starts a background job: Ctrl-C (or `kill
+    # -INT`) must still end the watch, between two lists, with status 0.
+    ignoring = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        process = await asyncio.create_subprocess_exec(
+            CLI, "claims", "list", "--watch", "--interval", "0.2", "--pool", "watched",
+            "--temporal-address", address,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            env={**os.environ, "COLUMNS": "80"},
+        )  # fmt: skip
+    finally:
+        signal.signal(signal.SIGINT, ignoring)
     assert process.stdout is not None and process.stderr is not None
 
     async def next_line_about(claim: str) -> list[str]:
