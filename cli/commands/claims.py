@@ -271,7 +271,7 @@ async def _watch_live(
     """A table redrawn in place: only on a terminal, where it can be."""
     table = _claims_table(await _list_claims(client, query), wide)
     with Live(table, console=stdout_console(), auto_refresh=False) as live:
-        while not stop.is_set():
+        while True:
             await pause(stop, interval)
             if stop.is_set():
                 break

@@ -14,8 +14,8 @@ from activities.planning.patterns import plan_patterns
 from activities.planning.plan import lp_lower_bound, plan_capacity
 from api.nodeclaim import Offering
 from api.nodepool import NodePoolSpec
-from api.planning import Plan, PlanRequest, PodDemand, Resources
-from tests.unit.test_packing import check_invariants, limits_st, pods_st
+from api.planning import Plan, PlanRequest, PodDemand
+from tests.unit.test_packing import check_invariants, demand, limits_st, pods_st
 
 MI = 2**20
 GI = 2**30
@@ -39,16 +39,6 @@ def offering(
 def on_prem(name: str, vcpu: float, gib: float, available: int, price: float = 0.0) -> Offering:
     """A machine of the operator's own (the fake provider stands in for one here)."""
     return offering(name, vcpu, gib, price, available, provider="fake", region="rack-1")
-
-
-def demand(uid: str, cpu_m: int, mem_mi: int = 1024, **kw: object) -> PodDemand:
-    return PodDemand(
-        uid=uid,
-        namespace="default",
-        name=uid,
-        requests=Resources(cpu_m=cpu_m, memory_bytes=mem_mi * MI, pods=1),
-        **kw,
-    )
 
 
 def request(pods: list[PodDemand], **kw: object) -> PlanRequest:

@@ -46,7 +46,7 @@ def offering(name: str, vcpu: float, gib: float, price: float, **kw: str) -> Off
     )
 
 
-def demand(uid: str, cpu_m: int, mem_mi: int, **kw: object) -> PodDemand:
+def demand(uid: str, cpu_m: int, mem_mi: int = 1024, **kw: object) -> PodDemand:
     return PodDemand(
         uid=uid,
         namespace="default",
