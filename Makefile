@@ -2,6 +2,8 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+# The end-to-end sessions' workflow histories, for the replay tests (tests/histories.py).
+E2E_HISTORIES := .pytest_cache/e2e-histories
 
 .PHONY: setup dev demo test lint typecheck unit clean
 
@@ -43,10 +45,14 @@ test: lint typecheck
 	@# Bytecode, as the image has it: the workflow sandbox loads workflow modules afresh for
 	@# every run, and compiles them each time where none was written (PYTHONDONTWRITEBYTECODE).
 	$(BIN)/python -m compileall -q api activities cluster cli reporting simulator/sim trigger worker workflows >/dev/null
-	@# What needs no shared stack, on both cores; then the end-to-end tests and the replay of
-	@# every history they wrote (and of the committed corpus), in one session, in that order.
+	@# What needs no shared stack, on both cores. Then the end-to-end tests on four workers,
+	@# each with a Temporal server and a simulated cluster of its own (they mostly wait on
+	@# timers: one alone keeps a third of a core busy), each handing its histories and Secret
+	@# values over; then the replay of all of them and of the committed corpus.
 	$(BIN)/pytest -n 2 tests/unit tests/workflows tests/deploy tests/sim tests/activities tests/providers
-	$(BIN)/pytest tests/e2e tests/replay
+	rm -rf $(E2E_HISTORIES)
+	CLOUDBURST_E2E_HISTORIES=$(E2E_HISTORIES) $(BIN)/pytest -n 4 tests/e2e
+	CLOUDBURST_E2E_HISTORIES=$(E2E_HISTORIES) $(BIN)/pytest tests/replay
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache

@@ -229,7 +229,11 @@ def fake_offering(instance_type: str = "fk-small", region: str = "sim-1") -> Off
 
 
 async def start_test_claim(
-    stack: Stack, pool: str, offerings: list[Offering] | None = None, timings: ClaimTimings = FAST
+    stack: Stack,
+    pool: str,
+    offerings: list[Offering] | None = None,
+    timings: ClaimTimings = FAST,
+    task_timeout: timedelta | None = None,
 ) -> tuple[str, WorkflowHandle[NodeClaimWorkflow, Any]]:
     context = load_pool(stack.kube, "default", pool, stack.settings.tenancy())
     claim = build_claim(context, offerings or [fake_offering()], new_claim_name(pool))
@@ -240,6 +244,7 @@ async def start_test_claim(
         task_queue=stack.task_queue,
         cluster_id=CLUSTER_ID,
         timings=timings,
+        task_timeout=task_timeout,
     )
     return claim.metadata.name, handle
 

@@ -57,7 +57,7 @@ from tests.e2e.harness import (
     start_test_claim,
     wait_for_phase,
 )
-from tests.replay.test_histories import history_text
+from tests.histories import history_text
 from worker.settings import Settings
 from workflows.gc import OrphanGcWorkflow
 from workflows.nodeclaim import NodeClaimWorkflow

@@ -1,17 +1,17 @@
 """Workflow histories: free of secrets, and replayable by today's workflow code.
 
-Runs after the end-to-end tests (pytest orders `tests/e2e` before `tests/replay`), so it sees
-every history of the session; it also runs one claim of its own with Tailscale configured, so
-that it has something to check when run alone.
+Sees every history of the end-to-end tests: those of its own session (pytest orders
+`tests/e2e` before `tests/replay`) and those the end-to-end sessions handed over
+(`CLOUDBURST_E2E_HISTORIES`, tests/histories.py: `make test` runs them on several workers
+first). It also runs one claim of its own with Tailscale configured, so that it has something
+to check when run alone.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import gzip
-import json
 import os
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -37,6 +37,7 @@ from tests.e2e.harness import (
     start_test_claim,
     wait_for_phase,
 )
+from tests.histories import EXPORT_DIR_ENV, export_dir, exported, history_text, session_histories
 from worker.main import workflow_runner
 from worker.payload_codec import DATA_CONVERTER
 from worker.settings import Settings
@@ -77,11 +78,13 @@ async def test_no_secret_in_any_history(
         await in_thread(_remove_tailnet_pool, kube)
 
     await asyncio.sleep(0.5)  # let the recorder see the last Secret events
-    forbidden = {value for value in secret_recorder.values if len(value) >= 16}
+    handed_over, handed_over_values = handed_over_histories()
+    values = secret_recorder.values | handed_over_values
+    forbidden = {value for value in values if len(value) >= 16}
     assert auth_key in secret_recorder.values, "the Tailscale key Secret was never observed"
     assert any("kubeadm join" in value for value in forbidden), "no script was ever recorded"
 
-    histories = await _all_histories(temporal_client)
+    histories = await session_histories(temporal_client) + handed_over
     assert histories, "no workflow history to scan"
     texts = {history.workflow_id: history_text(history) for history in histories}
     # The decoding works: the script Secret's *name* is in history, as it should be.
@@ -115,7 +118,8 @@ async def _a_tailnet_claims_life(
 
 
 async def test_histories_replay_with_current_code(temporal_client: Client) -> None:
-    session = [h for h in await _all_histories(temporal_client) if h.events]
+    own = await session_histories(temporal_client)
+    session = [h for h in own + handed_over_histories()[0] if h.events]
     histories = session + recorded_histories()
     if not histories:
         pytest.skip("no histories recorded in this session")
@@ -150,6 +154,16 @@ def record_corpus(session: list[WorkflowHistory]) -> None:
             _record(RECORDED / f"nodepool-{pool[1]}.json", history)
 
 
+def handed_over_histories() -> tuple[list[WorkflowHistory], set[str]]:
+    """The end-to-end sessions' histories and Secret values, when `make test` ran them apart."""
+    directory = export_dir()
+    if directory is None:
+        return [], set()
+    histories, values = exported(directory)
+    assert histories, f"{EXPORT_DIR_ENV}={directory}: the end-to-end sessions handed over none"
+    return histories, values
+
+
 def recorded_histories() -> list[WorkflowHistory]:
     """The committed corpus; the largest runs (a pool of 3,000 claims) are kept gzipped."""
     paths = sorted([*RECORDED.glob("*.json"), *RECORDED.glob("*.json.gz")])
@@ -169,41 +183,9 @@ def _record(path: Path, history: WorkflowHistory) -> None:
         path.write_text(history.to_json())
 
 
-def history_text(history: WorkflowHistory) -> str:
-    """The history as text with every payload decoded (payload data is base64 in JSON)."""
-    parts = [json.dumps(history.to_json_dict())]
-
-    def walk(node: object) -> None:
-        if isinstance(node, dict):
-            if "data" in node and "metadata" in node and isinstance(node["data"], str):
-                parts.append(base64.b64decode(node["data"]).decode(errors="replace"))
-            for child in node.values():
-                walk(child)
-        elif isinstance(node, list):
-            for child in node:
-                walk(child)
-
-    walk(history.to_json_dict())
-    return "\n".join(parts)
-
-
 async def _iterate(histories: list[WorkflowHistory]) -> AsyncIterator[WorkflowHistory]:
     for history in histories:
         yield history
-
-
-async def _all_histories(client: Client) -> list[WorkflowHistory]:
-    """Every closed claim of the session, and every pool run (a pool never ends: its history
-    so far replays just as well, and it is where a pool's changes would break)."""
-    histories = []
-    async for execution in client.list_workflows(
-        "WorkflowType = 'NodeClaimWorkflow' OR WorkflowType = 'NodePoolWorkflow'"
-    ):
-        if execution.workflow_type == "NodeClaimWorkflow" and execution.close_time is None:
-            continue  # a claim still running: not a complete history
-        handle = client.get_workflow_handle(execution.id, run_id=execution.run_id)
-        histories.append(await handle.fetch_history())
-    return histories
 
 
 def _remove_tailnet_pool(kube: k8s.ApiClient) -> None:
