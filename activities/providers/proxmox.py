@@ -30,6 +30,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import io
 import logging
@@ -757,6 +758,11 @@ def _errors_text(errors: Any) -> str:
     return str(errors)
 
 
+@functools.cache
+def _ca_directory() -> Path:
+    return Path(tempfile.mkdtemp(prefix="cloudburst-proxmox-"))  # mode 0700
+
+
 def _token_parts(credential: str | None) -> tuple[str, str, str]:
     """`user@realm!tokenid=secret` → (user@realm, tokenid, secret)."""
     user, _, rest = (credential or "").strip().partition("!")
@@ -771,13 +777,15 @@ def _token_parts(credential: str | None) -> tuple[str, str, str]:
 
 
 def _verify(block: ProxmoxClass) -> bool | str:
-    """requests' `verify`: off, the system's CAs, or a file holding `caBundle`."""
+    """requests' `verify`: off, the system's CAs, or a file holding `caBundle`, in a
+    directory of this process's own (a shared one would let whoever wrote a file there
+    first choose the CA we trust)."""
     if not block.verify_tls:
         return False
     if not block.ca_bundle:
         return True
     digest = hashlib.sha256(block.ca_bundle.encode()).hexdigest()[:16]
-    path = Path(tempfile.gettempdir()) / f"cloudburst-proxmox-ca-{digest}.pem"
+    path = _ca_directory() / f"ca-{digest}.pem"
     if not path.exists():
         partial = path.with_suffix(f".{uuid.uuid4().hex}.tmp")
         partial.write_text(block.ca_bundle)

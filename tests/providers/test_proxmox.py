@@ -3,8 +3,11 @@
 
 from __future__ import annotations
 
+import hashlib
 import io
+import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 
 import pycdlib
 import pytest
@@ -16,7 +19,7 @@ from activities.providers.base import (
     ProviderError,
     split_instance_id,
 )
-from activities.providers.proxmox import ProxmoxProvider
+from activities.providers.proxmox import ProxmoxProvider, _verify
 from api import labels as L
 from sim.clouds.proxmox import GIB, SHAPES, TEMPLATE_VMID, ProxmoxStandin
 from tests.providers.harness_proxmox import VMID_RANGE, block
@@ -199,6 +202,24 @@ def test_an_untrusted_certificate_is_fatal_and_says_cabundle(cloud: ProxmoxStand
         p.instance_types()
     insecure = provider(cloud, ca_bundle=None, verify_tls=False)
     assert insecure.instance_types()
+
+
+def test_the_ca_bundle_trusted_is_the_blocks_not_a_file_planted_beside_it(
+    cloud: ProxmoxStandin,
+) -> None:
+    # Another user of the host writes, ahead of us, a CA of theirs where a shared temporary
+    # directory would keep this block's bundle: it must not become the CA we trust.
+    digest = hashlib.sha256(cloud.ca_pem.encode()).hexdigest()[:16]
+    planted = Path(tempfile.gettempdir()) / f"cloudburst-proxmox-ca-{digest}.pem"
+    planted.write_text("-----BEGIN CERTIFICATE-----\nnot the block's\n")
+    try:
+        trusted = _verify(block(cloud))
+        assert isinstance(trusted, str)
+        assert Path(trusted).read_text() == cloud.ca_pem
+        assert Path(trusted).parent.stat().st_mode & 0o077 == 0  # no one else's to write
+        assert provider(cloud).instance_types()
+    finally:
+        planted.unlink()
 
 
 def test_netboot_makes_a_vm_that_boots_from_the_network(cloud: ProxmoxStandin) -> None:
