@@ -1,18 +1,19 @@
 """What `explain` and `plan` read from the cluster and from Temporal, read-only: NodePools and
 NodeClasses judged as the trigger judges them, the settings the deployed trigger runs with,
 Events, and the pools' and claims' queries (an unreachable or older worker is an answer too).
+
+The Temporal client and the workflows (whose queries are asked by reference) are imported by
+the queries: `plan` reads the cluster without them when no Temporal answers.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
-from temporalio.client import Client, WorkflowQueryFailedError
-from temporalio.service import RPCError, RPCStatusCode
 
 from api import NodeClass, NodePool
 from api.explain import PoolPodView
@@ -20,12 +21,14 @@ from api.labels import GROUP
 from api.messages import claim_workflow_id
 from api.nodeclaim import NodeClaimStatus
 from api.nodepool.messages import PoolStatus, pool_workflow_id
-from cli.connect import UNREACHABLE, answered
+from cli.connect import answered, is_unreachable
 from cluster.matching import ClusterSpecs
 from cluster.tenancy import Tenancy
 from worker.settings import CONFIG_MAP, Settings
-from workflows.nodeclaim import NodeClaimWorkflow
-from workflows.nodepool import NodePoolWorkflow
+
+if TYPE_CHECKING:
+    from temporalio.client import Client
+    from temporalio.service import RPCError
 
 VERSION = "v1alpha1"
 _QUERY_TIMEOUT_S = 10.0
@@ -96,6 +99,11 @@ async def pool_pod_view(
 ) -> tuple[PoolPodView | None, str | None]:
     """The pool's view of the pod, or why there is none. A worker of an older release has no
     `pod` query: its `status` query says the same, for the one pod."""
+    from temporalio.client import WorkflowQueryFailedError
+    from temporalio.service import RPCError
+
+    from workflows.nodepool import NodePoolWorkflow
+
     handle = client.get_workflow_handle_for(NodePoolWorkflow.run, pool_workflow_id(namespace, pool))
     try:
         return await answered(
@@ -129,6 +137,11 @@ async def pool_pod_view(
 async def pool_status(
     client: Client, namespace: str, pool: str
 ) -> tuple[PoolStatus | None, str | None]:
+    from temporalio.client import WorkflowQueryFailedError
+    from temporalio.service import RPCError
+
+    from workflows.nodepool import NodePoolWorkflow
+
     handle = client.get_workflow_handle_for(NodePoolWorkflow.run, pool_workflow_id(namespace, pool))
     try:
         return await answered(lambda: handle.query(NodePoolWorkflow.status), _QUERY_TIMEOUT_S), None
@@ -143,6 +156,11 @@ async def pool_status(
 async def claim_status(
     client: Client, namespace: str, name: str
 ) -> tuple[NodeClaimStatus | None, str | None]:
+    from temporalio.client import WorkflowQueryFailedError
+    from temporalio.service import RPCError
+
+    from workflows.nodeclaim import NodeClaimWorkflow
+
     handle = client.get_workflow_handle_for(
         NodeClaimWorkflow.run, claim_workflow_id(namespace, name)
     )
@@ -159,7 +177,9 @@ async def claim_status(
 
 
 def _rpc_why(err: RPCError, not_found: str) -> str:
-    if err.status in UNREACHABLE:
+    from temporalio.service import RPCStatusCode
+
+    if is_unreachable(err):
         raise err
     if err.status == RPCStatusCode.NOT_FOUND:
         return not_found

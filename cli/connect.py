@@ -1,4 +1,7 @@
-"""Reaching Temporal from a CLI command, with one clear message when it cannot be reached."""
+"""Reaching Temporal from a CLI command, with one clear message when it cannot be reached.
+
+The Temporal client is imported by the functions that reach it, not with this module: every
+command imports this one, and some (`plan` without a server, `validate`) never reach it."""
 
 from __future__ import annotations
 
@@ -7,17 +10,17 @@ import contextlib
 import signal
 from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
 from rich.text import Text
-from temporalio.client import Client, WorkflowQueryFailedError
-from temporalio.service import RPCError, RPCStatusCode
 
-from worker.client import TemporalConfigError, connect_temporal
 from worker.settings import Settings
-from worker.untaken_events import REFUSAL
+
+if TYPE_CHECKING:
+    from temporalio.client import Client
+    from temporalio.service import RPCError
 
 T = TypeVar("T")
 # Every command's errors and notes. Markup off: names, messages and manifests are user text,
@@ -37,16 +40,27 @@ Kubeconfig = Annotated[
     typer.Option("--kubeconfig", help="kubeconfig (default: $KUBECONFIG or in-cluster)"),
 ]
 
-# Status codes that mean "the server is not there (any more)", not "the request was wrong".
-UNREACHABLE = (RPCStatusCode.UNAVAILABLE, RPCStatusCode.DEADLINE_EXCEEDED)
+
+def is_unreachable(err: RPCError) -> bool:
+    """Whether the call's status means "the server is not there (any more)", not "the
+    request was wrong"."""
+    from temporalio.service import RPCStatusCode
+
+    return err.status in (RPCStatusCode.UNAVAILABLE, RPCStatusCode.DEADLINE_EXCEEDED)
 
 
 # A worker taking a workflow over refuses a query for a moment (`worker/untaken_events.py`).
 _REFUSED_RETRY_S = 1.0
+# How long `nothing_listens` waits for a connection before leaving the answer to the client.
+_PROBE_TIMEOUT_S = 1.0
 
 
 async def answered(ask: Callable[[], Awaitable[T]], within_s: float = 10.0) -> T:
     """A query's answer, asked again while a worker taking the workflow over refuses it."""
+    from temporalio.client import WorkflowQueryFailedError
+
+    from worker.untaken_events import REFUSAL
+
     loop = asyncio.get_running_loop()
     deadline = loop.time() + within_s
     while True:
@@ -84,7 +98,30 @@ def unreachable(settings: Settings, cause: object) -> typer.Exit:
     )
 
 
+async def nothing_listens(address: str) -> bool:
+    """Whether the host:port refuses a TCP connection: then `Client.connect` fails at once the
+    same way, and a command that can do without Temporal need not load its client to learn
+    it. Anything else (a listener, a name to resolve, a slow network) is left to the client."""
+    host, colon, port = address.rpartition(":")
+    if not colon or not port.isdigit():
+        return False
+    try:
+        _, writer = await asyncio.wait_for(
+            asyncio.open_connection(host.strip("[]"), int(port)), _PROBE_TIMEOUT_S
+        )
+    except ConnectionRefusedError:
+        return True
+    except (OSError, TimeoutError):
+        return False
+    writer.close()
+    with contextlib.suppress(OSError):
+        await writer.wait_closed()
+    return False
+
+
 async def connect_or_exit(settings: Settings) -> Client:
+    from worker.client import TemporalConfigError, connect_temporal
+
     try:
         return await connect_temporal(settings)
     except TemporalConfigError as err:
@@ -95,10 +132,12 @@ async def connect_or_exit(settings: Settings) -> Client:
 
 def run_or_exit(main: Coroutine[Any, Any, T], settings: Settings) -> T:
     """`asyncio.run`, with Temporal going away mid-command reported like a failed connect."""
+    from temporalio.service import RPCError
+
     try:
         return asyncio.run(main)
     except RPCError as err:
-        if err.status in UNREACHABLE:
+        if is_unreachable(err):
             raise unreachable(settings, err.message) from None
         raise
 

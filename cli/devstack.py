@@ -48,8 +48,9 @@ from cluster.tenancy import tenant_namespace_annotations
 from sim.cluster import SimulatedCluster
 from trigger.nodes import NodeWatcher
 from trigger.pending import BatchWindows, PendingPodTrigger
-from worker.client import connect_temporal, kube_api_client
+from worker.client import connect_temporal
 from worker.codec_server import codec_app
+from worker.kube_client import kube_api_client
 from worker.main import run_worker
 from worker.settings import CONFIG_MAP, RELEASE, Settings
 from workflows.nodeclaim import NodeClaimWorkflow

@@ -37,7 +37,7 @@ from cli.connect import (
 )
 from cli.manifests import Loaded, Problem, load_manifests
 from cli.output import stdout_console
-from worker.client import kube_api_client
+from worker.kube_client import kube_api_client
 from worker.settings import Settings, WorkerQueues
 
 app = typer.Typer(

@@ -32,8 +32,6 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
-from temporalio.exceptions import ApplicationError
-
 from api.errors import INVALID_CONFIGURATION
 from api.labels import TENANT_LABEL, TENANT_TAINT
 from api.nodeclass import NodeClassSpec
@@ -170,6 +168,10 @@ class Tenancy:
         services: Collection[str] | None = None,
     ) -> None:
         """Raise non-retryable `InvalidConfiguration` for a refusal; call before any read."""
+        # Imported where raised (in an activity): the command line reads these rules, through
+        # its settings, without loading Temporal.
+        from temporalio.exceptions import ApplicationError
+
         refusal = self.refusal(namespace, node_class, services)
         if refusal is not None:
             raise ApplicationError(

@@ -122,7 +122,7 @@ def kubeconfig(sim_cluster: SimulatedCluster, tmp_path_factory: pytest.TempPathF
 
 @pytest.fixture(scope="session")
 def kube(sim_cluster: SimulatedCluster, kubeconfig: Path) -> k8s.ApiClient:
-    from worker.client import kube_api_client
+    from worker.kube_client import kube_api_client
     from worker.settings import Settings
 
     api_client = kube_api_client(Settings(kubeconfig=kubeconfig))
@@ -236,7 +236,7 @@ def multicloud_kubeconfig(
 def multicloud_kube(
     multicloud_cluster: SimulatedCluster, multicloud_kubeconfig: Path
 ) -> k8s.ApiClient:
-    from worker.client import kube_api_client
+    from worker.kube_client import kube_api_client
     from worker.settings import Settings
 
     return kube_api_client(Settings(kubeconfig=multicloud_kubeconfig))

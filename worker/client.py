@@ -1,5 +1,6 @@
-"""Clients the processes share: Temporal (pydantic payloads, `worker/payload_codec.py`) and
-Kubernetes."""
+"""The Temporal client the processes share (pydantic payloads, `worker/payload_codec.py`); the
+Kubernetes one is `worker/kube_client.py`'s, so that a command reading the cluster alone
+does not load Temporal's."""
 
 from __future__ import annotations
 
@@ -7,8 +8,6 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from kubernetes import client as k8s
-from kubernetes import config as k8s_config
 from temporalio.api.enums.v1 import IndexedValueType
 from temporalio.api.operatorservice.v1 import (
     AddSearchAttributesRequest,
@@ -121,20 +120,3 @@ async def register_search_attributes(client: Client, namespace: str) -> None:
             AddSearchAttributesRequest(namespace=namespace, search_attributes=missing)
         )
         log.info("registered search attributes %s", sorted(missing))
-
-
-def kube_api_client(settings: Settings) -> k8s.ApiClient:
-    """A Kubernetes client from the configured kubeconfig, else $KUBECONFIG, else in-cluster."""
-    configuration = k8s.Configuration()
-    if settings.kubeconfig is not None:
-        k8s_config.load_kube_config(
-            config_file=str(settings.kubeconfig), client_configuration=configuration
-        )
-    else:
-        try:
-            k8s_config.load_kube_config(client_configuration=configuration)
-        except k8s_config.ConfigException:
-            k8s_config.load_incluster_config(client_configuration=configuration)
-    # Activities run in a thread pool: give urllib3 enough connections for all of them.
-    configuration.connection_pool_maxsize = 64
-    return k8s.ApiClient(configuration)

@@ -39,12 +39,12 @@ from cluster.tenancy import Tenancy
 from worker.client import (
     client_options,
     connect_temporal,
-    kube_api_client,
     register_search_attributes,
 )
 from worker.context_free import runner_for
 from worker.gc_schedule import ensure_gc_schedule
 from worker.health import serving_health
+from worker.kube_client import kube_api_client
 from worker.price_schedule import ensure_price_schedule
 from worker.release_guard import check_release
 from worker.settings import Settings

@@ -33,7 +33,7 @@ from activities.planning.cloudbroker import (
 from activities.planning.config import PlanningConfig
 from activities.planning.plan import OverheadFn, kube_reserved, plan_capacity
 from activities.planning.price_store import LiveCatalog
-from activities.planning.recommend import CatalogRecommender, Recommender
+from activities.planning.recommend import OFFERING_LIMIT, CatalogRecommender, Recommender
 from activities.providers import provider_class
 from activities.providers.base import FatalError, Provider, ProviderError
 from api.errors import INVALID_CONFIGURATION, RECOMMENDER_UNAVAILABLE
@@ -52,9 +52,6 @@ from cluster.requirements import (
 from cluster.tenancy import Tenancy
 
 log = logging.getLogger(__name__)
-
-# How many offerings to ask a recommender for: enough for packing and for failover lists.
-OFFERING_LIMIT = 500
 
 RecommenderFactory = Callable[[], Recommender]
 

@@ -1,4 +1,5 @@
-"""A tight lower bound on a packing's cost, for tests and the cost benchmark (needs scipy).
+"""A tight lower bound on a packing's cost, for `cloudburst plan`, tests and the cost benchmark
+(needs highspy, the HiGHS solver's own Python package, from the dev extra).
 
 The LP relaxation of the assignment formulation, strengthened so that it is not fooled by
 pods that cannot really be split:
@@ -14,12 +15,19 @@ The third family is valid for every integral packing (k+1 pods each bigger than
 plan, but much closer to it than the plain fractional cover (lp.py), which lets a pod of
 1.2 cores fill two nodes of 0.6. Dominated types (another no dearer and no smaller) are
 dropped first: any plan can use the dominating type instead.
+
+HiGHS is given the model as scipy's `linprog(method="highs")` gives it (the same rows and
+columns in the same order, dual simplex), without importing scipy.optimize, which costs a
+command several times what the solve does.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
+
+import highspy
+from highspy._core import _Highs
 
 from activities.planning.packing import BinType, Vector, undominated
 
@@ -33,17 +41,12 @@ def assignment_lower_bound(
 
     `eligible[i]` (optional) lists the `ref`s of the types item i may use.
     """
-    import numpy as np
-    from scipy.optimize import linprog
-    from scipy.sparse import coo_matrix
-
     if not items:
         return 0.0
     refs = None if eligible is None else [frozenset(e) for e in eligible]
     groups = Counter((items[i], refs[i] if refs else None) for i in range(len(items)))
     kept = undominated(types) if eligible is None else list(types)
     scale = (1000.0, float(2**30), 1.0)
-    n_types = len(kept)
     pairs: list[tuple[int, int]] = []  # (group, type) for x variables
     group_list = list(groups.items())
     for g, ((shape, allowed), _) in enumerate(group_list):
@@ -54,19 +57,8 @@ def assignment_lower_bound(
                 pairs.append((g, t))
     n_x = len(pairs)
     y0 = n_x  # y_t is variable y0 + t
-    cost = np.zeros(n_x + n_types)
-    cost[y0:] = [bt.price for bt in kept]
-    eq_rows, eq_cols = [], []
-    for v, (g, _) in enumerate(pairs):
-        eq_rows.append(g)
-        eq_cols.append(v)
-    a_eq = coo_matrix(
-        (np.ones(len(eq_rows)), (eq_rows, eq_cols)), shape=(len(group_list), n_x + n_types)
-    )
-    b_eq = np.array([float(n) for _, n in group_list])
-    rows: list[int] = []
-    cols: list[int] = []
-    vals: list[float] = []
+    cost = [0.0] * n_x + [bt.price for bt in kept]
+    entries: list[tuple[int, int, float]] = []  # (column, row, value)
     row = 0
     by_type: dict[int, list[int]] = {}
     for v, (_, t) in enumerate(pairs):
@@ -75,12 +67,8 @@ def assignment_lower_bound(
         variables = by_type.get(t, [])
         for d in range(3):
             for v in variables:
-                rows.append(row)
-                cols.append(v)
-                vals.append(group_list[pairs[v][0]][0][0][d] / scale[d])
-            rows.append(row)
-            cols.append(y0 + t)
-            vals.append(-bt.cap[d] / scale[d])
+                entries.append((v, row, group_list[pairs[v][0]][0][0][d] / scale[d]))
+            entries.append((y0 + t, row, -bt.cap[d] / scale[d]))
             row += 1
             if d == 2:
                 continue
@@ -91,23 +79,58 @@ def assignment_lower_bound(
                 if not big:
                     continue
                 for v in big:
-                    rows.append(row)
-                    cols.append(v)
-                    vals.append(1.0)
-                rows.append(row)
-                cols.append(y0 + t)
-                vals.append(-float(k))
+                    entries.append((v, row, 1.0))
+                entries.append((y0 + t, row, -float(k)))
                 row += 1
-    a_ub = coo_matrix((vals, (rows, cols)), shape=(row, n_x + n_types))
-    result = linprog(
+    n_ub = row
+    for v, (g, _) in enumerate(pairs):  # Σ_t x_gt = n_g, after the ≤ rows
+        entries.append((v, n_ub + g, 1.0))
+    counts = [float(n) for _, n in group_list]
+    return _solve(
         cost,
-        A_ub=a_ub.tocsr(),
-        b_ub=np.zeros(row),
-        A_eq=a_eq.tocsr(),
-        b_eq=b_eq,
-        bounds=(0, None),
-        method="highs",
+        entries,
+        row_lower=[-highspy.kHighsInf] * n_ub + counts,
+        row_upper=[0.0] * n_ub + counts,
     )
-    if not result.success:
-        raise ValueError(f"lower-bound LP failed: {result.message}")
-    return float(result.fun)
+
+
+def _solve(
+    cost: list[float],
+    entries: list[tuple[int, int, float]],
+    row_lower: list[float],
+    row_upper: list[float],
+) -> float:
+    """min cost·x subject to row_lower ≤ A·x ≤ row_upper, x ≥ 0 (A given by its entries)."""
+    n_cols, n_rows = len(cost), len(row_lower)
+    entries.sort()
+    start = [0] * (n_cols + 1)
+    for column, _, _ in entries:
+        start[column + 1] += 1
+    for column in range(n_cols):
+        start[column + 1] += start[column]
+    lp = highspy.HighsLp()
+    lp.num_col_ = n_cols
+    lp.num_row_ = n_rows
+    lp.col_cost_ = cost
+    lp.col_lower_ = [0.0] * n_cols
+    lp.col_upper_ = [highspy.kHighsInf] * n_cols
+    lp.row_lower_ = row_lower
+    lp.row_upper_ = row_upper
+    lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
+    lp.a_matrix_.num_col_ = n_cols
+    lp.a_matrix_.num_row_ = n_rows
+    lp.a_matrix_.start_ = start
+    lp.a_matrix_.index_ = [r for _, r, _ in entries]
+    lp.a_matrix_.value_ = [value for _, _, value in entries]
+    # `highspy.Highs` writes HiGHS's banner to stdout as it is made, before an option can
+    # turn it off (and `cloudburst plan -o json` prints to stdout); the solver class under
+    # it, which highspy exports beside it, is made silent.
+    solver = _Highs()
+    solver.setOptionValue("output_flag", False)
+    solver.setOptionValue("simplex_strategy", highspy.simplex_constants.kSimplexStrategyDual)
+    solver.passModel(lp)
+    solver.run()
+    status = solver.getModelStatus()
+    if status != highspy.HighsModelStatus.kOptimal:
+        raise ValueError(f"lower-bound LP failed: {solver.modelStatusToString(status)}")
+    return float(solver.getInfo().objective_function_value)

@@ -14,6 +14,9 @@ from api.nodeclaim import Offering
 from api.nodepool import Requirements
 from api.planning import Resources
 
+# How many offerings to ask a recommender for: enough for packing and for failover lists.
+OFFERING_LIMIT = 500
+
 
 class Recommender(Protocol):
     def recommend(

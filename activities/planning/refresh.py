@@ -9,7 +9,9 @@ provider (boto3's `endpoint_url`, the Google client's `api_endpoint`, httpx's ba
 tests and the simulator use local stand-ins (`sim/clouds/prices.py`).
 
 The function is pure of Temporal: it raises `RefreshError` on any failure (including an
-answer with no priced instance type), and the caller keeps the last good data.
+answer with no priced instance type), and the caller keeps the last good data. The AWS and
+Google SDKs are imported by their provider's refresh: the planner imports this module (for
+`RefreshError`) and `cloudburst plan` with it, neither of which calls them.
 """
 
 from __future__ import annotations
@@ -22,12 +24,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-import boto3
 import httpx
-from botocore.config import Config
-from botocore.exceptions import BotoCoreError, ClientError
-from google.api_core import exceptions as google_exceptions
-from google.cloud import billing_v1
 
 from activities.planning.catalog import Catalog, CatalogEntry
 
@@ -343,6 +340,9 @@ def _azure(job: _Refresh) -> list[CatalogEntry]:
 
 
 def _aws(job: _Refresh) -> list[CatalogEntry]:
+    import boto3
+    from botocore.config import Config
+
     session = boto3.session.Session(
         aws_access_key_id=job.credentials["AWS_ACCESS_KEY_ID"],
         aws_secret_access_key=job.credentials["AWS_SECRET_ACCESS_KEY"],
@@ -434,6 +434,8 @@ def _aws_product(product: dict[str, Any]) -> tuple[str, tuple[float, float, str]
 
 @contextmanager
 def _aws_call(call: str) -> Iterator[None]:
+    from botocore.exceptions import BotoCoreError, ClientError
+
     try:
         yield
     except ClientError as exc:
@@ -457,6 +459,9 @@ _GCP_SKU = re.compile(
 
 
 def _gcp(job: _Refresh) -> list[CatalogEntry]:
+    from google.api_core import exceptions as google_exceptions
+    from google.cloud import billing_v1
+
     client = billing_v1.CloudCatalogClient(
         client_options={"api_endpoint": job.base, "api_key": job.credentials["GOOGLE_API_KEY"]},
         transport="rest",

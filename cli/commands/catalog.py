@@ -40,7 +40,7 @@ from cli.output import (
     print_table,
     stdout_console,
 )
-from worker.client import kube_api_client
+from worker.kube_client import kube_api_client
 
 catalog_app = typer.Typer(help="The built-in instance-type catalog and its prices.")
 

@@ -61,7 +61,7 @@ from cli.output import (
     stream_data,
 )
 from cli.timeline import PhaseSpan, format_duration, phase_timeline
-from worker.client import kube_api_client
+from worker.kube_client import kube_api_client
 from workflows.nodeclaim import NodeClaimWorkflow
 
 claims_app = typer.Typer(help="Inspect and steer NodeClaims (one workflow per node).")

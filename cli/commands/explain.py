@@ -24,11 +24,11 @@ from api.nodepool import NodePool
 from api.nodepool.messages import PoolStatus
 from cli import cluster_reads as reads
 from cli.connect import (
-    UNREACHABLE,
     Kubeconfig,
     TemporalAddress,
     cli_settings,
     fail,
+    is_unreachable,
 )
 from cli.output import (
     Output,
@@ -45,7 +45,8 @@ from cluster.requirements import pod_demand
 from explain.common import claim_view, event_views, price_text
 from explain.node import explain_node
 from explain.pod import explain_pod
-from worker.client import TemporalConfigError, connect_temporal, kube_api_client
+from worker.client import TemporalConfigError, connect_temporal
+from worker.kube_client import kube_api_client
 from worker.settings import Settings
 
 explain_app = typer.Typer(help="Why a pod waits, why a node stays: read-only answers.")
@@ -305,7 +306,7 @@ def _run(main: Any, settings: Settings) -> Any:
     except (HTTPError, OSError) as err:
         raise fail(f"cannot reach the cluster: {err}") from None
     except RPCError as err:
-        if err.status in UNREACHABLE:
+        if is_unreachable(err):
             raise fail(
                 f"Temporal at {settings.temporal_address} went away: {err.message}"
             ) from None

@@ -5,29 +5,30 @@ planner runs here, on the offerings and overheads the worker's planner uses."""
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from kubernetes import client as k8s
-from kubernetes.client.exceptions import ApiException
-from kubernetes.config import ConfigException
 from rich.text import Text
-from urllib3.exceptions import HTTPError
 
-from activities.planning.activity import OFFERING_LIMIT, PlanningActivities
 from activities.planning.catalog import Catalog
 from activities.planning.config import PlanningConfig
 from activities.planning.plan import OverheadFn, kube_reserved
-from activities.planning.price_store import live_catalog, read_store
-from activities.planning.recommend import CatalogRecommender
+from activities.planning.recommend import OFFERING_LIMIT, CatalogRecommender
 from api import NodeClass, NodePool
 from api.explain import PlanComparison
 from api.nodepool import LIVE_CATALOG_PROVIDERS
 from api.planning import PlanRequest, PodDemand, Resources
 from api.quantity import cpu_millis, memory_bytes
-from cli import cluster_reads as reads
-from cli.connect import Kubeconfig, TemporalAddress, cli_settings, err_console, fail
+from cli.connect import (
+    Kubeconfig,
+    TemporalAddress,
+    cli_settings,
+    err_console,
+    fail,
+    nothing_listens,
+)
 from cli.manifests import read_documents
 from cli.output import (
     Output,
@@ -40,12 +41,15 @@ from cli.output import (
     stdout_console,
 )
 from cluster.matching import ClusterSpecs, PoolKey, match
-from cluster.pods import is_unschedulable
-from cluster.requirements import pod_demand
 from cluster.tenancy import Tenancy
 from explain.plan import Workload, WorkloadError, compare, expand, limits_text
-from worker.client import TemporalConfigError, connect_temporal, kube_api_client
 from worker.settings import Settings
+
+if TYPE_CHECKING:
+    from kubernetes import client as k8s
+
+# The Kubernetes and Temporal clients, the worker's planning activity and the LP solver are
+# imported where they are used: without a cluster, a plan needs none but the solver.
 
 Files = Annotated[
     list[Path] | None,
@@ -117,6 +121,14 @@ def _read_files(files: list[Path], namespace: str) -> Workload:
 async def _plan(
     settings: Settings, workload: Workload, pool: str | None, live: bool, from_cluster: bool
 ) -> list[PlanComparison]:
+    from kubernetes import client as k8s
+    from kubernetes.client.exceptions import ApiException
+    from kubernetes.config import ConfigException
+    from urllib3.exceptions import HTTPError
+
+    from cli import cluster_reads as reads
+    from worker.kube_client import kube_api_client
+
     tenancy = settings.tenancy()
     api_client: k8s.ApiClient | None = None
     notes: list[str] = []
@@ -144,6 +156,8 @@ async def _plan(
     catalog = Catalog.load(config.catalog_path)
     prices = f"the shipped catalog of {catalog.header.get('generated', '?')}"
     if live:
+        from activities.planning.price_store import live_catalog, read_store
+
         assert api_client is not None
         catalog = live_catalog(
             catalog, read_store(k8s.CoreV1Api(api_client), tenancy.worker_namespace)
@@ -186,13 +200,15 @@ def _groups(
         return {key: pods}
     labels: dict[str, dict[str, str] | None] = {}
     groups: dict[PoolKey, list[PodDemand]] = {}
+    if api_client is not None:
+        from kubernetes.client import CoreV1Api
+
+        from cli.cluster_reads import namespace_labels
     unmatched: dict[str, list[str]] = {}  # why -> the pods
     for pod in pods:
         if pod.namespace not in labels:
             labels[pod.namespace] = (
-                reads.namespace_labels(k8s.CoreV1Api(api_client), pod.namespace)
-                if api_client
-                else {}
+                namespace_labels(CoreV1Api(api_client), pod.namespace) if api_client else {}
             )
         found = match(pod, specs, tenancy, labels[pod.namespace])
         if found.chosen is None:
@@ -245,6 +261,8 @@ def _plan_pool(
     notes: list[str] = []
     recommender = CatalogRecommender(catalog)
     if api_client is not None:
+        from activities.planning.activity import PlanningActivities
+
         planning = PlanningActivities(api_client, lambda: recommender, config, tenancy)
         try:
             offerings, overhead = planning.planning_inputs(request)
@@ -259,7 +277,7 @@ def _plan_pool(
         pool=f"{key[0]}/{key[1]}",
         prices=prices,
         limits=limits_text(limits, held),
-        tight_bound=_has_scipy(),
+        tight_bound=_has_lp_solver(),
     )
     answer.notes = notes
     return answer
@@ -286,6 +304,9 @@ def _catalog_only(
 
 
 def _pending_pods(core: k8s.CoreV1Api) -> list[PodDemand]:
+    from cluster.pods import is_unschedulable
+    from cluster.requirements import pod_demand
+
     listing = core.list_pod_for_all_namespaces(field_selector="status.phase=Pending")
     return [pod_demand(pod) for pod in listing.items if is_unschedulable(pod)]
 
@@ -293,27 +314,32 @@ def _pending_pods(core: k8s.CoreV1Api) -> list[PodDemand]:
 async def _held_now(settings: Settings, keys: list[PoolKey]) -> dict[PoolKey, tuple[int, int, int]]:
     """What each pool holds now (nodes, cpu, memory), from its workflow; none when Temporal
     cannot be reached or the pool has not started."""
+    if await nothing_listens(settings.temporal_address):
+        return {}
+    from cli.cluster_reads import pool_status
+    from worker.client import TemporalConfigError, connect_temporal
+
     try:
         client = await connect_temporal(settings)
     except (TemporalConfigError, RuntimeError):
         return {}
     held = {}
     for key in keys:
-        status, _ = await reads.pool_status(client, *key)
+        status, _ = await pool_status(client, *key)
         if status is not None:
             held[key] = (status.nodes, status.cpu_m, status.memory_bytes)
     return held
 
 
-def _has_scipy() -> bool:
-    try:
-        import scipy.optimize  # noqa: F401
-    except ImportError:
-        return False
-    return True
+def _has_lp_solver() -> bool:
+    """Whether the assignment LP bound can be solved here (its solver, HiGHS, comes with the
+    dev extra); found without importing it, which only the bound itself does."""
+    return importlib.util.find_spec("highspy") is not None
 
 
 def _why(err: BaseException) -> str:
+    from kubernetes.client.exceptions import ApiException
+
     return f"{err.status} {err.reason}" if isinstance(err, ApiException) else str(err)
 
 

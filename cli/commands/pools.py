@@ -18,7 +18,6 @@ from urllib3.exceptions import HTTPError
 
 from api.nodepool.messages import PoolStatus, pool_workflow_id
 from cli.connect import (
-    UNREACHABLE,
     Kubeconfig,
     TemporalAddress,
     answered,
@@ -26,6 +25,7 @@ from cli.connect import (
     connect_or_exit,
     err_console,
     fail,
+    is_unreachable,
     run_or_exit,
 )
 from cli.output import (
@@ -39,7 +39,7 @@ from cli.output import (
     stdout_console,
 )
 from cluster.pods import is_left_alone
-from worker.client import kube_api_client
+from worker.kube_client import kube_api_client
 from workflows.nodepool import NodePoolWorkflow
 
 pools_app = typer.Typer(help="Inspect NodePools: nodes, pending demand, disruption budgets.")
@@ -82,7 +82,7 @@ def pools_list(
         except WorkflowQueryFailedError as err:
             return f"{workflow_id}: {err}"
         except RPCError as err:
-            if err.status in UNREACHABLE:
+            if is_unreachable(err):
                 raise
             return f"{workflow_id}: {err.message}"
 

@@ -38,7 +38,7 @@ from api.prices import (
 from sim.clouds.exchange import EcbStandin
 from sim.cluster import SimulatedCluster
 from tests.e2e.harness import Stack, eventually, in_process_worker, in_thread, new_task_queue
-from worker.client import kube_api_client
+from worker.kube_client import kube_api_client
 from worker.price_schedule import ensure_price_schedule
 from worker.settings import Settings
 from workflows.prices import PriceRefreshWorkflow
