@@ -1,5 +1,6 @@
 """The `cloudburst` app: the short top-level commands here, the others from `cli/commands/`
-(one module a command, named after it; see `cli/commands/__init__.py`)."""
+(one module a command, named after it; see `cli/commands/__init__.py`), each imported only
+when it is run, completed or listed by `--help` (`cli/lazy_group.py`)."""
 
 from __future__ import annotations
 
@@ -18,15 +19,6 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
-from cli.commands.bootstrap import bootstrap_app
-from cli.commands.catalog import catalog_app
-from cli.commands.claims import claims_app
-from cli.commands.config_reference import config_reference
-from cli.commands.crds import crds
-from cli.commands.explain import explain_app
-from cli.commands.plan import plan
-from cli.commands.pools import pools_app
-from cli.commands.tenant_rbac import tenant_rbac
 from cli.connect import (
     Kubeconfig,
     TemporalAddress,
@@ -35,25 +27,38 @@ from cli.connect import (
     err_console,
     fail,
 )
+from cli.lazy_group import LazyGroup
 from cli.manifests import Loaded, Problem, load_manifests
 from cli.output import stdout_console
-from worker.kube_client import kube_api_client
 from worker.settings import Settings, WorkerQueues
 
+
+class _CloudburstCommands(LazyGroup):
+    """The commands of `cli/commands/`, imported when looked up: a command's dependencies
+    (the bootstrap renderer, the activities, the workflows, the Kubernetes and Temporal
+    clients) are loaded by the commands that use them, not by every `cloudburst` start."""
+
+    lazy_commands = {
+        "plan": "cli.commands.plan:plan",
+        "crds": "cli.commands.crds:crds",
+        "config-reference": "cli.commands.config_reference:config_reference",
+        "tenant-rbac": "cli.commands.tenant_rbac:tenant_rbac",
+    }
+    lazy_groups = {
+        "claims": "cli.commands.claims:claims_app",
+        "pools": "cli.commands.pools:pools_app",
+        "bootstrap": "cli.commands.bootstrap:bootstrap_app",
+        "catalog": "cli.commands.catalog:catalog_app",
+        "explain": "cli.commands.explain:explain_app",
+    }
+
+
 app = typer.Typer(
+    cls=_CloudburstCommands,
     help="Cloudburst on Temporal: burst Kubernetes nodes onto the cheapest cloud.",
     no_args_is_help=True,
     pretty_exceptions_show_locals=False,
 )
-app.add_typer(claims_app, name="claims")
-app.add_typer(pools_app, name="pools")
-app.add_typer(bootstrap_app, name="bootstrap")
-app.add_typer(catalog_app, name="catalog")
-app.add_typer(explain_app, name="explain")
-app.command("plan")(plan)
-app.command("crds")(crds)
-app.command("config-reference")(config_reference)
-app.command("tenant-rbac")(tenant_rbac)
 
 
 HealthPort = Annotated[
@@ -135,6 +140,7 @@ def trigger(
     from trigger.peers import TriggerPeers, group_label
     from trigger.pending import BatchWindows, PendingPodTrigger
     from worker.health import serving_health
+    from worker.kube_client import kube_api_client
 
     settings = _process_settings("trigger", temporal_address, kubeconfig, health_port, log_format)
 

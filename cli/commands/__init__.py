@@ -3,8 +3,9 @@ it: `claims.py` holds `cloudburst claims …` (the typer app `claims_app`), `poo
 `bootstrap.py` and `catalog.py` likewise; `crds.py` and `tenant_rbac.py` the single commands
 `cloudburst crds` and `cloudburst tenant-rbac`.
 
-`cli/main.py` builds the `cloudburst` app from them and holds the short top-level commands
-(`worker`, `trigger`, `dev`, `demo`, `validate`). The other modules of `cli/` are what the
+`cli/main.py` builds the `cloudburst` app from them, naming each by "module:attribute" so that
+it is imported only when it is run, completed or listed by `--help` (`cli/lazy_group.py`), and
+holds the short top-level commands (`worker`, `trigger`, `dev`, `demo`, `validate`). The other modules of `cli/` are what the
 commands share, named for what they do (`connect.py`, `output.py`, `manifests.py`,
 `manual_claims.py`, `timeline.py`, the embedded stack `devstack.py` and the demo scenarios
 `demo.py`, `dr.py`, `spot.py`); none of them defines a command.
