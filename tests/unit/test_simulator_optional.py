@@ -27,7 +27,11 @@ def run_without_sim(code: str) -> subprocess.CompletedProcess[str]:
 
 def test_the_processes_import_without_the_simulator() -> None:
     done = run_without_sim(
-        "import worker.main, trigger.pending, trigger.nodes, cli.main\n"
+        "import worker.main, trigger.pending, trigger.nodes, cli.main, typer.main\n"
+        # The app imports a command's module when it is looked up: look every one up.
+        "group = typer.main.get_command(cli.main.app)\n"
+        "ctx = group.make_context('cloudburst', [], resilient_parsing=True)\n"
+        "assert all(group.get_command(ctx, name) for name in group.list_commands(ctx))\n"
         "assert not [m for m in sys.modules if m.startswith('sim.')], 'a sim module was loaded'\n"
     )
     assert done.returncode == 0, done.stderr

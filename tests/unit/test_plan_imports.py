@@ -1,0 +1,174 @@
+"""What `cloudburst plan -f` loads (issue #45: it answers well under a second, and most of a
+command's time was importing what it never uses). Without a cluster and with nothing at the
+Temporal address, a plan needs the planner, the Kubernetes models it reads the file's pods
+with and the LP solver of its bound: no other command's module, no workflow, no Kubernetes
+API class, no Temporal client, no scipy. Checked on the modules a real run left loaded, in
+a process of its own; what is asserted is what was imported, never how long it took.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import typer.main
+import yaml
+
+from cli.connect import nothing_listens
+
+# Modules a plan without a cluster or a Temporal server must not import (a prefix covers
+# the package's submodules).
+NOT_NEEDED = (
+    # the other commands, and what they need
+    "cli.commands.bootstrap",
+    "cli.commands.catalog",
+    "cli.commands.claims",
+    "cli.commands.config_reference",
+    "cli.commands.crds",
+    "cli.commands.explain",
+    "cli.commands.pools",
+    "cli.commands.tenant_rbac",
+    "activities.bootstrap",
+    "workflows.",
+    # the cluster's reads: no kubeconfig, so no API class and not the worker's activity
+    "kubernetes.client.api.",
+    "activities.planning.activity",
+    # Temporal refused the connection: its client is not loaded to learn that
+    "temporalio.client",
+    "worker.client",
+    # the bound's solver is HiGHS itself, not scipy's wrapper of it
+    "scipy",
+    # the price refresh's SDKs
+    "boto3",
+    "google.cloud",
+)
+
+PLAN = """
+import json, sys
+from cli.main import app
+try:
+    app(["plan", "-f", sys.argv[1]], prog_name="cloudburst")
+except SystemExit as ended:
+    code = ended.code
+with open(sys.argv[2], "w") as out:
+    json.dump({"code": code, "modules": sorted(sys.modules)}, out)
+"""
+
+
+def test_a_plan_without_a_cluster_imports_only_what_it_uses(tmp_path: Path) -> None:
+    path = tmp_path / "pods.yaml"
+    path.write_text(yaml.safe_dump_all(_workload()))
+    report = tmp_path / "modules.json"
+    done = subprocess.run(
+        [sys.executable, "-c", PLAN, str(path), str(report)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env={
+            **os.environ,
+            "KUBECONFIG": str(tmp_path / "no-kubeconfig"),
+            "CLOUDBURST_TEMPORAL_ADDRESS": f"127.0.0.1:{_refusing_port()}",
+            "COLUMNS": "200",
+        },
+    )
+    ran = json.loads(report.read_text())
+    assert ran["code"] in (0, None), done.stderr
+    # The plan was made and compared, the bound with HiGHS (the dev extra's highspy).
+    assert "Cost: €" in done.stdout, done.stdout
+    assert "assignment LP" in done.stdout, done.stdout
+    assert "highspy" in ran["modules"]
+    unneeded = [m for m in ran["modules"] if any(_covers(p, m) for p in NOT_NEEDED)]
+    assert unneeded == []
+
+
+def test_importing_the_app_imports_no_command() -> None:
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys, cli.main\nprint([m for m in sys.modules if m.startswith('cli.commands.')])",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
+
+
+def test_every_command_named_by_the_app_is_found() -> None:
+    from cli.main import app
+
+    group = typer.main.get_command(app)
+    context = group.make_context("cloudburst", [], resilient_parsing=True)
+    names = group.list_commands(context)  # type: ignore[attr-defined]
+    assert {"plan", "claims", "explain", "tenant-rbac", "worker", "validate"} <= set(names)
+    for name in names:
+        command = group.get_command(context, name)  # type: ignore[attr-defined]
+        assert command is not None, name
+        assert command.get_short_help_str(), name
+
+
+def test_nothing_listens_only_where_a_connection_is_refused() -> None:
+    assert asyncio.run(nothing_listens(f"127.0.0.1:{_refusing_port()}"))
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        assert not asyncio.run(nothing_listens(f"127.0.0.1:{listener.getsockname()[1]}"))
+    # Not host:port: left to the Temporal client to judge.
+    assert not asyncio.run(nothing_listens("temporal.example"))
+
+
+def _covers(prefix: str, module: str) -> bool:
+    """Whether `prefix` names the module: "a.b." its submodules, "a.b" it and its own."""
+    if prefix.endswith("."):
+        return module.startswith(prefix)
+    return module == prefix or module.startswith(prefix + ".")
+
+
+def _refusing_port() -> int:
+    """A local port nothing listens on (bound, then released)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _workload() -> list[dict[str, object]]:
+    pool: dict[str, object] = {
+        "apiVersion": "cloudburst.io/v1alpha1",
+        "kind": "NodePool",
+        "metadata": {"name": "burst", "namespace": "default"},
+        "spec": {"nodeClassRef": "burst", "requirements": {"allowedProviders": ["hetzner"]}},
+    }
+    node_class: dict[str, object] = {
+        "apiVersion": "cloudburst.io/v1alpha1",
+        "kind": "NodeClass",
+        "metadata": {"name": "burst", "namespace": "default"},
+        "spec": {
+            "hetzner": {"location": "fsn1", "apiTokenSecretRef": {"name": "h", "key": "token"}},
+            "join": {"hostApiServer": "https://10.0.0.1:6443"},
+        },
+    }
+    web: dict[str, object] = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "web", "namespace": "default"},
+        "spec": {
+            "replicas": 5,
+            "template": {
+                "spec": {
+                    "containers": [
+                        {"name": "c", "resources": {"requests": {"cpu": "1", "memory": "2Gi"}}}
+                    ]
+                }
+            },
+        },
+    }
+    return [pool, node_class, web]
