@@ -1,12 +1,17 @@
 """`cloudburst plan -f` on a 50-pod file: how long an operator waits, and where the time goes.
 
     .venv/bin/python bench/plan_command.py [--runs 7] [--pods 50] [--json]
+        [--kubeconfig PATH [--temporal-address HOST:PORT]]
 
 Runs the command as a user does (a fresh process each time, shipped catalog, no cluster: the
 file carries its NodePool and NodeClass for a Hetzner+Scaleway pool), and inside one process
 the planning alone (`explain.plan.compare`: the plan, the cheapest one-type plan, the LP bound)
-on the same pods. Prints the median and the spread (min..max) of each, and the process's
-start (importing the command) for comparison. Asserts nothing.
+on the same pods. Prints the median and the spread (min..max) of each: the wall time and the
+CPU time (user + system) of the process, which another load on the machine changes less, and
+the process's start (importing the plan command) for comparison. With --kubeconfig (e.g. that
+of `cloudburst dev`) it also runs the command against that cluster and Temporal, on the same
+pods without the file's NodePool and NodeClass: the cluster's pools take them. Asserts
+nothing.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -90,30 +96,42 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=7)
     parser.add_argument("--pods", type=int, default=50)
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--kubeconfig", help="also run against this cluster (cloudburst dev's)")
+    parser.add_argument("--temporal-address", default="127.0.0.1:7233", help="with --kubeconfig")
     args = parser.parse_args()
     cli = str(Path(sys.executable).parent / "cloudburst")
     env = {**os.environ, "KUBECONFIG": "/nonexistent", "CLOUDBURST_TEMPORAL_ADDRESS": "127.0.0.1:1"}
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "pods.yaml"
         path.write_text(yaml.safe_dump_all(workload(args.pods)))
-        walls, starts, output = [], [], ""
+        walls, cpus, starts, output = [], [], [], ""
         for _ in range(args.runs):
-            begin = time.perf_counter()
-            done = subprocess.run(
-                [cli, "plan", "-f", str(path), "-o", "json"],
-                env=env,
-                capture_output=True,
-                text=True,
-            )
-            walls.append(time.perf_counter() - begin)
-            output = done.stdout
-            if done.returncode != 0:
-                sys.exit(f"plan failed: {done.stderr}")
-            begin = time.perf_counter()
-            subprocess.run([sys.executable, "-c", "import cli.main"], env=env, check=True)
-            starts.append(time.perf_counter() - begin)
+            wall, cpu, output = _run([cli, "plan", "-f", str(path), "-o", "json"], env)
+            walls.append(wall)
+            cpus.append(cpu)
+            start, _, _ = _run([sys.executable, "-c", "import cli.main, cli.commands.plan"], env)
+            starts.append(start)
         answer = json.loads(output)
         planning = _planning_alone(path, args.runs)
+        cluster: dict[str, object] = {}
+        if args.kubeconfig:
+            pods = Path(tmp) / "pods-only.yaml"
+            pods.write_text(yaml.safe_dump_all(workload(args.pods)[2:]))
+            env = {
+                **os.environ,
+                "KUBECONFIG": args.kubeconfig,
+                "CLOUDBURST_TEMPORAL_ADDRESS": args.temporal_address,
+            }
+            runs = [
+                _run([cli, "plan", "-f", str(pods), "-o", "json"], env) for _ in range(args.runs)
+            ]
+            found = json.loads(runs[-1][2])
+            cluster = {
+                "cluster_pool": found["pool"],
+                "cluster_nodes": len(found["nodes"]),
+                "cluster_command_wall": spread([wall for wall, _, _ in runs]),
+                "cluster_command_cpu": spread([cpu for _, cpu, _ in runs]),
+            }
     report = {
         "pods": args.pods,
         "runs": args.runs,
@@ -122,14 +140,30 @@ def main() -> None:
         "single_type_eur_per_hour": (answer.get("single_type") or {}).get("cost_eur_per_hour"),
         "lower_bound_eur_per_hour": answer["lower_bound_eur_per_hour"],
         "command_wall": spread(walls),
+        "command_cpu": spread(cpus),
         "process_start_wall": spread(starts),
         "planning_alone": spread(planning),
+        **cluster,
+        "load_average_1m": round(os.getloadavg()[0], 2),
     }
     if args.json:
         print(json.dumps(report, indent=2))
         return
     for key, value in report.items():
         print(f"{key:>26}: {value}")
+
+
+def _run(command: list[str], env: dict[str, str]) -> tuple[float, float, str]:
+    """(wall seconds, CPU seconds of the process, its stdout); exits where it failed."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    begin = time.perf_counter()
+    done = subprocess.run(command, env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - begin
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if done.returncode != 0:
+        sys.exit(f"{Path(command[0]).name} {command[1]} failed: {done.stderr}")
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return wall, cpu, done.stdout
 
 
 def _planning_alone(path: Path, runs: int) -> list[float]:
