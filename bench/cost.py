@@ -5,7 +5,7 @@
 Same mixed workload and offerings as bench/packing.py (36 pod shapes; the shipped catalog
 topped up to 400 types). For several pool requirement sets it prints the plan's hourly
 cost, the tight LP lower bound (bound.py: assignment LP with per-pod fit and "at most k big
-pods per node" cuts, solved by scipy/HiGHS), the plain fractional-cover bound (lp.py), and
+pods per node" cuts, solved by HiGHS through highspy), the plain fractional-cover bound (lp.py), and
 the baseline "sum all pending demand into one node per round" (how the seed system works).
 Aim: plan <= 1.05 x bound. The "spot" rows are the same bursts with `capacityType: [spot,
 on-demand]` (the catalog's AWS/GCP/Azure spot prices): what allowing spot saves per hour

@@ -147,7 +147,7 @@ def lp_lower_bound(
     """A lower bound on the hourly cost of new nodes for every pod some offering can host.
     Valid for plans without in-flight nodes or limits.
 
-    tight=True (needs scipy, a dev extra): the strengthened assignment LP of bound.py, which
+    tight=True (needs highspy, a dev extra): the strengthened assignment LP of bound.py, which
     respects which offerings each pod fits and may use. tight=False: the plain fractional
     cover LP (lp.py, pure Python; much looser when pods are large against cheap nodes).
     Both ignore the offerings' counts (`available`) and count each node at its offering's
