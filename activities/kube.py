@@ -26,6 +26,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.heartbeat import heartbeating, heartbeats_itself, raise_if_cancelled
+from activities.kube_reads import SecretReader
 from api import labels
 from api._base import SecretKeyRef
 from api.errors import INVALID_CONFIGURATION, KUBE_CONFLICT, NODE_NOT_FOUND, kube_api_error
@@ -50,7 +51,7 @@ def is_not_found(err: ApiException) -> bool:
     return err.status == 404
 
 
-def read_secret_value(core: client.CoreV1Api, namespace: str, ref: SecretKeyRef) -> str:
+def read_secret_value(core: SecretReader, namespace: str, ref: SecretKeyRef) -> str:
     """The value of one key of a Secret in `namespace`, decoded.
 
     `namespace` is the namespace of the object holding the reference (a claim's, whose
@@ -96,7 +97,7 @@ def read_secret_value(core: client.CoreV1Api, namespace: str, ref: SecretKeyRef)
 
 
 def read_provider_credential(
-    core: client.CoreV1Api, namespace: str, block: ProviderBlock
+    core: SecretReader, namespace: str, block: ProviderBlock
 ) -> str | None:
     """The one credential string a provider module is built with, read in `namespace`.
 

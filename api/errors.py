@@ -21,6 +21,12 @@ RECOMMENDER_UNAVAILABLE: Final = "RecommenderUnavailable"
 NODE_NOT_FOUND: Final = "NodeNotFound"
 # The object kept changing under an optimistic-concurrency write: retried.
 KUBE_CONFLICT: Final = "KubeApi409"
+# A query's failure while a worker takes a workflow over (`worker/untaken_events.py`): the
+# commands that query ask again.
+QUERY_REFUSED_DURING_TAKEOVER: Final = (
+    "not answered: this worker was rebuilding the workflow from events no workflow task has "
+    "taken yet (its previous worker stopped); ask again in a few seconds"
+)
 
 
 def kube_api_error(status: int | None) -> str:

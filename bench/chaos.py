@@ -56,10 +56,10 @@ from temporalio.client import Client, WorkflowExecutionStatus, WorkflowQueryFail
 from temporalio.runtime import LogForwardingConfig, LoggingConfig, Runtime, TelemetryConfig
 
 from api import search_attributes
+from api.errors import QUERY_REFUSED_DURING_TAKEOVER as REFUSAL
 from api.nodepool.messages import pool_workflow_id
 from cli.devstack import free_port, temporal_cli
 from worker.payload_codec import DATA_CONVERTER
-from worker.untaken_events import REFUSAL
 from workflows.nodeclaim import NodeClaimWorkflow
 from workflows.nodepool import NodePoolWorkflow
 

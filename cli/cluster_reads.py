@@ -15,12 +15,13 @@ from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
+from activities.kube_reads import ConfigMapReader, NamespaceReader
 from api import NodeClass, NodePool
 from api.explain import PoolPodView
 from api.labels import GROUP
 from api.messages import claim_workflow_id
 from api.nodeclaim import NodeClaimStatus
-from api.nodepool.messages import PoolStatus, pool_workflow_id
+from api.nodepool.messages import PoolQuery, PoolStatus, pool_workflow_id
 from cli.connect import answered, is_unreachable
 from cluster.matching import ClusterSpecs
 from cluster.tenancy import Tenancy
@@ -34,7 +35,7 @@ VERSION = "v1alpha1"
 _QUERY_TIMEOUT_S = 10.0
 
 
-def deployed_tenancy(core: k8s.CoreV1Api, local: Settings) -> tuple[Tenancy, str]:
+def deployed_tenancy(core: ConfigMapReader, local: Settings) -> tuple[Tenancy, str]:
     """The tenancy the deployed trigger enforces (its ConfigMap in the worker's namespace,
     read as the worker reads its environment), else this shell's settings; and which it is."""
     where = f"{local.worker_namespace}/{CONFIG_MAP}"
@@ -69,7 +70,7 @@ def cluster_specs(api_client: k8s.ApiClient, tenancy: Tenancy) -> ClusterSpecs:
     return specs
 
 
-def namespace_labels(core: k8s.CoreV1Api, namespace: str) -> dict[str, str] | None:
+def namespace_labels(core: NamespaceReader, namespace: str) -> dict[str, str] | None:
     try:
         found = core.read_namespace(namespace)
     except ApiException as err:
@@ -102,12 +103,10 @@ async def pool_pod_view(
     from temporalio.client import WorkflowQueryFailedError
     from temporalio.service import RPCError
 
-    from workflows.nodepool import NodePoolWorkflow
-
-    handle = client.get_workflow_handle_for(NodePoolWorkflow.run, pool_workflow_id(namespace, pool))
+    handle = client.get_workflow_handle(pool_workflow_id(namespace, pool))
     try:
         return await answered(
-            lambda: handle.query(NodePoolWorkflow.pod, uid), _QUERY_TIMEOUT_S
+            lambda: handle.query(PoolQuery.POD, uid, result_type=PoolPodView), _QUERY_TIMEOUT_S
         ), None
     except WorkflowQueryFailedError as err:
         if "pod" not in str(err) or "unknown" not in str(err).lower():
@@ -140,11 +139,11 @@ async def pool_status(
     from temporalio.client import WorkflowQueryFailedError
     from temporalio.service import RPCError
 
-    from workflows.nodepool import NodePoolWorkflow
-
-    handle = client.get_workflow_handle_for(NodePoolWorkflow.run, pool_workflow_id(namespace, pool))
+    handle = client.get_workflow_handle(pool_workflow_id(namespace, pool))
     try:
-        return await answered(lambda: handle.query(NodePoolWorkflow.status), _QUERY_TIMEOUT_S), None
+        return await answered(
+            lambda: handle.query(PoolQuery.STATUS, result_type=PoolStatus), _QUERY_TIMEOUT_S
+        ), None
     except WorkflowQueryFailedError as err:
         return None, str(err)
     except TimeoutError:

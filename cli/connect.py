@@ -16,6 +16,7 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
+from api.errors import QUERY_REFUSED_DURING_TAKEOVER
 from worker.settings import Settings
 
 if TYPE_CHECKING:
@@ -59,15 +60,16 @@ async def answered(ask: Callable[[], Awaitable[T]], within_s: float = 10.0) -> T
     """A query's answer, asked again while a worker taking the workflow over refuses it."""
     from temporalio.client import WorkflowQueryFailedError
 
-    from worker.untaken_events import REFUSAL
-
     loop = asyncio.get_running_loop()
     deadline = loop.time() + within_s
     while True:
         try:
             return await asyncio.wait_for(ask(), timeout=max(deadline - loop.time(), 0.1))
         except WorkflowQueryFailedError as err:
-            if str(err) != REFUSAL or loop.time() + _REFUSED_RETRY_S >= deadline:
+            if (
+                str(err) != QUERY_REFUSED_DURING_TAKEOVER
+                or loop.time() + _REFUSED_RETRY_S >= deadline
+            ):
                 raise
         await asyncio.sleep(_REFUSED_RETRY_S)
 

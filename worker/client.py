@@ -5,6 +5,7 @@ does not load Temporal's."""
 from __future__ import annotations
 
 import logging
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,6 @@ from temporalio.runtime import Runtime
 from temporalio.service import TLSConfig
 
 from api import search_attributes
-from worker import telemetry
 from worker.payload_codec import DATA_CONVERTER
 from worker.settings import Settings
 
@@ -33,14 +33,22 @@ def client_options(settings: Settings) -> dict[str, Any]:
     """The keyword arguments of `Client.connect` (besides the address) that settings decide."""
     # TLS first: an API key that TLS would not protect is refused before its file is read.
     tls = tls_config(settings)
+    telemetry = _telemetry()
     options: dict[str, Any] = {
         "namespace": settings.temporal_namespace,
         "api_key": _api_key(settings),
         "tls": tls,
         "data_converter": DATA_CONVERTER,
-        "interceptors": telemetry.client_interceptors(),
+        "interceptors": telemetry.client_interceptors() if telemetry else [],
     }
     return options
+
+
+def _telemetry() -> Any:
+    """`worker.telemetry` where this process set telemetry up (a worker, a trigger: only
+    they import it), else None: a command's client has no tracing and no runtime of its own,
+    and skips loading OpenTelemetry's SDK and exporters."""
+    return sys.modules.get("worker.telemetry")
 
 
 def tls_config(settings: Settings) -> TLSConfig | bool:
@@ -82,7 +90,7 @@ async def connect_temporal(settings: Settings, runtime: Runtime | None = None) -
     TemporalConfigError when the settings themselves are wrong."""
     return await Client.connect(
         settings.temporal_address,
-        runtime=runtime or telemetry.current_runtime(),
+        runtime=runtime or (telemetry.current_runtime() if (telemetry := _telemetry()) else None),
         **client_options(settings),
     )
 

@@ -33,16 +33,14 @@ from temporalio.worker import WorkflowInstance, WorkflowInstanceDetails, Workflo
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 from temporalio.workflow import Info
 
+from api.errors import QUERY_REFUSED_DURING_TAKEOVER
+
 if TYPE_CHECKING:  # the SDK's private names, in its runner's signatures only
     from temporalio.worker._command_aware_visitor import CommandInfo
     from temporalio.workflow import _Definition
 
 log = logging.getLogger(__name__)
 
-REFUSAL = (
-    "not answered: this worker was rebuilding the workflow from events no workflow task has "
-    "taken yet (its previous worker stopped); ask again in a few seconds"
-)
 
 # Jobs that carry no history event: a query and the worker's own eviction.
 _EVENTLESS_JOBS = frozenset({"query_workflow", "remove_from_cache"})
@@ -89,7 +87,7 @@ class _GuardedInstance(WorkflowInstance):
                 info.workflow_id,
             )
             refusal = WorkflowActivationCompletion(run_id=act.run_id)
-            refusal.failed.failure.message = REFUSAL
+            refusal.failed.failure.message = QUERY_REFUSED_DURING_TAKEOVER
             return refusal
         if act.HasField("timestamp"):
             self._last = task_mark(act)

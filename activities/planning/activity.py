@@ -23,6 +23,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.kube import read_provider_credential, read_secret_value
+from activities.kube_reads import KubeReads
 from activities.planning.catalog import Catalog, stale_price_notes
 from activities.planning.cloudbroker import (
     CloudBrokerClient,
@@ -64,9 +65,11 @@ class PlanningActivities:
         config: PlanningConfig | None = None,
         tenancy: Tenancy | None = None,
     ) -> None:
-        self._core = k8s.CoreV1Api(api_client)
+        # Reads only (a Secret, the price ConfigMap, the DaemonSets), without the generated
+        # API classes, whose import `cloudburst plan` would pay (activities/kube_reads.py).
+        self._core = KubeReads(api_client)
         self._tenancy = tenancy or Tenancy()
-        self._apps = k8s.AppsV1Api(api_client)
+        self._apps = self._core
         self._config = config or PlanningConfig.from_env()
         self._factory = recommender_factory or self._default_recommender
         # The shipped (or configured) catalog with the scheduled refreshes laid over it.

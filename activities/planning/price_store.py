@@ -22,6 +22,7 @@ from typing import Any
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
+from activities.kube_reads import ConfigMapReader
 from activities.planning.catalog import Catalog, CatalogEntry
 from activities.planning.exchange import ExchangeRate
 from api.prices import CATALOG_CONFIGMAP, EXCHANGE_RATE, ProviderPriceStatus
@@ -37,7 +38,7 @@ def status_key(provider: str) -> str:
     return f"{provider}.status.json"
 
 
-def read_store(core: k8s.CoreV1Api, namespace: str) -> dict[str, str]:
+def read_store(core: ConfigMapReader, namespace: str) -> dict[str, str]:
     """The ConfigMap's data; empty when no refresh has written it yet."""
     try:
         config_map = core.read_namespaced_config_map(CATALOG_CONFIGMAP, namespace)
@@ -150,7 +151,7 @@ class LiveCatalog:
     burst must not mean a ConfigMap read per plan)."""
 
     def __init__(
-        self, core: k8s.CoreV1Api, namespace: str, base: Catalog, ttl_s: float = 60.0
+        self, core: ConfigMapReader, namespace: str, base: Catalog, ttl_s: float = 60.0
     ) -> None:
         self._core = core
         self._namespace = namespace

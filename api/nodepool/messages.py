@@ -38,6 +38,14 @@ class PoolSignal(StrEnum):
     WITHDRAW_DISRUPTION = "withdraw_disruption"
 
 
+class PoolQuery(StrEnum):
+    """The NodePoolWorkflow's queries, by name: its handlers are declared with these, and a
+    command asks them without importing the workflow's code (`cloudburst plan`, `explain`)."""
+
+    STATUS = "status"
+    POD = "pod"
+
+
 def pool_workflow_id(namespace: str, name: str) -> str:
     """A NodePool's workflow: one per pool, named by its namespace and name."""
     return workflow_id_of(_POOL_KIND, namespace, name)

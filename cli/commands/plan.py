@@ -48,6 +48,8 @@ from worker.settings import Settings
 if TYPE_CHECKING:
     from kubernetes import client as k8s
 
+    from activities.kube_reads import KubeReads
+
 # The Kubernetes and Temporal clients, the worker's planning activity and the LP solver are
 # imported where they are used: without a cluster, a plan needs none but the solver.
 
@@ -121,11 +123,11 @@ def _read_files(files: list[Path], namespace: str) -> Workload:
 async def _plan(
     settings: Settings, workload: Workload, pool: str | None, live: bool, from_cluster: bool
 ) -> list[PlanComparison]:
-    from kubernetes import client as k8s
     from kubernetes.client.exceptions import ApiException
     from kubernetes.config import ConfigException
     from urllib3.exceptions import HTTPError
 
+    from activities.kube_reads import KubeReads
     from cli import cluster_reads as reads
     from worker.kube_client import kube_api_client
 
@@ -134,8 +136,7 @@ async def _plan(
     notes: list[str] = []
     try:
         api_client = kube_api_client(settings)
-        core = k8s.CoreV1Api(api_client)
-        tenancy, _ = reads.deployed_tenancy(core, settings)
+        tenancy, _ = reads.deployed_tenancy(KubeReads(api_client), settings)
         specs = reads.cluster_specs(api_client, tenancy)
     except (ConfigException, ApiException, HTTPError, OSError) as err:
         if from_cluster or live:
@@ -150,7 +151,7 @@ async def _plan(
     pods = list(workload.pods)
     if from_cluster:
         assert api_client is not None
-        pods += _pending_pods(k8s.CoreV1Api(api_client))
+        pods += _pending_pods(KubeReads(api_client))
     groups = _groups(pods, specs, tenancy, pool, api_client)
     config = PlanningConfig.from_env()
     catalog = Catalog.load(config.catalog_path)
@@ -159,9 +160,7 @@ async def _plan(
         from activities.planning.price_store import live_catalog, read_store
 
         assert api_client is not None
-        catalog = live_catalog(
-            catalog, read_store(k8s.CoreV1Api(api_client), tenancy.worker_namespace)
-        )
+        catalog = live_catalog(catalog, read_store(KubeReads(api_client), tenancy.worker_namespace))
         prices = "the cluster's refreshed prices over the shipped catalog"
     if config.cloudbroker_url:
         notes.append("the worker asks CloudBroker for offerings; this plan uses the catalog")
@@ -201,14 +200,13 @@ def _groups(
     labels: dict[str, dict[str, str] | None] = {}
     groups: dict[PoolKey, list[PodDemand]] = {}
     if api_client is not None:
-        from kubernetes.client import CoreV1Api
-
+        from activities.kube_reads import KubeReads
         from cli.cluster_reads import namespace_labels
     unmatched: dict[str, list[str]] = {}  # why -> the pods
     for pod in pods:
         if pod.namespace not in labels:
             labels[pod.namespace] = (
-                namespace_labels(CoreV1Api(api_client), pod.namespace) if api_client else {}
+                namespace_labels(KubeReads(api_client), pod.namespace) if api_client else {}
             )
         found = match(pod, specs, tenancy, labels[pod.namespace])
         if found.chosen is None:
@@ -303,7 +301,7 @@ def _catalog_only(
     )
 
 
-def _pending_pods(core: k8s.CoreV1Api) -> list[PodDemand]:
+def _pending_pods(core: KubeReads) -> list[PodDemand]:
     from cluster.pods import is_unschedulable
     from cluster.requirements import pod_demand
 

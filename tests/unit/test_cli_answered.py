@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from temporalio.client import WorkflowQueryFailedError
 
+from api.errors import QUERY_REFUSED_DURING_TAKEOVER as REFUSAL
 from cli.connect import answered
-from worker.untaken_events import REFUSAL
 
 
 class Workflow:

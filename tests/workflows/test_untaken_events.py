@@ -30,9 +30,9 @@ from temporalio.client import Client, WorkflowQueryFailedError
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
+from api.errors import QUERY_REFUSED_DURING_TAKEOVER as REFUSAL
 from tests.workflows.test_stale_clock import settled
 from tests.workflows.untaken_probe import STICKY_TIMEOUT, RoundsProbe
-from worker.untaken_events import REFUSAL
 
 ROOT = __file__.rsplit("/tests/", 1)[0]
 

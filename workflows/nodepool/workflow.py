@@ -25,6 +25,7 @@ with workflow.unsafe.imports_passed_through():
         DisruptionRequest,
         NodePoolInput,
         NodeUsage,
+        PoolQuery,
         PoolSignal,
         PoolSpecs,
         PoolStatus,
@@ -120,12 +121,12 @@ class NodePoolWorkflow:
         state.permits.pop(request.claim_name, None)
         self._run.dirty = True
 
-    @workflow.query
+    @workflow.query(name=PoolQuery.POD)
     def pod(self, uid: str) -> PoolPodView:
         """What the pool knows of one pending pod (`cloudburst explain pod`)."""
         return pool_rules.pod_view(self._run.state, self._run.held, uid)
 
-    @workflow.query
+    @workflow.query(name=PoolQuery.STATUS)
     def status(self) -> PoolStatus:
         run = self._run
         state = run.state
