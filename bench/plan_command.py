@@ -1,7 +1,7 @@
 """`cloudburst plan -f` on a 50-pod file: how long an operator waits, and where the time goes.
 
     .venv/bin/python bench/plan_command.py [--runs 7] [--pods 50] [--json]
-        [--kubeconfig PATH [--temporal-address HOST:PORT]]
+        [--kubeconfig PATH]
 
 Runs the command as a user does (a fresh process each time, shipped catalog, no cluster: the
 file carries its NodePool and NodeClass for a Hetzner+Scaleway pool), and inside one process
@@ -9,7 +9,7 @@ the planning alone (`explain.plan.compare`: the plan, the cheapest one-type plan
 on the same pods. Prints the median and the spread (min..max) of each: the wall time and the
 CPU time (user + system) of the process, which another load on the machine changes less, and
 the process's start (importing the plan command) for comparison. With --kubeconfig (e.g. that
-of `cloudburst dev`) it also runs the command against that cluster and Temporal, on the same
+of `cloudburst dev`) it also runs the command against that cluster, on the same
 pods without the file's NodePool and NodeClass: the cluster's pools take them. Asserts
 nothing.
 """
@@ -97,10 +97,9 @@ def main() -> None:
     parser.add_argument("--pods", type=int, default=50)
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--kubeconfig", help="also run against this cluster (cloudburst dev's)")
-    parser.add_argument("--temporal-address", default="127.0.0.1:7233", help="with --kubeconfig")
     args = parser.parse_args()
     cli = str(Path(sys.executable).parent / "cloudburst")
-    env = {**os.environ, "KUBECONFIG": "/nonexistent", "CLOUDBURST_TEMPORAL_ADDRESS": "127.0.0.1:1"}
+    env = {**os.environ, "KUBECONFIG": "/nonexistent"}
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "pods.yaml"
         path.write_text(yaml.safe_dump_all(workload(args.pods)))
@@ -117,11 +116,7 @@ def main() -> None:
         if args.kubeconfig:
             pods = Path(tmp) / "pods-only.yaml"
             pods.write_text(yaml.safe_dump_all(workload(args.pods)[2:]))
-            env = {
-                **os.environ,
-                "KUBECONFIG": args.kubeconfig,
-                "CLOUDBURST_TEMPORAL_ADDRESS": args.temporal_address,
-            }
+            env = {**os.environ, "KUBECONFIG": args.kubeconfig}
             runs = [
                 _run([cli, "plan", "-f", str(pods), "-o", "json"], env) for _ in range(args.runs)
             ]

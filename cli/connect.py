@@ -52,8 +52,6 @@ def is_unreachable(err: RPCError) -> bool:
 
 # A worker taking a workflow over refuses a query for a moment (`worker/untaken_events.py`).
 _REFUSED_RETRY_S = 1.0
-# How long `nothing_listens` waits for a connection before leaving the answer to the client.
-_PROBE_TIMEOUT_S = 1.0
 
 
 async def answered(ask: Callable[[], Awaitable[T]], within_s: float = 10.0) -> T:
@@ -98,27 +96,6 @@ def unreachable(settings: Settings, cause: object) -> typer.Exit:
         "  Is `cloudburst dev` or your Temporal server running? Set the address with "
         "--temporal-address or CLOUDBURST_TEMPORAL_ADDRESS."
     )
-
-
-async def nothing_listens(address: str) -> bool:
-    """Whether the host:port refuses a TCP connection: then `Client.connect` fails at once the
-    same way, and a command that can do without Temporal need not load its client to learn
-    it. Anything else (a listener, a name to resolve, a slow network) is left to the client."""
-    host, colon, port = address.rpartition(":")
-    if not colon or not port.isdigit():
-        return False
-    try:
-        _, writer = await asyncio.wait_for(
-            asyncio.open_connection(host.strip("[]"), int(port)), _PROBE_TIMEOUT_S
-        )
-    except ConnectionRefusedError:
-        return True
-    except (OSError, TimeoutError):
-        return False
-    writer.close()
-    with contextlib.suppress(OSError):
-        await writer.wait_closed()
-    return False
 
 
 async def connect_or_exit(settings: Settings) -> Client:

@@ -4,7 +4,6 @@ planner runs here, on the offerings and overheads the worker's planner uses."""
 
 from __future__ import annotations
 
-import asyncio
 import importlib.util
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -18,16 +17,14 @@ from activities.planning.plan import OverheadFn, kube_reserved
 from activities.planning.recommend import OFFERING_LIMIT, CatalogRecommender
 from api import NodeClass, NodePool
 from api.explain import PlanComparison
-from api.nodepool import LIVE_CATALOG_PROVIDERS
+from api.nodepool import LIVE_CATALOG_PROVIDERS, NodePoolStatus
 from api.planning import PlanRequest, PodDemand, Resources
 from api.quantity import cpu_millis, memory_bytes
 from cli.connect import (
     Kubeconfig,
-    TemporalAddress,
     cli_settings,
     err_console,
     fail,
-    nothing_listens,
 )
 from cli.manifests import read_documents
 from cli.output import (
@@ -81,7 +78,6 @@ def plan(
         str, typer.Option("--namespace", "-n", help="namespace of objects that name none")
     ] = "default",
     output: Output = OutputFormat.TABLE,
-    temporal_address: TemporalAddress = None,
     kubeconfig: Kubeconfig = None,
 ) -> None:
     """What a pool would launch for the pods, and what it would cost; launches nothing.
@@ -90,14 +86,14 @@ def plan(
     ReplicaSets and StatefulSets count `replicas` pods, Jobs `min(parallelism, completions)`.
     NodePools and NodeClasses in the files are planned as written (over the cluster's of the
     same name). With a cluster, nodes carry the DaemonSets' overhead and the pool's limits
-    count what it holds now (when its workflow answers); without one, the shipped catalog
+    count what it holds now (its published status); without one, the shipped catalog
     and kube-reserved alone. Compared with the cheapest plan of one instance type and with the
     LP lower bound (no plan of these pods is cheaper)."""
     if not files and not from_cluster:
         raise fail("nothing to plan: give -f FILE or --from-cluster")
-    settings = cli_settings(temporal_address, kubeconfig)
+    settings = cli_settings(kubeconfig=kubeconfig)
     workload = _read_files(files or [], namespace)
-    answers = asyncio.run(_plan(settings, workload, pool, live_prices, from_cluster))
+    answers = _plan(settings, workload, pool, live_prices, from_cluster)
     if output.is_data:
         print_data(items(answers) if len(answers) != 1 else dump(answers[0]), output)
         return
@@ -120,7 +116,7 @@ def _read_files(files: list[Path], namespace: str) -> Workload:
         raise fail(str(err)) from None
 
 
-async def _plan(
+def _plan(
     settings: Settings, workload: Workload, pool: str | None, live: bool, from_cluster: bool
 ) -> list[PlanComparison]:
     from kubernetes.client.exceptions import ApiException
@@ -144,6 +140,8 @@ async def _plan(
         api_client = None
         specs = ClusterSpecs()
         notes.append(f"no cluster ({_why(err)}): shipped catalog, kube-reserved only")
+    # Before the files' pools replace the cluster's of the same name: what those hold now.
+    held = {key: _published_holdings(found) for key, found in specs.pools.items()}
     for raw in workload.classes:
         specs.put(raw, NodeClass, tenancy)
     for raw in workload.pools:
@@ -164,7 +162,6 @@ async def _plan(
         prices = "the cluster's refreshed prices over the shipped catalog"
     if config.cloudbroker_url:
         notes.append("the worker asks CloudBroker for offerings; this plan uses the catalog")
-    held = await _held_now(settings, list(groups))
     answers = []
     for key, pool_pods in groups.items():
         answer = _plan_pool(
@@ -309,24 +306,18 @@ def _pending_pods(core: KubeReads) -> list[PodDemand]:
     return [pod_demand(pod) for pod in listing.items if is_unschedulable(pod)]
 
 
-async def _held_now(settings: Settings, keys: list[PoolKey]) -> dict[PoolKey, tuple[int, int, int]]:
-    """What each pool holds now (nodes, cpu, memory), from its workflow; none when Temporal
-    cannot be reached or the pool has not started."""
-    if await nothing_listens(settings.temporal_address):
-        return {}
-    from cli.cluster_reads import pool_status
-    from worker.client import TemporalConfigError, connect_temporal
-
-    try:
-        client = await connect_temporal(settings)
-    except (TemporalConfigError, RuntimeError):
-        return {}
-    held = {}
-    for key in keys:
-        status, _ = await pool_status(client, *key)
-        if status is not None:
-            held[key] = (status.nodes, status.cpu_m, status.memory_bytes)
-    return held
+def _published_holdings(pool: NodePool) -> tuple[int, int, int] | None:
+    """What a pool holds now (nodes, cpu, memory) as it last published it in its status (what
+    `kubectl get nodepool` shows; the pool publishes after each round that changed it); None
+    before its first status."""
+    if not pool.status:
+        return None
+    status = NodePoolStatus.model_validate(pool.status)
+    return (
+        status.nodes,
+        cpu_millis(status.resources.cpu or "0"),
+        memory_bytes(status.resources.memory or "0"),
+    )
 
 
 def _has_lp_solver() -> bool:

@@ -152,3 +152,17 @@ def test_a_workload_that_cannot_be_planned_says_which_and_why() -> None:
         expand([{"kind": "Pod", "metadata": {"name": "empty"}, "spec": {}}])
     with pytest.raises(WorkloadError, match="more than 20000 pods"):
         expand([workload("Deployment", {"replicas": 20001}, "huge")])
+
+
+def test_a_pool_holds_what_its_published_status_says() -> None:
+    from api import NodePool
+    from cli.commands.plan import _published_holdings
+
+    def pool(status: dict[str, Any] | None) -> NodePool:
+        return NodePool.model_validate({"metadata": {"name": "p"}, "status": status})
+
+    published = {"nodes": 3, "readyNodes": 2, "resources": {"cpu": "6", "memory": "12Gi"}}
+    assert _published_holdings(pool(published)) == (3, 6000, 12 * 2**30)
+    assert _published_holdings(pool({"nodes": 0})) == (0, 0, 0)
+    # Before the pool's first status: unknown, said as such (`limits_text`), not zero.
+    assert _published_holdings(pool(None)) is None

@@ -1,14 +1,14 @@
 """What `cloudburst plan -f` loads (issue #45: it answers well under a second, and most of a
-command's time was importing what it never uses). Without a cluster and with nothing at the
-Temporal address, a plan needs the planner, the Kubernetes models it reads the file's pods
-with and the LP solver of its bound: no other command's module, no workflow, no Kubernetes
-API class, no Temporal client, no scipy. Checked on the modules a real run left loaded, in
-a process of its own; what is asserted is what was imported, never how long it took.
+command's time was importing what it never uses). Without a cluster, a plan needs the
+planner, the Kubernetes models it reads the file's pods with and the LP solver of its bound:
+no other command's module, no workflow, no Kubernetes API class, no Temporal client (a plan
+never asks Temporal: a pool's holdings are its published status), no scipy. Checked on the
+modules a real run left loaded, in a process of its own; what is asserted is what was
+imported, never how long it took.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import socket
@@ -19,9 +19,7 @@ from pathlib import Path
 import typer.main
 import yaml
 
-from cli.connect import nothing_listens
-
-# Modules a plan without a cluster or a Temporal server must not import (a prefix covers
+# Modules a plan without a cluster must not import (a prefix covers
 # the package's submodules).
 NOT_NEEDED = (
     # the other commands, and what they need
@@ -38,7 +36,7 @@ NOT_NEEDED = (
     # the cluster's reads: no kubeconfig, so no API class and not the worker's activity
     "kubernetes.client.api.",
     "activities.planning.activity",
-    # Temporal refused the connection: its client is not loaded to learn that
+    # a plan never asks Temporal
     "temporalio.client",
     "worker.client",
     # the bound's solver is HiGHS itself, not scipy's wrapper of it
@@ -114,16 +112,6 @@ def test_every_command_named_by_the_app_is_found() -> None:
         command = group.get_command(context, name)  # type: ignore[attr-defined]
         assert command is not None, name
         assert command.get_short_help_str(), name
-
-
-def test_nothing_listens_only_where_a_connection_is_refused() -> None:
-    assert asyncio.run(nothing_listens(f"127.0.0.1:{_refusing_port()}"))
-    with socket.socket() as listener:
-        listener.bind(("127.0.0.1", 0))
-        listener.listen()
-        assert not asyncio.run(nothing_listens(f"127.0.0.1:{listener.getsockname()[1]}"))
-    # Not host:port: left to the Temporal client to judge.
-    assert not asyncio.run(nothing_listens("temporal.example"))
 
 
 def _covers(prefix: str, module: str) -> bool:
