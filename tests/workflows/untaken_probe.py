@@ -15,7 +15,10 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
-from worker.untaken_events import TakenEventsOnlyRunner
+# The sandbox runs this module again for each workflow run: the worker's runner (and the
+# product's modules it imports) come from outside it, as a worker's own modules do.
+with workflow.unsafe.imports_passed_through():
+    from worker.untaken_events import TakenEventsOnlyRunner
 
 # Long enough that a worker started after a kill is polling before a query leaves the dead
 # worker's sticky queue, and that the test can signal between the query and the task.
