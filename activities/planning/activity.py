@@ -67,14 +67,13 @@ class PlanningActivities:
     ) -> None:
         # Reads only (a Secret, the price ConfigMap, the DaemonSets), without the generated
         # API classes, whose import `cloudburst plan` would pay (activities/kube_reads.py).
-        self._core = KubeReads(api_client)
+        self._reads = KubeReads(api_client)
         self._tenancy = tenancy or Tenancy()
-        self._apps = self._core
         self._config = config or PlanningConfig.from_env()
         self._factory = recommender_factory or self._default_recommender
         # The shipped (or configured) catalog with the scheduled refreshes laid over it.
         self._catalog = LiveCatalog(
-            self._core, self._tenancy.worker_namespace, Catalog.load(self._config.catalog_path)
+            self._reads, self._tenancy.worker_namespace, Catalog.load(self._config.catalog_path)
         )
 
     def activities(self) -> list[Callable[..., Any]]:
@@ -163,7 +162,7 @@ class PlanningActivities:
             return []
         # The catalog is a call to the provider with its credential: allowed or not, first.
         self._tenancy.require(request.namespace, request.node_class, services=(name,))
-        credential = read_provider_credential(self._core, request.namespace, block)
+        credential = read_provider_credential(self._reads, request.namespace, block)
         provider: Provider | None = None
         try:
             provider = cls(block, credential)
@@ -213,7 +212,7 @@ class PlanningActivities:
             # read its own namespace's) is read where it says.
             ref = cfg.cloudbroker_api_key_secret
             key = read_secret_value(
-                self._core, ref.namespace or self._tenancy.worker_namespace, ref
+                self._reads, ref.namespace or self._tenancy.worker_namespace, ref
             )
         client = CloudBrokerClient(cfg.cloudbroker_url, key, timeout_s=cfg.timeout_s)
         return CloudBrokerRecommender(client, catalog if cfg.fallback_to_catalog else None)
@@ -227,7 +226,7 @@ class PlanningActivities:
         static = static_labels(pool_name, pool)
         blocking = [t for t in pool.template.taints if t.effect in ("NoSchedule", "NoExecute")]
         candidates: list[tuple[dict[str, str], list[NodeSelectorTerm], Resources, str]] = []
-        for ds in self._apps.list_daemon_set_for_all_namespaces().items:
+        for ds in self._reads.list_daemon_set_for_all_namespaces().items:
             template = ds.spec.template if ds.spec else None
             if template is None or template.spec is None:
                 continue
