@@ -2,8 +2,8 @@
 NodeClasses judged as the trigger judges them, the settings the deployed trigger runs with,
 Events, and the pools' and claims' queries (an unreachable or older worker is an answer too).
 
-The Temporal client and the workflows (whose queries are asked by reference) are imported by
-the queries: `plan` reads the cluster without them when no Temporal answers.
+The Temporal client is imported by the queries (pools are asked by query name, `PoolQuery`):
+`plan` reads only the cluster, and loads neither.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Reaching Temporal from a CLI command, with one clear message when it cannot be reached.
 
 The Temporal client is imported by the functions that reach it, not with this module: every
-command imports this one, and some (`plan` without a server, `validate`) never reach it."""
+command imports this one, and some (`plan`, `validate`) never reach it."""
 
 from __future__ import annotations
 

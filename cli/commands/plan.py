@@ -47,8 +47,8 @@ if TYPE_CHECKING:
 
     from activities.kube_reads import KubeReads
 
-# The Kubernetes and Temporal clients, the worker's planning activity and the LP solver are
-# imported where they are used: without a cluster, a plan needs none but the solver.
+# The Kubernetes client, the worker's planning activity and the LP solver are imported where
+# they are used: without a cluster, a plan needs none but the solver. It never asks Temporal.
 
 Files = Annotated[
     list[Path] | None,
@@ -129,15 +129,17 @@ def _plan(
 
     tenancy = settings.tenancy()
     api_client: k8s.ApiClient | None = None
+    kube: KubeReads | None = None
     notes: list[str] = []
     try:
         api_client = kube_api_client(settings)
-        tenancy, _ = reads.deployed_tenancy(KubeReads(api_client), settings)
+        kube = KubeReads(api_client)
+        tenancy, _ = reads.deployed_tenancy(kube, settings)
         specs = reads.cluster_specs(api_client, tenancy)
     except (ConfigException, ApiException, HTTPError, OSError) as err:
         if from_cluster or live:
             raise fail(f"cannot read the cluster: {_why(err)}") from None
-        api_client = None
+        api_client = kube = None
         specs = ClusterSpecs()
         notes.append(f"no cluster ({_why(err)}): shipped catalog, kube-reserved only")
     # Before the files' pools replace the cluster's of the same name: what those hold now.
@@ -148,17 +150,17 @@ def _plan(
         specs.put(raw, NodePool, tenancy)
     pods = list(workload.pods)
     if from_cluster:
-        assert api_client is not None
-        pods += _pending_pods(KubeReads(api_client))
-    groups = _groups(pods, specs, tenancy, pool, api_client)
+        assert kube is not None
+        pods += _pending_pods(kube)
+    groups = _groups(pods, specs, tenancy, pool, kube)
     config = PlanningConfig.from_env()
     catalog = Catalog.load(config.catalog_path)
     prices = f"the shipped catalog of {catalog.header.get('generated', '?')}"
     if live:
         from activities.planning.price_store import live_catalog, read_store
 
-        assert api_client is not None
-        catalog = live_catalog(catalog, read_store(KubeReads(api_client), tenancy.worker_namespace))
+        assert kube is not None
+        catalog = live_catalog(catalog, read_store(kube, tenancy.worker_namespace))
         prices = "the cluster's refreshed prices over the shipped catalog"
     if config.cloudbroker_url:
         notes.append("the worker asks CloudBroker for offerings; this plan uses the catalog")
@@ -177,9 +179,11 @@ def _groups(
     specs: ClusterSpecs,
     tenancy: Tenancy,
     pool: str | None,
-    api_client: k8s.ApiClient | None,
+    kube: KubeReads | None,
 ) -> dict[PoolKey, list[PodDemand]]:
     """Pods by the pool that would plan them: --pool for all, else the trigger's choice."""
+    from cli.cluster_reads import namespace_labels
+
     if pool is not None:
         ns, _, name = pool.partition("/")
         key = (ns, name) if name else ("default", ns)
@@ -196,15 +200,10 @@ def _groups(
         return {key: pods}
     labels: dict[str, dict[str, str] | None] = {}
     groups: dict[PoolKey, list[PodDemand]] = {}
-    if api_client is not None:
-        from activities.kube_reads import KubeReads
-        from cli.cluster_reads import namespace_labels
     unmatched: dict[str, list[str]] = {}  # why -> the pods
     for pod in pods:
         if pod.namespace not in labels:
-            labels[pod.namespace] = (
-                namespace_labels(KubeReads(api_client), pod.namespace) if api_client else {}
-            )
+            labels[pod.namespace] = namespace_labels(kube, pod.namespace) if kube else {}
         found = match(pod, specs, tenancy, labels[pod.namespace])
         if found.chosen is None:
             reason = found.reason(pod.namespace, tenancy.worker_namespace)
