@@ -152,6 +152,9 @@ def _plan(
     if from_cluster:
         assert kube is not None
         pods += _pending_pods(kube)
+    if not pods:
+        where = "in the files" + (" nor pending in the cluster" if from_cluster else "")
+        raise fail(f"nothing to plan: no pod {where}")
     groups = _groups(pods, specs, tenancy, pool, kube)
     config = PlanningConfig.from_env()
     catalog = Catalog.load(config.catalog_path)

@@ -4,6 +4,7 @@ with the cheapest one-instance-type plan and the LP bound — checked by hand on
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -166,3 +167,20 @@ def test_a_pool_holds_what_its_published_status_says() -> None:
     assert _published_holdings(pool({"nodes": 0})) == (0, 0, 0)
     # Before the pool's first status: unknown, said as such (`limits_text`), not zero.
     assert _published_holdings(pool(None)) is None
+
+
+def test_a_file_without_pods_is_said_to_have_nothing_to_plan(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from typer.testing import CliRunner
+
+    from cli.main import app
+
+    only_a_pool = tmp_path / "pool.yaml"
+    only_a_pool.write_text(
+        "apiVersion: cloudburst.io/v1alpha1\nkind: NodePool\nmetadata: {name: p}\nspec: {}\n"
+    )
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "no-kubeconfig"))
+    result = CliRunner().invoke(app, ["plan", "-f", str(only_a_pool)])
+    assert result.exit_code == 1
+    assert "nothing to plan: no pod in the files" in result.output
