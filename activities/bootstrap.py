@@ -34,12 +34,8 @@ from kubernetes.client.exceptions import ApiException
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.kube import (
-    MERGE_PATCH,
-    STARTUP_TAINT,
-    is_not_found,
-    read_secret_value,
-)
+from activities.credentials import read_secret_value
+from activities.kube import MERGE_PATCH, STARTUP_TAINT, is_not_found
 from activities.tailscale import MintedKey, open_api, reusable_key
 from api import labels
 from api._base import SecretKeyRef

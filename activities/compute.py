@@ -18,8 +18,8 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.bootstrap import ScriptHandoff, read_user_data
+from activities.credentials import read_provider_credential
 from activities.heartbeat import heartbeating, heartbeats_itself
-from activities.kube import read_provider_credential
 from activities.providers import provider_class
 from activities.providers.base import (
     CapacityError,

@@ -35,8 +35,8 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.bootstrap import SCRIPT_PURPOSE, TOKEN_NAMESPACE
+from activities.credentials import read_provider_credential
 from activities.heartbeat import heartbeating, heartbeats_itself
-from activities.kube import read_provider_credential
 from activities.providers import provider_class
 from activities.providers.base import Provider, ProviderError
 from api import labels

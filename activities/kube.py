@@ -10,9 +10,6 @@ cordoned, drained or deleted here — it is treated as no node at all, and logge
 
 from __future__ import annotations
 
-import base64
-import binascii
-import json
 import logging
 import threading
 import time
@@ -26,12 +23,9 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.heartbeat import heartbeating, heartbeats_itself, raise_if_cancelled
-from activities.kube_reads import SecretReader
 from api import labels
-from api._base import SecretKeyRef
-from api.errors import INVALID_CONFIGURATION, KUBE_CONFLICT, NODE_NOT_FOUND, kube_api_error
+from api.errors import KUBE_CONFLICT, NODE_NOT_FOUND
 from api.messages import DrainInput, DrainResult, LabelNodeInput, NodeRef, NodeState
-from api.nodeclass import ProviderBlock, RedfishClass
 from cluster.interruption import interruption_notice
 from cluster.node_identity import is_claims_node, stranger_message
 from cluster.pods import is_do_not_disrupt, is_left_alone
@@ -49,82 +43,6 @@ _CONFLICT_RETRIES = 5
 
 def is_not_found(err: ApiException) -> bool:
     return err.status == 404
-
-
-def read_secret_value(core: SecretReader, namespace: str, ref: SecretKeyRef) -> str:
-    """The value of one key of a Secret in `namespace`, decoded.
-
-    `namespace` is the namespace of the object holding the reference (a claim's, whose
-    NodeClass lives there); a reference naming another namespace is refused before any read
-    (the model refuses it too: this is the second line). A missing Secret or key is a
-    configuration error nobody can retry away: it is raised as non-retryable
-    `InvalidConfiguration`, naming the Secret and key (never a value).
-    """
-    if ref.namespace not in (None, namespace):
-        raise ApplicationError(
-            f"the reference to Secret {ref.namespace}/{ref.name} leaves namespace {namespace}: "
-            f"a NodeClass may only reference Secrets in its own namespace (remove `namespace` "
-            f"from the reference and keep the Secret in {namespace})",
-            type=INVALID_CONFIGURATION,
-            non_retryable=True,
-        )
-    ns = namespace
-    try:
-        secret = core.read_namespaced_secret(ref.name, ns)
-    except ApiException as err:
-        if is_not_found(err):
-            raise ApplicationError(
-                f"Secret {ns}/{ref.name} not found (referenced for key {ref.key!r})",
-                type=INVALID_CONFIGURATION,
-                non_retryable=True,
-            ) from None
-        raise _sanitized(err, f"reading Secret {ns}/{ref.name}") from None
-    data = secret.data or {}
-    if ref.key in data and data[ref.key] is not None:
-        try:
-            return base64.b64decode(data[ref.key]).decode()
-        except (binascii.Error, UnicodeDecodeError):
-            raise ApplicationError(
-                f"Secret {ns}/{ref.name} key {ref.key!r} is not valid base64 UTF-8 text",
-                type=INVALID_CONFIGURATION,
-                non_retryable=True,
-            ) from None
-    raise ApplicationError(
-        f"Secret {ns}/{ref.name} has no key {ref.key!r}",
-        type=INVALID_CONFIGURATION,
-        non_retryable=True,
-    )
-
-
-def read_provider_credential(
-    core: SecretReader, namespace: str, block: ProviderBlock
-) -> str | None:
-    """The one credential string a provider module is built with, read in `namespace`.
-
-    A block with one credential Secret gives its value (None without one); a Redfish
-    inventory, whose BMC logins are per machine, gives a JSON object of machine name to that
-    machine's value (activities/providers/redfish.py reads it so).
-    """
-    if isinstance(block, RedfishClass):
-        return json.dumps(
-            {
-                name: read_secret_value(core, namespace, ref)
-                for name, ref in block.machine_credential_refs()
-            }
-        )
-    ref = block.credential_ref()
-    return read_secret_value(core, namespace, ref) if ref else None
-
-
-def _sanitized(err: ApiException, what: str) -> ApplicationError:
-    """A retryable error that keeps the status but drops the response body.
-
-    Used around calls that touch Secrets: a body could echo what was sent.
-    """
-    return ApplicationError(
-        f"{what} failed: HTTP {err.status} {err.reason or ''}".strip(),
-        type=kube_api_error(err.status),
-    )
 
 
 def _pod_name(pod: Any) -> str:

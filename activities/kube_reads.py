@@ -48,9 +48,13 @@ class KubeReads:
         found: k8s.V1Namespace = self._get("/api/v1/namespaces/{name}", "V1Namespace", name=name)
         return found
 
-    def list_daemon_set_for_all_namespaces(self) -> k8s.V1DaemonSetList:
-        found: k8s.V1DaemonSetList = self._get("/apis/apps/v1/daemonsets", "V1DaemonSetList")
-        return found
+    def list_daemon_set_for_all_namespaces(self) -> list[dict[str, Any]]:
+        """Every DaemonSet — as its JSON, unlike the generated method's `V1DaemonSetList`: the
+        planner reads their pod templates through `cluster.pod_view`, without the client's
+        models of a whole pod."""
+        found = self._get("/apis/apps/v1/daemonsets", "object")
+        items = found.get("items") if isinstance(found, dict) else None
+        return [item for item in items or [] if isinstance(item, dict)]
 
     def list_pod_for_all_namespaces(self, field_selector: str | None = None) -> k8s.V1PodList:
         query = [("fieldSelector", field_selector)] if field_selector else []

@@ -34,7 +34,7 @@ from kubernetes import client as k8s
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.kube import read_secret_value
+from activities.credentials import read_secret_value
 from api._base import SecretKeyRef
 from api.errors import INVALID_CONFIGURATION
 from api.messages import TailnetDeviceRef, TailnetDeviceRemoval

@@ -2,7 +2,12 @@
 `ApplicationError(type=...)`, read by workflows from `ActivityError`. One place, both sides:
 a renamed type is a rename here, which mypy follows to every raise and every check."""
 
-from typing import Final
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Final
+
+if TYPE_CHECKING:
+    from temporalio.exceptions import ApplicationError
 
 # The offering has no capacity now (try the next one; the pool caches it as failed).
 CAPACITY_ERROR: Final = "CapacityError"
@@ -27,6 +32,17 @@ QUERY_REFUSED_DURING_TAKEOVER: Final = (
     "not answered: this worker was rebuilding the workflow from events no workflow task has "
     "taken yet (its previous worker stopped); ask again in a few seconds"
 )
+
+
+def application_error(
+    message: str, *details: object, type: str, non_retryable: bool = False
+) -> ApplicationError:
+    """Temporal's `ApplicationError` of one of these types, its SDK imported only now: code
+    the command line runs too (the planner's reads, the tenancy rules, Secret reads) raises
+    the worker's errors without loading Temporal for every command that never fails."""
+    from temporalio.exceptions import ApplicationError
+
+    return ApplicationError(message, *details, type=type, non_retryable=non_retryable)
 
 
 def kube_api_error(status: int | None) -> str:

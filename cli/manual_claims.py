@@ -15,7 +15,7 @@ from temporalio.client import Client, WorkflowHandle
 from temporalio.common import SearchAttributePair, TypedSearchAttributes, WorkflowIDReusePolicy
 from temporalio.exceptions import ApplicationError
 
-from activities.kube import read_secret_value
+from activities.credentials import read_secret_value
 from activities.planning.catalog import Catalog
 from activities.providers.base import ProviderError
 from activities.providers.fake import FakeProvider

@@ -23,9 +23,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Final
-
-from kubernetes import client as k8s
+from typing import TYPE_CHECKING, Any, Final
 
 from api import labels as L
 from api.nodeclaim import Offering
@@ -38,6 +36,11 @@ from api.planning import (
     Toleration,
 )
 from api.quantity import cpu_millis, memory_bytes
+
+if TYPE_CHECKING:
+    from kubernetes import client as k8s
+
+    from cluster.pod_view import AffinityView, PodView
 
 OS_LABEL = "kubernetes.io/os"
 HOSTNAME_LABEL = "kubernetes.io/hostname"
@@ -79,15 +82,26 @@ def normalize_arch(arch: str) -> str:
 # ---- public API ---------------------------------------------------------------------------
 
 
-def pod_demand(pod: k8s.V1Pod) -> PodDemand:
-    """What a pending pod asks of a node, the way the scheduler adds it up.
+def pod_demand(pod: k8s.V1Pod | PodView) -> PodDemand:
+    """What a pending pod asks of a node, the way the scheduler adds it up; the pod is the
+    client's model or the view of its JSON (`cluster.pod_view`), read alike.
 
     Requests: the sum over containers (a missing request defaults to the limit, as the API
     server does), at least each init container's (sidecar init containers — restartPolicy
     Always — run alongside, so they add up), plus the pod overhead.
     """
-    meta = pod.metadata or k8s.V1ObjectMeta()
-    spec = pod.spec or k8s.V1PodSpec(containers=[])
+    meta = pod.metadata
+    spec = pod.spec
+    namespace = (meta.namespace if meta else None) or "default"
+    name = (meta.name if meta else None) or ""
+    uid = meta.uid if meta else None
+    if spec is None:
+        return PodDemand(
+            uid=uid or f"{namespace}/{name}",
+            namespace=namespace,
+            name=name,
+            requests=Resources(pods=1),
+        )
     running = Resources()
     for container in spec.containers or []:
         running += _container_requests(container)
@@ -105,9 +119,9 @@ def pod_demand(pod: k8s.V1Pod) -> PodDemand:
         total += _resources(spec.overhead)
     total.pods = 1
     return PodDemand(
-        uid=meta.uid or f"{meta.namespace}/{meta.name}",
-        namespace=meta.namespace or "default",
-        name=meta.name or "",
+        uid=uid or f"{namespace}/{name}",
+        namespace=namespace,
+        name=name,
         requests=total,
         node_selector=dict(spec.node_selector or {}),
         required_affinity=_required_terms(spec.affinity),
@@ -212,7 +226,7 @@ def tolerates(tolerations: Iterable[Toleration], taint: Taint) -> bool:
 
 
 def selector_from_terms(
-    node_selector: Mapping[str, str] | None, affinity: k8s.V1Affinity | None
+    node_selector: Mapping[str, str] | None, affinity: k8s.V1Affinity | AffinityView | None
 ) -> tuple[dict[str, str], list[NodeSelectorTerm]]:
     """A pod template's placement rules in our models (DaemonSets use this too)."""
     return dict(node_selector or {}), _required_terms(affinity)
@@ -383,7 +397,7 @@ def _taint_text(taint: Taint) -> str:
 # ---- parsing the Kubernetes objects -------------------------------------------------------
 
 
-def _required_terms(affinity: k8s.V1Affinity | None) -> list[NodeSelectorTerm]:
+def _required_terms(affinity: k8s.V1Affinity | AffinityView | None) -> list[NodeSelectorTerm]:
     required = (
         affinity.node_affinity.required_during_scheduling_ignored_during_execution
         if affinity and affinity.node_affinity

@@ -32,7 +32,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
-from api.errors import INVALID_CONFIGURATION
+from api.errors import INVALID_CONFIGURATION, application_error
 from api.labels import TENANT_LABEL, TENANT_TAINT
 from api.nodeclass import NodeClassSpec
 from api.nodepool import LIVE_CATALOG_PROVIDERS, PROVIDERS, NodePoolSpec, Taint
@@ -168,13 +168,9 @@ class Tenancy:
         services: Collection[str] | None = None,
     ) -> None:
         """Raise non-retryable `InvalidConfiguration` for a refusal; call before any read."""
-        # Imported where raised (in an activity): the command line reads these rules, through
-        # its settings, without loading Temporal.
-        from temporalio.exceptions import ApplicationError
-
         refusal = self.refusal(namespace, node_class, services)
         if refusal is not None:
-            raise ApplicationError(
+            raise application_error(
                 refusal.message, refusal.reason, type=INVALID_CONFIGURATION, non_retryable=True
             )
 

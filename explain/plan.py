@@ -19,7 +19,7 @@ from api.nodeclaim import Offering
 from api.nodepool import Limits
 from api.planning import PlanRequest, PodDemand
 from api.quantity import format_cpu, format_memory
-from cluster.pods import pod_model
+from cluster.pod_view import pod_view
 from cluster.requirements import pod_demand
 
 _REPLICATED = ("Deployment", "ReplicaSet", "StatefulSet")
@@ -49,21 +49,27 @@ def expand(documents: Iterable[Any], default_namespace: str = "default") -> Work
     for index, doc in enumerate(documents):
         if doc is None:
             continue
-        if not isinstance(doc, dict):
-            raise WorkloadError(f"document {index + 1}: not a Kubernetes object")
         _expand_one(doc, default_namespace, out, f"document {index + 1}")
         if len(out.pods) > MAX_PODS:
             raise WorkloadError(f"more than {MAX_PODS} pods: plan a smaller file")
     return out
 
 
-def _expand_one(doc: dict[str, Any], default_namespace: str, out: Workload, where: str) -> None:
+def _expand_one(doc: Any, default_namespace: str, out: Workload, where: str) -> None:
+    if not isinstance(doc, dict):
+        raise WorkloadError(f"{where}: not a Kubernetes object")
     kind = doc.get("kind")
     meta = doc.get("metadata") or {}
+    if not isinstance(meta, dict):
+        raise WorkloadError(f"{where} ({kind}): metadata must be an object")
     name = meta.get("name") or ""
     namespace = meta.get("namespace") or default_namespace
+    if not isinstance(name, str) or not isinstance(namespace, str):
+        raise WorkloadError(f"{where} ({kind}): metadata.name and .namespace must be strings")
     label = f"{kind} {namespace}/{name}" if name else f"{where} ({kind})"
     spec = doc.get("spec") or {}
+    if not isinstance(spec, dict):
+        raise WorkloadError(f"{label}: spec must be an object")
     if kind == "List":
         for i, item in enumerate(doc.get("items") or []):
             _expand_one(item, default_namespace, out, f"{where} item {i + 1}")
@@ -72,16 +78,17 @@ def _expand_one(doc: dict[str, Any], default_namespace: str, out: Workload, wher
     elif kind == "NodeClass":
         out.classes.append(doc)
     elif kind == "Pod":
-        _add(out, label, namespace, name, doc, 1)
+        _add(out, label, namespace, name, (doc, ""), 1)
     elif kind in _REPLICATED:
-        _add(
-            out, label, namespace, name, spec.get("template") or {}, _count(spec, "replicas", label)
-        )
+        count = _count(spec, "replicas", label)
+        _add(out, label, namespace, name, (spec.get("template") or {}, "spec.template."), count)
     elif kind == "Job":
-        _add(out, label, namespace, name, spec.get("template") or {}, _job_pods(spec, label))
+        count = _job_pods(spec, label)
+        _add(out, label, namespace, name, (spec.get("template") or {}, "spec.template."), count)
     elif kind == "CronJob":
         job = (spec.get("jobTemplate") or {}).get("spec") or {}
-        _add(out, label, namespace, name, job.get("template") or {}, _job_pods(job, label))
+        template = (job.get("template") or {}, "spec.jobTemplate.spec.template.")
+        _add(out, label, namespace, name, template, _job_pods(job, label))
     elif kind == "DaemonSet":
         out.notes.append(f"{label}: a DaemonSet runs on every node; the pool counts it as overhead")
     else:
@@ -106,26 +113,32 @@ def _job_pods(spec: dict[str, Any], label: str) -> int:
 
 
 def _add(
-    out: Workload, label: str, namespace: str, name: str, template: dict[str, Any], count: int
+    out: Workload,
+    label: str,
+    namespace: str,
+    name: str,
+    found: tuple[dict[str, Any], str],
+    count: int,
 ) -> None:
-    if not (template.get("spec") or {}).get("containers"):
+    """`count` pods of the template found at a path of the document, each named for itself."""
+    template, at = found
+    if not isinstance(template, dict) or not isinstance(template.get("spec"), dict):
+        raise WorkloadError(f"{label}: {at}spec must be a pod's spec")
+    if not template["spec"].get("containers"):
         raise WorkloadError(f"{label}: its pod has no containers")
+    meta = template.get("metadata") or {}
+    if not isinstance(meta, dict):
+        raise WorkloadError(f"{label}: {at}metadata must be an object")
+    try:
+        demand = pod_demand(pod_view({"metadata": meta, "spec": template["spec"]}, at))
+    except ValueError as err:
+        raise WorkloadError(f"{label}: its pod cannot be read: {err}") from None
     for i in range(count):
         pod_name = name if count == 1 and label.startswith("Pod") else f"{name}-{i}"
-        raw = {
-            "metadata": {
-                **(template.get("metadata") or {}),
-                "name": pod_name,
-                "namespace": namespace,
-                "uid": f"plan/{namespace}/{pod_name}",
-            },
-            "spec": template.get("spec") or {},
-        }
-        try:
-            demand = pod_demand(pod_model(raw))
-        except (ValueError, TypeError) as err:
-            raise WorkloadError(f"{label}: its pod cannot be read: {err}") from None
-        out.pods.append(demand)
+        uid = f"plan/{namespace}/{pod_name}"
+        out.pods.append(
+            demand.model_copy(update={"uid": uid, "namespace": namespace, "name": pod_name})
+        )
 
 
 # ---- comparing plans ----------------------------------------------------------------------

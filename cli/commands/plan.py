@@ -47,7 +47,7 @@ if TYPE_CHECKING:
 
     from activities.kube_reads import KubeReads
 
-# The Kubernetes client, the worker's planning activity and the LP solver are imported where
+# The Kubernetes client, the worker's planning inputs and the LP solver are imported where
 # they are used: without a cluster, a plan needs none but the solver. It never asks Temporal.
 
 Files = Annotated[
@@ -170,7 +170,7 @@ def _plan(
     answers = []
     for key, pool_pods in groups.items():
         answer = _plan_pool(
-            key, pool_pods, specs, catalog, config, tenancy, api_client, held.get(key), prices
+            key, pool_pods, specs, catalog, config, tenancy, kube, held.get(key), prices
         )
         answer.notes = notes + answer.notes
         answers.append(answer)
@@ -231,7 +231,7 @@ def _plan_pool(
     catalog: Catalog,
     config: PlanningConfig,
     tenancy: Tenancy,
-    api_client: k8s.ApiClient | None,
+    kube: KubeReads | None,
     held: tuple[int, int, int] | None,
     prices: str,
 ) -> PlanComparison:
@@ -257,10 +257,10 @@ def _plan_pool(
     )
     notes: list[str] = []
     recommender = CatalogRecommender(catalog)
-    if api_client is not None:
-        from activities.planning.activity import PlanningActivities
+    if kube is not None:
+        from activities.planning.inputs import PlanningInputs
 
-        planning = PlanningActivities(api_client, lambda: recommender, config, tenancy)
+        planning = PlanningInputs(kube, lambda: recommender, config, tenancy)
         try:
             offerings, overhead = planning.planning_inputs(request)
         except Exception as err:  # a provider's catalog the cluster cannot give: say so

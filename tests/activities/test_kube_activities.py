@@ -15,8 +15,9 @@ from kubernetes.client.exceptions import ApiException
 from temporalio.exceptions import ApplicationError, CancelledError
 from temporalio.testing import ActivityEnvironment
 
+from activities.credentials import read_secret_value
 from activities.heartbeat import heartbeating, sleep_heartbeating
-from activities.kube import KubeActivities, read_secret_value
+from activities.kube import KubeActivities
 from api import labels
 from api._base import SecretKeyRef
 from api.messages import DrainInput, DrainResult, LabelNodeInput, NodeRef, NodeState

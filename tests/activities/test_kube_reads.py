@@ -51,10 +51,16 @@ def test_each_read_answers_what_the_generated_api_answers(
     config_map = reads.read_namespaced_config_map("prices", namespace)
     assert config_map.data == {"a": "1"}
     assert reads.read_namespace(namespace).metadata.name == namespace
-    daemon_sets = reads.list_daemon_set_for_all_namespaces().items
-    [agent] = [d for d in daemon_sets if d.metadata.namespace == namespace]
-    requests = agent.spec.template.spec.containers[0].resources.requests
-    assert requests == {"cpu": "100m"}
+    [agent] = [
+        d
+        for d in reads.list_daemon_set_for_all_namespaces()
+        if d["metadata"]["namespace"] == namespace
+    ]
+    generated = client.AppsV1Api(kube_api_client).read_namespaced_daemon_set("agent", namespace)
+    assert agent["spec"] == kube_api_client.sanitize_for_serialization(generated.spec)
+    assert agent["spec"]["template"]["spec"]["containers"][0]["resources"] == {
+        "requests": {"cpu": "100m"}
+    }
 
 
 def test_a_pending_pod_listing_keeps_the_field_selector(

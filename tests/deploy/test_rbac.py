@@ -42,7 +42,7 @@ SECRET_SCOPES: dict[str, set[str]] = {
     "activities/gc.py:GcActivities.remove_orphans": {"kube-system", "worker"},
     # A NodeClass's credential Secrets (tenant); the script create_instance reads, the
     # CloudBroker key (worker).
-    "activities/kube.py:read_secret_value": {"tenant", "worker"},
+    "activities/credentials.py:read_secret_value": {"tenant", "worker"},
     # The price APIs' credentials an operator keeps beside the worker.
     "activities/planning/prices.py:PriceActivities._credentials": {"worker"},
 }

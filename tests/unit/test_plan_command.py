@@ -184,3 +184,28 @@ def test_a_file_without_pods_is_said_to_have_nothing_to_plan(
     result = CliRunner().invoke(app, ["plan", "-f", str(only_a_pool)])
     assert result.exit_code == 1
     assert "nothing to plan: no pod in the files" in result.output
+
+
+def test_a_pod_that_cannot_be_read_is_named_with_the_path_in_its_manifest() -> None:
+    broken = workload("Deployment", {"replicas": 2}, "web")
+    broken["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]["cpu"] = [1]
+    with pytest.raises(WorkloadError) as unreadable:
+        expand([broken])
+    assert str(unreadable.value).startswith(
+        "Deployment default/web: its pod cannot be read: "
+        "spec.template.spec.containers.0.resources.requests.cpu: "
+    )
+    cron = workload("CronJob", {}, "nightly")
+    cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]["tolerations"] = "all"
+    with pytest.raises(
+        WorkloadError, match=r"spec\.jobTemplate\.spec\.template\.spec\.tolerations"
+    ):
+        expand([cron])
+    with pytest.raises(WorkloadError, match=r"document 1 \(Pod\): metadata must be an object"):
+        expand([{"kind": "Pod", "metadata": "p", "spec": {"containers": [{"name": "c"}]}}])
+    with pytest.raises(WorkloadError, match=r"document 1 item 1: not a Kubernetes object"):
+        expand([{"kind": "List", "items": ["x"]}])
+    with pytest.raises(WorkloadError, match=r"Deployment default/d: spec must be an object"):
+        expand([{"kind": "Deployment", "metadata": {"name": "d"}, "spec": [1]}])
+    with pytest.raises(WorkloadError, match=r"Job default/j: spec\.template\.spec must be"):
+        expand([{"kind": "Job", "metadata": {"name": "j"}, "spec": {"template": "x"}}])

@@ -1,8 +1,8 @@
 """What `cloudburst plan -f` loads (issue #45: it answers well under a second, and most of a
 command's time was importing what it never uses). Without a cluster, a plan needs the
-planner, the Kubernetes models it reads the file's pods with and the LP solver of its bound:
-no other command's module, no workflow, no Kubernetes API class, no Temporal client (a plan
-never asks Temporal: a pool's holdings are its published status), no scipy. Checked on the
+planner and the LP solver of its bound: no other command's module, no workflow, no
+Kubernetes API class nor the client's pod models, nothing of Temporal (a plan never asks
+Temporal: a pool's holdings are its published status), no scipy. Checked on the
 modules a real run left loaded, in a process of its own; what is asserted is what was
 imported, never how long it took.
 """
@@ -15,6 +15,7 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import typer.main
 import yaml
@@ -36,9 +37,11 @@ NOT_NEEDED = (
     # the cluster's reads: no kubeconfig, so no API class and not the worker's activity
     "kubernetes.client.api.",
     "activities.planning.activity",
-    # a plan never asks Temporal
-    "temporalio.client",
+    # a plan never asks Temporal, and raises none of its errors unless it fails
+    "temporalio",
     "worker.client",
+    # the file's pods are read as JSON (cluster/pod_view.py), not as the client's models
+    "kubernetes.client.models.v1_pod",
     # the bound's solver is HiGHS itself, not scipy's wrapper of it
     "scipy",
     # the price refresh's SDKs
@@ -46,36 +49,47 @@ NOT_NEEDED = (
     "google.cloud",
 )
 
+# `cloudburst plan ARGS...` in a process of its own, which writes its exit code and every
+# module loaded to the file named first.
 PLAN = """
 import json, sys
 from cli.main import app
 try:
-    app(["plan", "-f", sys.argv[1]], prog_name="cloudburst")
+    app(["plan", *sys.argv[2:]], prog_name="cloudburst")
 except SystemExit as ended:
     code = ended.code
-with open(sys.argv[2], "w") as out:
+with open(sys.argv[1], "w") as out:
     json.dump({"code": code, "modules": sorted(sys.modules)}, out)
 """
+
+
+def run_plan(
+    args: list[str], report: Path, env: dict[str, str]
+) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
+    """The command's output, and what it loaded (its exit code, its modules)."""
+    done = subprocess.run(
+        [sys.executable, "-c", PLAN, str(report), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env={**os.environ, "COLUMNS": "200", **env},
+    )
+    ran: dict[str, Any] = json.loads(report.read_text())
+    return done, ran
 
 
 def test_a_plan_without_a_cluster_imports_only_what_it_uses(tmp_path: Path) -> None:
     path = tmp_path / "pods.yaml"
     path.write_text(yaml.safe_dump_all(_workload()))
-    report = tmp_path / "modules.json"
-    done = subprocess.run(
-        [sys.executable, "-c", PLAN, str(path), str(report)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-        env={
-            **os.environ,
+    done, ran = run_plan(
+        ["-f", str(path)],
+        tmp_path / "modules.json",
+        {
             "KUBECONFIG": str(tmp_path / "no-kubeconfig"),
             "CLOUDBURST_TEMPORAL_ADDRESS": f"127.0.0.1:{_refusing_port()}",
-            "COLUMNS": "200",
         },
     )
-    ran = json.loads(report.read_text())
     assert ran["code"] in (0, None), done.stderr
     # The plan was made and compared, the bound with HiGHS (the dev extra's highspy).
     assert "Cost: €" in done.stdout, done.stdout

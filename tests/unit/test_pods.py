@@ -9,8 +9,11 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from kubernetes import client as k8s
 
+from cluster.pod_view import PodUnreadable, pod_view
 from cluster.pods import (
     bound_pod_fields,
     is_do_not_disrupt,
@@ -257,3 +260,115 @@ def test_the_node_watchers_view_of_a_bound_pod_keeps_what_its_node_holds_and_whe
         assert view.status.conditions is None and view.spec.node_selector is None
     bound["status"]["phase"] = "Succeeded"
     assert is_left_alone(bound_view(bound))
+
+
+# `cloudburst plan` reads its files' pods and the DaemonSets' templates through a view of their
+# JSON (cluster/pod_view.py), not the client's model: each must ask the same of a node.
+
+_QUANTITIES = st.sampled_from(["100m", "250m", "1", "2", "1.5", "64Mi", "1Gi", "2G", "3"])
+_NAMES = st.sampled_from(["a", "team", "zone", "kubernetes.io/arch", "cloudburst.io/provider"])
+
+
+def _requests() -> st.SearchStrategy[dict[str, str]]:
+    return st.dictionaries(st.sampled_from(["cpu", "memory"]), _QUANTITIES, max_size=2)
+
+
+def _container(init: bool) -> st.SearchStrategy[dict[str, Any]]:
+    resources = st.fixed_dictionaries({}, optional={"requests": _requests(), "limits": _requests()})
+    optional: dict[str, Any] = {"resources": resources}
+    if init:
+        optional["restartPolicy"] = st.just("Always")
+    return st.fixed_dictionaries({"name": st.just("c"), "image": st.just("i")}, optional=optional)
+
+
+def _expression() -> st.SearchStrategy[dict[str, Any]]:
+    return st.fixed_dictionaries(
+        {
+            "key": _NAMES,
+            "operator": st.sampled_from(["In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"]),
+        },
+        optional={"values": st.lists(st.sampled_from(["x", "1", "arm64"]), max_size=2)},
+    )
+
+
+_TERM = st.fixed_dictionaries(
+    {},
+    optional={
+        "matchExpressions": st.lists(_expression(), max_size=2),
+        "matchFields": st.lists(_expression(), max_size=1),
+    },
+)
+_TOLERATION = st.fixed_dictionaries(
+    {},
+    optional={
+        "key": _NAMES,
+        "operator": st.sampled_from(["Exists", "Equal"]),
+        "value": st.sampled_from(["", "x"]),
+        "effect": st.sampled_from(["NoSchedule", "NoExecute", "PreferNoSchedule"]),
+    },
+)
+_POD = st.fixed_dictionaries(
+    {
+        "metadata": st.fixed_dictionaries(
+            {"name": st.just("p")},
+            optional={"namespace": st.just("team-a"), "uid": st.just("u-1")},
+        ),
+        "spec": st.fixed_dictionaries(
+            {"containers": st.lists(_container(False), min_size=1, max_size=3)},
+            optional={
+                "initContainers": st.lists(_container(True), max_size=3),
+                "overhead": _requests(),
+                "nodeSelector": st.dictionaries(_NAMES, st.sampled_from(["x", "y"]), max_size=2),
+                "tolerations": st.lists(_TOLERATION, max_size=3),
+                "affinity": st.fixed_dictionaries(
+                    {},
+                    optional={
+                        "nodeAffinity": st.fixed_dictionaries(
+                            {},
+                            optional={
+                                "requiredDuringSchedulingIgnoredDuringExecution": (
+                                    st.fixed_dictionaries(
+                                        {"nodeSelectorTerms": st.lists(_TERM, max_size=2)}
+                                    )
+                                )
+                            },
+                        )
+                    },
+                ),
+            },
+        ),
+    }
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_POD)
+def test_a_pods_json_view_asks_of_a_node_what_the_clients_model_asks(raw: dict[str, Any]) -> None:
+    model = k8s.ApiClient().deserialize(json.dumps(raw), "V1Pod", "application/json")
+    assert pod_demand(pod_view(raw)) == pod_demand(model)
+
+
+def test_the_json_view_of_a_whole_pod_and_a_newer_servers_reads_as_the_model() -> None:
+    whole = k8s.ApiClient().deserialize(json.dumps(FULL_POD), "V1Pod", "application/json")
+    newer = copy.deepcopy(FULL_POD)
+    newer["spec"]["tolerations"][0]["futureField"] = "x"
+    newer["spec"]["containers"][0]["resources"]["futureField"] = []
+    assert pod_demand(pod_view(FULL_POD)) == pod_demand(whole)
+    assert pod_demand(pod_view(newer)) == pod_demand(whole)
+    assert pod_demand(pod_view(FULL_POD)).requests.cpu_m == 2100
+
+
+def test_a_pod_that_does_not_read_as_one_names_each_field_that_is_wrong() -> None:
+    raw = {
+        "spec": {
+            "containers": [{"name": "c", "resources": {"requests": {"cpu": ["1"]}}}],
+            "tolerations": "all",
+        }
+    }
+    with pytest.raises(PodUnreadable) as unreadable:
+        pod_view(raw)
+    said = str(unreadable.value)
+    assert "spec.containers.0.resources.requests.cpu" in said
+    assert "spec.tolerations: Input should be a valid list" in said
+    with pytest.raises(PodUnreadable, match=r"^spec\.containers: required field is missing"):
+        pod_view({"spec": {}})
