@@ -372,3 +372,12 @@ def test_a_pod_that_does_not_read_as_one_names_each_field_that_is_wrong() -> Non
     assert "spec.tolerations: Input should be a valid list" in said
     with pytest.raises(PodUnreadable, match=r"^spec\.containers: required field is missing"):
         pod_view({"spec": {}})
+
+
+def test_a_quantity_a_manifest_writes_as_a_bare_number_is_read_as_the_api_server_reads_it() -> None:
+    # YAML `cpu: 1` is an integer; Kubernetes takes a quantity as a string or a number.
+    raw = {"spec": {"containers": [{"resources": {"requests": {"cpu": 1, "memory": 2**30}}}]}}
+    assert pod_demand(pod_view(raw)).requests.cpu_m == 1000
+    assert pod_demand(pod_view(raw)).requests.memory_bytes == 2**30
+    half = {"spec": {"containers": [{"resources": {"limits": {"cpu": 0.5}}}]}}
+    assert pod_demand(pod_view(half)).requests.cpu_m == 500
