@@ -41,7 +41,7 @@ from api.nodeclaim import Offering
 from api.nodeclass import ProviderBlock
 from api.nodepool import LIVE_CATALOG_PROVIDERS, NodePoolSpec
 from api.planning import NodeSelectorTerm, PlanRequest, Resources
-from cluster.pod_view import PodUnreadable, pod_view
+from cluster.pod_view import pod_view
 from cluster.requirements import (
     node_labels_match,
     offering_labels,
@@ -203,8 +203,8 @@ class PlanningInputs:
                 continue
             try:
                 demand = pod_demand(pod_view(template))
-            except PodUnreadable as err:
-                # The API server took it, so the view is the stricter: left out, said.
+            except ValueError as err:  # PodUnreadable, or a quantity or operator we cannot read
+                # The API server took it, so our reading is the stricter: left out, said.
                 log.warning("DaemonSet %s left out of node overhead: %s", name, err)
                 continue
             if not all(tolerates(demand.tolerations, taint) for taint in blocking):
