@@ -57,6 +57,9 @@ RecommenderFactory = Callable[[], Recommender]
 
 
 class PlanningInputs:
+    """The offerings and each node's overhead for a pool's plan, read now from the cluster
+    (through `reads`), the recommender and the providers whose catalog is live."""
+
     def __init__(
         self,
         reads: KubeReads,
