@@ -14,6 +14,7 @@ import yaml
 from kubernetes import client
 
 from sim.kubeapi import KubeApiServer
+from tests.activities.test_planning_activity import daemonset
 from tests.unit.test_plan_imports import run_plan
 
 GROUP, VERSION = "cloudburst.io", "v1alpha1"
@@ -80,10 +81,16 @@ def test_a_plan_against_the_cluster_takes_its_pool_and_its_daemonsets_and_starts
         return json.loads(done.stdout), ran["modules"]
 
     alone, _ = plan("before.json")
-    client.AppsV1Api(kube_api_client).create_namespaced_daemon_set(
-        namespace, _daemon_set(toleration)
+    apps = client.AppsV1Api(kube_api_client)
+    agent = f"agent-{namespace}"
+    apps.create_namespaced_daemon_set(
+        "kube-system",
+        daemonset(agent, "300m", tolerations=[client.V1Toleration(**toleration)]),
     )
-    with_agent, modules = plan("after.json")
+    try:
+        with_agent, modules = plan("after.json")
+    finally:
+        apps.delete_namespaced_daemon_set(agent, "kube-system")
 
     assert with_agent["pool"] == f"{namespace}/burst"
     assert with_agent["pods"] == 6 and with_agent["nodes"]
@@ -117,28 +124,3 @@ def _deployment(namespace: str, toleration: dict[str, str]) -> dict[str, Any]:
             },
         },
     }
-
-
-def _daemon_set(toleration: dict[str, str]) -> client.V1DaemonSet:
-    labels = {"app": "agent"}
-    return client.V1DaemonSet(
-        metadata=client.V1ObjectMeta(name="agent"),
-        spec=client.V1DaemonSetSpec(
-            selector=client.V1LabelSelector(match_labels=labels),
-            template=client.V1PodTemplateSpec(
-                metadata=client.V1ObjectMeta(labels=labels),
-                spec=client.V1PodSpec(
-                    tolerations=[client.V1Toleration(**toleration)],
-                    containers=[
-                        client.V1Container(
-                            name="agent",
-                            image="agent",
-                            resources=client.V1ResourceRequirements(
-                                requests={"cpu": "300m", "memory": "128Mi"}
-                            ),
-                        )
-                    ],
-                ),
-            ),
-        ),
-    )
