@@ -19,6 +19,7 @@ from kubernetes import client as k8s
 from temporalio.client import WorkflowFailureError
 
 from api import NodeClaimPhase, NodeClaimStatus, labels
+from sim.cluster import ControlPlane
 from cli.devstack import (
     SAMPLE_POOL,
     EmbeddedStack,
@@ -58,7 +59,10 @@ class LifecycleReport:
 
 
 async def run_lifecycle(
-    say: Say, state_dir: Path | None = None, provider: str = "fake"
+    say: Say,
+    state_dir: Path | None = None,
+    provider: str = "fake",
+    control_plane: ControlPlane = "emulator",
 ) -> LifecycleReport:
     with tempfile.TemporaryDirectory(prefix="cloudburst-demo-") as tmp:
         options = StackOptions(
@@ -71,6 +75,7 @@ async def run_lifecycle(
             empty_ttl_s=3,
             cluster_id="cloudburst-demo",
             clouds=[] if provider == "fake" else [provider],
+            control_plane=control_plane,
         )
         where = "" if provider == "fake" else f", {provider} stand-in"
         say(
@@ -247,7 +252,12 @@ BURST_SHAPES = [("250m", "256Mi"), ("500m", "1Gi"), ("1", "2Gi"), ("1500m", "2Gi
 
 
 async def run_burst(
-    say: Say, pods: int, *, boot_delay_s: float = 0.5, timeout_s: float = 300
+    say: Say,
+    pods: int,
+    *,
+    boot_delay_s: float = 0.5,
+    timeout_s: float = 300,
+    control_plane: ControlPlane = "emulator",
 ) -> BurstReport:
     with tempfile.TemporaryDirectory(prefix="cloudburst-burst-") as tmp:
         options = StackOptions(
@@ -259,6 +269,7 @@ async def run_burst(
             ready_delay_s=boot_delay_s,
             empty_ttl_s=3,
             cluster_id="cloudburst-burst",
+            control_plane=control_plane,
         )
         say("starting the embedded stack")
         async with embedded_stack(options) as stack:

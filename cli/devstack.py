@@ -45,7 +45,7 @@ from api.messages import NodeObservation, claim_key_of
 from api.nodeclass import NodeClassSpec
 from api.nodepool import API_VERSION
 from cluster.tenancy import tenant_namespace_annotations
-from sim.cluster import SimulatedCluster
+from sim.cluster import ControlPlane, SimulatedCluster
 from trigger.nodes import NodeWatcher
 from trigger.pending import BatchWindows, PendingPodTrigger
 from worker.client import connect_temporal
@@ -110,6 +110,8 @@ class StackOptions:
     # theirs alone, and the stack annotates them as `cloudburst tenant-rbac` says an
     # operator does. Empty: a cluster without tenants, every namespace served.
     tenants: list[str] = field(default_factory=list)
+    # Kubernetes' own control plane (built from its Go modules), or the emulator (no Go).
+    control_plane: ControlPlane = "emulator"
 
 
 @dataclass
@@ -139,6 +141,7 @@ async def embedded_stack(options: StackOptions) -> AsyncIterator[EmbeddedStack]:
         cloud_port=options.cloud_port,
         clouds=options.clouds,
         missing_standins=options.missing_standins,
+        control_plane=options.control_plane,
     )
     stop = asyncio.Event()
     tasks: list[asyncio.Task[Any]] = []

@@ -23,6 +23,7 @@ from api import labels
 from api.messages import ClaimSignal, ScaleDownRequest, claim_workflow_id
 from api.nodepool import API_VERSION
 from cli.devstack import SAMPLE_CLASS, EmbeddedStack, StackOptions, embedded_stack, free_port
+from sim.cluster import ControlPlane
 from workflows.nodeclaim import NodeClaimWorkflow
 
 POOL, CLASS, APP = "dr-nodepool", "dr-nodeclass", "dr-workload"
@@ -52,14 +53,16 @@ class DrReport(DrillReport):
     pod_rescheduled_s: float | None = None
 
 
-async def run_dr(say: Any) -> DrReport:
+async def run_dr(say: Any, control_plane: ControlPlane = "emulator") -> DrReport:
     say("starting the embedded stack with Hetzner and Scaleway stand-ins")
-    async with drill_stack("dr", ["hetzner", "scaleway"]) as stack:
+    async with drill_stack("dr", ["hetzner", "scaleway"], control_plane) as stack:
         return await drill(stack, say)
 
 
 @contextlib.asynccontextmanager
-async def drill_stack(name: str, clouds: list[str]) -> AsyncIterator[EmbeddedStack]:
+async def drill_stack(
+    name: str, clouds: list[str], control_plane: ControlPlane = "emulator"
+) -> AsyncIterator[EmbeddedStack]:
     """A throw-away embedded stack with these clouds' stand-ins, fast boots, for a drill."""
     with tempfile.TemporaryDirectory(prefix=f"cloudburst-{name}-") as tmp:
         options = StackOptions(
@@ -72,6 +75,7 @@ async def drill_stack(name: str, clouds: list[str]) -> AsyncIterator[EmbeddedSta
             empty_ttl_s=60,
             cluster_id=f"cloudburst-{name}",
             clouds=clouds,
+            control_plane=control_plane,
         )
         async with embedded_stack(options) as stack:
             yield stack

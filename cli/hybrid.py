@@ -23,6 +23,7 @@ from api import labels
 from api.nodepool.messages import PoolStatus, pool_workflow_id
 from cli.devstack import EmbeddedStack
 from cli.dr import DrillReport, apply_drill_pool, drill_stack
+from sim.cluster import ControlPlane
 from workflows.nodepool import NodePoolWorkflow
 
 POOL, APP = "hybrid", "hybrid-burst"
@@ -49,9 +50,11 @@ class HybridReport(DrillReport):
     cloud_vms_created: int = 0
 
 
-async def run_hybrid(say: Any, pods: int = 20, timeout_s: float = 240) -> HybridReport:
+async def run_hybrid(
+    say: Any, pods: int = 20, timeout_s: float = 240, control_plane: ControlPlane = "emulator"
+) -> HybridReport:
     say(f"starting the embedded stack with the {ON_PREM} (sushy-tools) and {CLOUD} stand-ins")
-    async with drill_stack("hybrid", [ON_PREM, CLOUD]) as stack:
+    async with drill_stack("hybrid", [ON_PREM, CLOUD], control_plane) as stack:
         return await hybrid(stack, say, pods, timeout_s)
 
 

@@ -13,7 +13,7 @@ import os
 import signal
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, cast
 
 import typer
 from rich.console import Console
@@ -31,6 +31,9 @@ from cli.lazy_group import LazyGroup
 from cli.manifests import Loaded, Problem, load_manifests
 from cli.output import stdout_console
 from worker.settings import Settings, WorkerQueues
+
+if TYPE_CHECKING:
+    from sim.cluster import ControlPlane
 
 
 class _CloudburstCommands(LazyGroup):
@@ -173,6 +176,15 @@ def trigger(
     asyncio.run(_until_signalled(main))
 
 
+def _control_plane(name: str) -> ControlPlane:
+    """`--control-plane`, checked (the simulator's names)."""
+    from sim.cluster import CONTROL_PLANES
+
+    if name not in CONTROL_PLANES:
+        raise fail(f"unknown control plane {name!r}; choose from {', '.join(CONTROL_PLANES)}")
+    return cast("ControlPlane", name)
+
+
 @app.command()
 def dev(
     state_dir: Annotated[
@@ -201,6 +213,13 @@ def dev(
             "each pool's nodes are its namespace's alone (docs/security.md)"
         ),
     ] = "",
+    control_plane: Annotated[
+        str,
+        typer.Option(
+            help="kubernetes: Kubernetes' own control plane, built from its Go modules (needs "
+            "Go); emulator: the simulator's API server, scheduler and kubelets"
+        ),
+    ] = "emulator",
 ) -> None:
     """Run the embedded stack: Temporal + Web UI, simulated cluster, worker, watcher."""
     _require_dev_tools("dev")
@@ -234,6 +253,7 @@ def dev(
         clouds=wanted,
         missing_standins="skip",
         tenants=[t.strip() for t in tenants.split(",") if t.strip()],
+        control_plane=_control_plane(control_plane),
     )
 
     async def main(stop: asyncio.Event) -> None:
@@ -241,7 +261,7 @@ def dev(
         try:
             async with embedded_stack(options) as stack:
                 await serve(stack, console, stop)
-        except RuntimeError as err:  # a port in use, a server that did not come up
+        except RuntimeError as err:  # a port in use, a server that did not come up, no Go
             raise fail(str(err)) from None
 
     async def serve(stack: EmbeddedStack, console: Console, stop: asyncio.Event) -> None:
@@ -299,6 +319,13 @@ def demo(
             "redfish)"
         ),
     ] = "fake",
+    control_plane: Annotated[
+        str,
+        typer.Option(
+            help="kubernetes: Kubernetes' own control plane, built from its Go modules (needs "
+            "Go); emulator: the simulator's API server, scheduler and kubelets"
+        ),
+    ] = "emulator",
 ) -> None:
     """Run a scenario end to end on the embedded stack; exit 0 only if everything held."""
     _require_dev_tools("demo")
@@ -335,17 +362,21 @@ def demo(
     def say(text: str) -> None:
         (err_console if json_output else console).print(f"• {text}")
 
+    plane = _control_plane(control_plane)
     report: LifecycleReport | BurstReport | DrReport | SpotReport | HybridReport
-    if scenario == "lifecycle":
-        report = asyncio.run(run_lifecycle(say, provider=provider))
-    elif scenario == "dr":
-        report = asyncio.run(run_dr(say))
-    elif scenario == "spot":
-        report = asyncio.run(run_spot(say))
-    elif scenario == "hybrid":
-        report = asyncio.run(run_hybrid(say, pods))
-    else:
-        report = asyncio.run(run_burst(say, pods))
+    try:
+        if scenario == "lifecycle":
+            report = asyncio.run(run_lifecycle(say, provider=provider, control_plane=plane))
+        elif scenario == "dr":
+            report = asyncio.run(run_dr(say, plane))
+        elif scenario == "spot":
+            report = asyncio.run(run_spot(say, plane))
+        elif scenario == "hybrid":
+            report = asyncio.run(run_hybrid(say, pods, control_plane=plane))
+        else:
+            report = asyncio.run(run_burst(say, pods, control_plane=plane))
+    except RuntimeError as err:  # no Go to build the control plane, or it did not come up
+        raise fail(str(err)) from None
     if json_output:
         print(json.dumps(report.as_dict()))
     else:

@@ -20,6 +20,7 @@ from kubernetes import client as k8s
 from api import labels
 from api.messages import claim_workflow_id
 from cli.devstack import EmbeddedStack
+from sim.cluster import ControlPlane
 from cli.dr import (
     DrillReport,
     apply_drill_pool,
@@ -46,9 +47,9 @@ class SpotReport(DrillReport):
     pod_rescheduled_s: float | None = None
 
 
-async def run_spot(say: Any) -> SpotReport:
+async def run_spot(say: Any, control_plane: ControlPlane = "emulator") -> SpotReport:
     say("starting the embedded stack with the AWS stand-in")
-    async with drill_stack("spot", ["aws"]) as stack:
+    async with drill_stack("spot", ["aws"], control_plane) as stack:
         return await interruption_drill(stack, say)
 
 

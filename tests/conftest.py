@@ -1,5 +1,11 @@
 """Shared fixtures: one real Temporal dev server and one simulated cluster per test session.
 
+The cluster runs Kubernetes' own control plane (`sim/controlplane/`: kube-apiserver, etcd,
+kube-controller-manager, kube-scheduler built from their Go modules, machines joining through
+bootstrap tokens and CSRs, KWOK keeping them), at the release `simulator/controlplane/
+kubernetes/go.mod` pins, which the session checks; `CLOUDBURST_CONTROL_PLANE=emulator` runs the
+suite on the emulator instead (a machine without Go).
+
 The fast lane (`make unit`: CLOUDBURST_FAST_LANE=1) starts no simulated cluster: a test
 that asks for one fails there, saying so, which is how the lane is kept to what needs no
 running stack. Tests marked `slow` (real process kills, hundreds of claims) run only in the
@@ -16,6 +22,7 @@ import sys
 import threading
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import cast
 
 import hypothesis  # noqa: F401 - see below
 import pytest
@@ -27,7 +34,10 @@ from temporalio.testing import TimeSkippingConfig, WorkflowEnvironment
 
 from api import search_attributes
 from cli.devstack import seed_sample_resources
-from sim.cluster import SimulatedCluster
+from sim.cluster import CONTROL_PLANES, ControlPlane, SimulatedCluster
+from sim.controlplane import pinned_release
+from sim.controlplane.binaries import ControlPlaneUnavailable
+from sim.controlplane.cluster import KubernetesControlPlane
 from worker.payload_codec import DATA_CONVERTER
 
 TEMPORAL_CLI = Path(sys.executable).parent / "temporal"
@@ -100,13 +110,44 @@ def no_cluster_in_the_fast_lane() -> None:
         )
 
 
+CONTROL_PLANE = "CLOUDBURST_CONTROL_PLANE"
+
+
+def control_plane() -> ControlPlane:
+    """Which control plane the session's clusters run: Kubernetes' own unless told otherwise."""
+    chosen = os.environ.get(CONTROL_PLANE, "kubernetes")
+    if chosen not in CONTROL_PLANES:
+        pytest.fail(f"{CONTROL_PLANE}={chosen!r}: choose one of {', '.join(CONTROL_PLANES)}")
+    return cast(ControlPlane, chosen)
+
+
+def started(cluster: SimulatedCluster) -> SimulatedCluster:
+    """Start a session's cluster; on the real control plane, fail unless it is the pinned
+    release (a stale binary cache or a wrong build must not pass for it)."""
+    try:
+        cluster.start()
+    except ControlPlaneUnavailable as exc:
+        pytest.fail(str(exc))
+    if isinstance(cluster.kube, KubernetesControlPlane):
+        served = cluster.kube.version()["gitVersion"]
+        if served != pinned_release():
+            cluster.stop()
+            pytest.fail(f"the API server is {served}, the pinned release is {pinned_release()}")
+    return cluster
+
+
 @pytest.fixture(scope="session")
 def sim_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimulatedCluster]:
     no_cluster_in_the_fast_lane()
-    cluster = SimulatedCluster(
-        boot_delay_s=0.3, ready_delay_s=0.3, cloud_token=secrets.token_hex(16), tailscale=True
+    cluster = started(
+        SimulatedCluster(
+            boot_delay_s=0.3,
+            ready_delay_s=0.3,
+            cloud_token=secrets.token_hex(16),
+            tailscale=True,
+            control_plane=control_plane(),
+        )
     )
-    cluster.start()
     try:
         yield cluster
     finally:
@@ -209,14 +250,16 @@ def multicloud_cluster() -> Iterator[SimulatedCluster]:
     from sim.clouds import KNOWN_STANDINS
 
     no_cluster_in_the_fast_lane()
-    cluster = SimulatedCluster(
-        boot_delay_s=0.3,
-        ready_delay_s=0.3,
-        cloud_token=secrets.token_hex(16),
-        clouds=list(KNOWN_STANDINS),
-        missing_standins="skip",
+    cluster = started(
+        SimulatedCluster(
+            boot_delay_s=0.3,
+            ready_delay_s=0.3,
+            cloud_token=secrets.token_hex(16),
+            clouds=list(KNOWN_STANDINS),
+            missing_standins="skip",
+            control_plane=control_plane(),
+        )
     )
-    cluster.start()
     try:
         yield cluster
     finally:

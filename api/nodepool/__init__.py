@@ -50,7 +50,7 @@ from api.limits import (
     validations,
 )
 from api.quantity import cpu_within_bounds, memory_within_bounds
-from api.restricted_keys import LABELS_RULE, TAINTS_RULE, refuse_restricted_keys
+from api.restricted_keys import LABELS_RULE, TAINT_RULE, refuse_restricted_keys
 from api.selectors import LabelSelector
 
 API_VERSION = "cloudburst.io/v1alpha1"
@@ -197,7 +197,10 @@ class NodeTemplate(CamelModel):
         default={}, max_length=MAX_LABELS, json_schema_extra=validations(LABELS_RULE)
     )
     taints: list[Taint] = Field(
-        default=[], max_length=MAX_TAINTS, json_schema_extra=validations(TAINTS_RULE)
+        default=[],
+        max_length=MAX_TAINTS,
+        # Each taint judged on its own (the list's items schema is the Taint's, plus the rule).
+        json_schema_extra=lambda schema: schema["items"].update(validations(TAINT_RULE)),
     )
 
     _labels = field_validator("labels")(_valid_labels)

@@ -273,6 +273,9 @@ def _object(node: dict[str, Any], out: dict[str, Any], defs: dict[str, Any]) -> 
         out["x-kubernetes-preserve-unknown-fields"] = True
 
 
+RULES = "x-kubernetes-validations"
+
+
 def _resolve(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
     ref = node.get("$ref")
     if ref is None and len(node.get("allOf", [])) == 1:
@@ -284,6 +287,11 @@ def _resolve(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
     for key in ("description", "default"):
         if key in node:
             target[key] = node[key]
+    # ...and its CEL rules hold beside the type's own (a pool template's taint is a Taint
+    # whose key may not be restricted).
+    rules = [*target.get(RULES, []), *node.get(RULES, [])]
+    if rules:
+        target[RULES] = rules
     return _resolve(target, defs)
 
 

@@ -1,6 +1,12 @@
-"""The whole simulated cluster: Kubernetes API emulator, fake cloud, scheduler and kubelets.
+"""The whole simulated cluster: a Kubernetes control plane, fake cloud, and machines that join.
 
-The product reaches it only over HTTP: `kube_url` (or `write_kubeconfig`) for the Kubernetes
+`control_plane="kubernetes"` runs Kubernetes' own control plane (etcd, kube-apiserver,
+kube-controller-manager, kube-scheduler, built from their Go modules: sim/controlplane/), whose
+machines join through bootstrap tokens and CSRs and are then kept by KWOK
+(sim/controlplane/joining.py); `"emulator"` runs this package's API server emulator
+(sim/kubeapi/) with its scheduler, controllers and kubelets, which needs no Go.
+
+The product reaches it only over HTTP(S): `kube_url` (or `write_kubeconfig`) for the Kubernetes
 API, `cloud_url` for the `fake` provider's NodeClass `spec.fake.endpoint`.
 
 `clouds=["hetzner", "scaleway", ...]` also starts those clouds' local stand-ins
@@ -31,6 +37,7 @@ from sim.cloud import FakeCloud, FakeCloudServer
 from sim.clouds import KNOWN_STANDINS, StandinMissingError, standin_module
 from sim.clouds.base import standin_endpoint
 from sim.controllers import Controllers
+from sim.controlplane.cluster import KubernetesControlPlane
 from sim.kubeapi import KubeApiServer
 from sim.kubelet import Kubelets
 from sim.scheduler import Scheduler
@@ -40,6 +47,8 @@ log = logging.getLogger(__name__)
 
 # What `kubectl apply -k deploy/...` creates before the worker runs (deploy/base/namespace.yaml).
 INSTALL_NAMESPACES = ("cloudburst-system",)
+ControlPlane = Literal["emulator", "kubernetes"]
+CONTROL_PLANES: tuple[ControlPlane, ...] = ("emulator", "kubernetes")
 
 
 @dataclass
@@ -94,14 +103,39 @@ class SimulatedCluster:
         tailscale: bool = False,
         disable_admission_plugins: Iterable[str] = (),
         admission_config: Mapping[str, Mapping[str, Any]] | None = None,
+        control_plane: ControlPlane = "emulator",
     ) -> None:
-        self.kube = KubeApiServer(
-            host=host,
-            port=kube_port,
-            disable_admission_plugins=disable_admission_plugins,
-            admission_config=admission_config,
+        if control_plane not in CONTROL_PLANES:
+            raise ValueError(f"control_plane must be one of {', '.join(CONTROL_PLANES)}")
+        self.control_plane = control_plane
+        self.kube: KubeApiServer | KubernetesControlPlane
+        if control_plane == "kubernetes":
+            if admission_config:
+                raise ValueError(
+                    "admission_config is the emulator's: Kubernetes' PodNodeSelector and "
+                    "PodTolerationRestriction read their namespaces' annotations"
+                )
+            self.kube = KubernetesControlPlane(
+                host=host,
+                port=kube_port,
+                disable_admission_plugins=disable_admission_plugins,
+                install_namespaces=INSTALL_NAMESPACES,
+            )
+        else:
+            self.kube = KubeApiServer(
+                host=host,
+                port=kube_port,
+                disable_admission_plugins=disable_admission_plugins,
+                admission_config=admission_config,
+            )
+        # On the real control plane every node address is a loopback one (tailnet's too).
+        self.tailnet = (
+            TailnetStandin(
+                host=host, address_prefix="127.100" if control_plane == "kubernetes" else "100.64"
+            )
+            if tailscale
+            else None
         )
-        self.tailnet = TailnetStandin(host=host) if tailscale else None
         self.cloud = FakeCloud(
             regions=regions,
             boot_delay_s=boot_delay_s,
@@ -176,14 +210,31 @@ class SimulatedCluster:
         if self._started:
             return self
         self.kube.start()
-        for namespace in INSTALL_NAMESPACES:
-            self.kube.ensure_namespace(namespace)
+        if isinstance(self.kube, KubeApiServer):
+            for namespace in INSTALL_NAMESPACES:
+                self.kube.ensure_namespace(namespace)
         self.cloud_server.start()
         if self.tailnet is not None:
             self.tailnet.start()
         for name, handle in self.standins.items():
             if name != "fake":
                 handle.cloud.start()
+        clouds = [self.cloud, *(h.cloud for n, h in self.standins.items() if n != "fake")]
+        if isinstance(self.kube, KubernetesControlPlane):
+            from sim.controlplane.joining import JoiningKubelets
+
+            kubelet_client = self.kube.api_client()
+            self._api_clients = [kubelet_client]
+            self.kubelets = JoiningKubelets(
+                kubelet_client,
+                clouds,
+                ready_delay_s=self.ready_delay_s,
+                tailnet=self.tailnet,
+                work_dir=self.kube.work_dir / "machines",
+            )
+            self.kubelets.start()
+            self._started = True
+            return self
         # Each loop gets its own ApiClient (its own connection pool).
         sched_client, kubelet_client = self.kube.api_client(), self.kube.api_client()
         controllers_client = self.kube.api_client()
@@ -191,7 +242,7 @@ class SimulatedCluster:
         self.scheduler = Scheduler(sched_client, min_pass_interval_s=0.05, store=self.kube.store)
         self.kubelets = Kubelets(
             kubelet_client,
-            [self.cloud, *(h.cloud for n, h in self.standins.items() if n != "fake")],
+            clouds,
             ready_delay_s=self.ready_delay_s,
             tailnet=self.tailnet,
         )

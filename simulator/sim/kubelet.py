@@ -504,16 +504,15 @@ class Kubelets:
             raise JoinError("cluster CA public key does not match any caCertHashes pin")
         check_node_labels(config.node_labels)
 
-    def _register(
+    def _node_manifest(
         self,
-        iid: str,
         cloud: BootableCloud,
         native: str,
         detail: Obj,
         config: JoinConfig,
-        now: float,
-        tailnet_ip: str | None = None,
-    ) -> None:
+        tailnet_ip: str | None,
+    ) -> tuple[Obj, str]:
+        """The Node a kubelet on this VM registers, and the node's InternalIP."""
         type_name = str(detail.get("instance_type"))
         shape = cloud.instance_shape(type_name)
         if shape is None:
@@ -582,6 +581,19 @@ class Kubelets:
         }
         if config.taints:
             node["spec"]["taints"] = config.taints
+        return node, ip
+
+    def _register(
+        self,
+        iid: str,
+        cloud: BootableCloud,
+        native: str,
+        detail: Obj,
+        config: JoinConfig,
+        now: float,
+        tailnet_ip: str | None = None,
+    ) -> None:
+        node, ip = self._node_manifest(cloud, native, detail, config, tailnet_ip)
         try:
             created = call(self.core.create_node, node)
         except client.ApiException as exc:

@@ -120,7 +120,11 @@ class TailnetStandin(ServedStandin):
         tailnet: str = "cloudburst-sim.ts.net",
         allowed_tags: tuple[str, ...] = DEFAULT_TAGS,
         tls: ssl.SSLContext | None = None,
+        address_prefix: str = "100.64",
     ) -> None:
+        # Devices get `<address_prefix>.<n>.<n>`: Tailscale's CGNAT range, or a loopback
+        # range where nothing may reach outside 127.0.0.0/8 (the real control plane's nodes).
+        self.address_prefix = address_prefix
         self.tailnet = tailnet
         self.allowed_tags = set(allowed_tags)
         self.client_id = f"k{secrets.token_hex(6)}CNTRL"
@@ -181,7 +185,7 @@ class TailnetStandin(ServedStandin):
                 hostname=hostname,
                 tags=list(key.tags),
                 ephemeral=key.ephemeral,
-                address=f"100.64.{(n >> 8) & 0xFF}.{n & 0xFF}",
+                address=f"{self.address_prefix}.{(n >> 8) & 0xFF}.{n & 0xFF}",
                 key_id=key.id,
             )
             self._devices[device.node_id] = device

@@ -1,0 +1,163 @@
+"""What `kubeadm init` puts into a new cluster for nodes to join it, as objects to apply.
+
+A machine joins with a bootstrap token whose `auth-extra-groups` carry kubeadm's group
+`system:bootstrappers:kubeadm:default-node-token`. kubeadm binds that group to what a join
+needs (kubeadm's `phases/bootstraptoken/node` and `phases/bootstraptoken/clusterinfo`):
+
+- `system:anonymous` may read `kube-public/cluster-info` (token discovery, the CA pin and the
+  bootstrap signer's JWS for the token);
+- the group may create CSRs (`system:node-bootstrapper`) and have its kubelet client CSRs
+  approved by the controller-manager's approver (`...:certificatesigningrequests:nodeclient`),
+  read Nodes (a join checks that no Ready Node has its name) and the `kubeadm-config` and
+  `kubelet-config` ConfigMaps;
+- `system:nodes` may have their own client certificates renewed (`...:selfnodeclient`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+from sim.kubeapi.pki import cluster_info_kubeconfig
+
+Obj = dict[str, Any]
+NODE_TOKEN_GROUP = "system:bootstrappers:kubeadm:default-node-token"
+NODES_GROUP = "system:nodes"
+
+
+def _cluster_role_binding(name: str, role: str, *subjects: Obj) -> Obj:
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": {"name": name},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+        "subjects": list(subjects),
+    }
+
+
+def _group(name: str) -> Obj:
+    return {"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": name}
+
+
+def _config_map_reader(namespace: str, role: str, config_map: str, *groups: str) -> list[Obj]:
+    return [
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": {"name": role, "namespace": namespace},
+            "rules": [
+                {
+                    "apiGroups": [""],
+                    "resources": ["configmaps"],
+                    "resourceNames": [config_map],
+                    "verbs": ["get"],
+                }
+            ],
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": {"name": role, "namespace": namespace},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role},
+            "subjects": [_group(group) for group in groups],
+        },
+    ]
+
+
+def kubeadm_init_objects(server_url: str, ca_pem: str, release: str) -> list[Obj]:
+    """The objects, in the order to apply them."""
+    cluster_info_role = "kubeadm:bootstrap-signer-clusterinfo"
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": "cluster-info", "namespace": "kube-public"},
+            "data": {"kubeconfig": cluster_info_kubeconfig(server_url, ca_pem)},
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": {"name": cluster_info_role, "namespace": "kube-public"},
+            "rules": [
+                {
+                    "apiGroups": [""],
+                    "resources": ["configmaps"],
+                    "resourceNames": ["cluster-info"],
+                    "verbs": ["get"],
+                }
+            ],
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": {"name": cluster_info_role, "namespace": "kube-public"},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "Role",
+                "name": cluster_info_role,
+            },
+            "subjects": [
+                {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "system:anonymous"}
+            ],
+        },
+        _cluster_role_binding(
+            "kubeadm:kubelet-bootstrap", "system:node-bootstrapper", _group(NODE_TOKEN_GROUP)
+        ),
+        _cluster_role_binding(
+            "kubeadm:node-autoapprove-bootstrap",
+            "system:certificates.k8s.io:certificatesigningrequests:nodeclient",
+            _group(NODE_TOKEN_GROUP),
+        ),
+        _cluster_role_binding(
+            "kubeadm:node-autoapprove-certificate-rotation",
+            "system:certificates.k8s.io:certificatesigningrequests:selfnodeclient",
+            _group(NODES_GROUP),
+        ),
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRole",
+            "metadata": {"name": "kubeadm:get-nodes"},
+            "rules": [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]}],
+        },
+        _cluster_role_binding("kubeadm:get-nodes", "kubeadm:get-nodes", _group(NODE_TOKEN_GROUP)),
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": "kubeadm-config", "namespace": "kube-system"},
+            "data": {
+                "ClusterConfiguration": yaml.safe_dump(
+                    {
+                        "apiVersion": "kubeadm.k8s.io/v1beta4",
+                        "kind": "ClusterConfiguration",
+                        "kubernetesVersion": release,
+                        "controlPlaneEndpoint": server_url.removeprefix("https://"),
+                    }
+                )
+            },
+        },
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": "kubelet-config", "namespace": "kube-system"},
+            "data": {
+                "kubelet": yaml.safe_dump(
+                    {
+                        "apiVersion": "kubelet.config.k8s.io/v1beta1",
+                        "kind": "KubeletConfiguration",
+                        "rotateCertificates": True,
+                    }
+                )
+            },
+        },
+        *_config_map_reader(
+            "kube-system",
+            "kubeadm:nodes-kubeadm-config",
+            "kubeadm-config",
+            NODE_TOKEN_GROUP,
+            NODES_GROUP,
+        ),
+        *_config_map_reader(
+            "kube-system", "kubeadm:kubelet-config", "kubelet-config", NODE_TOKEN_GROUP, NODES_GROUP
+        ),
+    ]
