@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 # The end-to-end sessions' workflow histories, for the replay tests (tests/histories.py).
 E2E_HISTORIES := .pytest_cache/e2e-histories
 
-.PHONY: setup dev demo test lint typecheck unit clean
+.PHONY: setup dev demo test lint typecheck unit controlplane clean
 
 setup: $(VENV)/.installed
 
@@ -39,16 +39,23 @@ typecheck: setup
 unit: setup
 	CLOUDBURST_FAST_LANE=1 $(BIN)/pytest -n 2 -m "not slow" tests/unit tests/workflows tests/deploy
 
+# Kubernetes' own control plane (kube-apiserver, kube-controller-manager, kube-scheduler,
+# kubectl), etcd and KWOK, which the end-to-end tests run on: built from their Go modules
+# (simulator/controlplane/) into ~/.cache/cloudburst/control-plane once per machine and release;
+# with Go's caches warm a rebuild is a link of seconds. Needs Go 1.26 (README).
+controlplane: setup
+	$(BIN)/python -m sim.controlplane build
+
 # The first-boot script's test needs shellcheck (the Debian package; CI runs as root).
-test: lint typecheck
+test: lint typecheck controlplane
 	@command -v shellcheck >/dev/null || (apt-get update -qq && apt-get install -y -qq shellcheck)
 	@# Bytecode, as the image has it: the workflow sandbox loads workflow modules afresh for
 	@# every run, and compiles them each time where none was written (PYTHONDONTWRITEBYTECODE).
 	$(BIN)/python -m compileall -q api activities cluster cli reporting simulator/sim trigger worker workflows >/dev/null
 	@# What needs no shared stack, on both cores. Then the end-to-end tests on four workers,
-	@# each with a Temporal server and a simulated cluster of its own (they mostly wait on
-	@# timers: one alone keeps a third of a core busy), each handing its histories and Secret
-	@# values over; then the replay of all of them and of the committed corpus.
+	@# each with a Temporal server and a cluster of its own on Kubernetes' control plane (they
+	@# mostly wait on timers), each handing its histories and Secret values over; then the
+	@# replay of all of them and of the committed corpus.
 	$(BIN)/pytest -n 2 tests/unit tests/workflows tests/deploy tests/sim tests/activities tests/providers
 	rm -rf $(E2E_HISTORIES)
 	CLOUDBURST_E2E_HISTORIES=$(E2E_HISTORIES) $(BIN)/pytest -n 4 tests/e2e

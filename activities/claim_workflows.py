@@ -15,6 +15,13 @@ activity for a whole round, and its next round goes on while Temporal creates th
 Idempotent: a claim's workflow id is its name, and an id once used is never started again
 (`REJECT_DUPLICATE`), so a retried attempt starts only the claims the last one did not reach
 and never revives one that has ended.
+
+A batch whose NodePool is no longer in the cluster (404, or another object of its name: the
+uid its claims' owner references name differs) starts nothing and says so (`pool_gone`): on a
+real cluster the garbage collector deletes a deleted pool's NodeClaims at once, each a
+scale-down whose end frees the pool's limits, and that news can reach the pool before the
+trigger's word that the pool is gone; its pods must not get a node of a pool that no longer
+exists.
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
+from kubernetes import client as k8s
 from temporalio import activity
 from temporalio.client import WorkflowExecutionStatus
 from temporalio.common import SearchAttributePair, TypedSearchAttributes, WorkflowIDReusePolicy
@@ -35,7 +43,9 @@ from api.claims import claim_details, claim_summary
 from api.gc import ClaimState, ClaimStates, ClaimStatesInput
 from api.messages import ClaimStart, ClaimStarts, ClaimStartsResult, claim_workflow_id
 from api.nodeclaim import NodeClaimPhase
+from api.nodepool import API_VERSION
 
+_GROUP, _, _VERSION = API_VERSION.partition("/")
 # Start calls in flight at once: a round of a burst starts tens of claims, a floor hundreds.
 # (The worker's `HeartbeatInterceptor` beats meanwhile: the pool's 2 s heartbeat timeout
 # notices a worker that died mid-batch, not the start-to-close timeout.)
@@ -47,11 +57,40 @@ _REFUSED = frozenset([RPCStatusCode.INVALID_ARGUMENT])
 
 
 class ClaimWorkflowActivities:
+    def __init__(self, api_client: k8s.ApiClient) -> None:
+        self.custom = k8s.CustomObjectsApi(api_client)
+
     def activities(self) -> list[Callable[..., Any]]:
         return [self.start_claim_workflows, self.claim_workflow_states]
 
+    def _pool_gone(self, namespace: str, name: str, uid: str) -> bool:
+        """Whether NodePool namespace/name with this uid is gone from the cluster."""
+        try:
+            pool = self.custom.get_namespaced_custom_object(
+                _GROUP, _VERSION, namespace, "nodepools", name
+            )
+        except k8s.ApiException as err:
+            if err.status == 404:
+                return True
+            raise
+        metadata = pool.get("metadata", {}) if isinstance(pool, dict) else {}
+        return bool(metadata.get("uid") != uid)
+
     @activity.defn(name="start_claim_workflows")
     async def start_claim_workflows(self, batch: ClaimStarts) -> ClaimStartsResult:
+        owners = {
+            (item.input.claim.metadata.namespace, owner.name, owner.uid)
+            for item in batch.starts
+            for owner in item.input.claim.metadata.owner_references
+            if owner.kind == "NodePool"
+        }
+        for namespace, name, uid in owners:
+            if await asyncio.to_thread(self._pool_gone, namespace, name, uid):
+                why = f"NodePool {namespace}/{name} (uid {uid}) is gone from the cluster"
+                return ClaimStartsResult(
+                    refused={item.input.claim.metadata.name: why for item in batch.starts},
+                    pool_gone=True,
+                )
         client = activity.client()
         limit = asyncio.Semaphore(_STARTS_AT_ONCE)
         refused: dict[str, str] = {}

@@ -184,15 +184,27 @@ def validations(*rules: JsonDict) -> JsonDict:
     return {"x-kubernetes-validations": listed}
 
 
+def _quantity_at_most(field: str, bound: str) -> str:
+    """CEL: `self.<field>`, when present, is at most `bound`. The API server runs CEL rules on
+    a value its schema's pattern refused too, and parsing a quantity such as `1e999999999999`
+    keeps it busy past its request timeout: only a value of the pattern (exponents of three
+    digits at most) is parsed, any other is the pattern's to refuse."""
+    pattern = QUANTITY_PATTERN.replace("\\", "\\\\")
+    return (
+        f"!has(self.{field}) || !self.{field}.matches('{pattern}') || "
+        f"quantity(self.{field}).compareTo(quantity('{bound}')) <= 0"
+    )
+
+
 # The API server's copy of the cpu and memory bounds (`api.quantity.cpu_within_bounds`,
 # `memory_within_bounds`), on every model with `cpu` and `memory` quantities.
 CPU_BOUND_RULE = cel(
-    f"!has(self.cpu) || quantity(self.cpu).compareTo(quantity('{MAX_CPU_CORES}')) <= 0",
+    _quantity_at_most("cpu", str(MAX_CPU_CORES)),
     f"cpu must be at most {MAX_CPU_CORES} cores",
     ".cpu",
 )
 MEMORY_BOUND_RULE = cel(
-    "!has(self.memory) || quantity(self.memory).compareTo(quantity('1Ei')) <= 0",
+    _quantity_at_most("memory", "1Ei"),
     "memory must be at most 1Ei",
     ".memory",
 )

@@ -136,6 +136,9 @@ class ClaimStartsResult(BaseModel):
     # claim name -> why Temporal refused its start for good (it never runs); every other
     # claim of the batch runs, started by this call or by an earlier attempt.
     refused: dict[str, str] = Field(default_factory=dict)
+    # The batch's NodePool is gone from the cluster (deleted, or another of its name): nothing
+    # was started, and the pool is to plan nothing more until its specs say it is back.
+    pool_gone: bool = False
 
 
 class ScaleDownRequest(BaseModel):

@@ -202,4 +202,6 @@ TAINT_RULE: Final = cel(
     ".key",
 )
 _TAINT_REASON = f" is restricted: {_REASONS['taint']}"
-TAINT_RULE["messageExpression"] = f"{_cel_string('taint ')} + self.key + {_cel_string(_TAINT_REASON)}"
+TAINT_RULE["messageExpression"] = (
+    f"{_cel_string('taint ')} + self.key + {_cel_string(_TAINT_REASON)}"
+)

@@ -71,6 +71,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from chaos import (
     TaskTimeouts,
     Topology,
+    add_control_plane_argument,
     add_topology_options,
     admin,
     connect,
@@ -463,6 +464,7 @@ async def run_split(args: argparse.Namespace) -> Report:
         triggers=args.triggers,
         pool_workers=args.pool_workers,
         timeouts=TaskTimeouts.of(args),
+        control_plane=args.control_plane,
     )
     watch: PodWatch | None = None
     try:
@@ -802,6 +804,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--rate", type=float, default=None, help="pods created per second (default: at once)"
     )
     parser.add_argument("--boot-delay", type=float, default=0.0, help="the VMs' boot, seconds")
+    add_control_plane_argument(parser)
     parser.add_argument("--empty-ttl", type=int, default=5, help="the pool's, seconds")
     parser.add_argument("--settle", type=float, default=5.0, help="seconds before the burst")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds per phase")

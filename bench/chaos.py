@@ -225,6 +225,17 @@ def add_topology_options(parser: argparse.ArgumentParser, claims_workers: str) -
         parser.add_argument(f"--{kind}-timeout", type=float, default=None, help=f"{whose}, s")
 
 
+def add_control_plane_argument(parser: argparse.ArgumentParser) -> None:
+    """`--control-plane`: the simulated cluster's (`python -m sim --control-plane`)."""
+    parser.add_argument(
+        "--control-plane",
+        choices=("emulator", "kubernetes"),
+        default="emulator",
+        help="kubernetes: Kubernetes' own control plane, built from its Go modules; "
+        "emulator: the simulator's API server, scheduler and kubelets",
+    )
+
+
 class Topology:
     """Temporal, the simulated cluster, and `workers` workers and `triggers` triggers (each
     its own process; no leader election: the pool workflow is the single writer). With
@@ -241,6 +252,7 @@ class Topology:
         triggers: int = 1,
         pool_workers: int = 0,
         timeouts: TaskTimeouts = TaskTimeouts(),
+        control_plane: str = "emulator",
     ) -> None:
         subprocess.run(
             [sys.executable, "-m", "compileall", "-q", *(str(REPO / p) for p in PACKAGES)],
@@ -304,6 +316,8 @@ class Topology:
                 str(boot_delay_s),
                 "--ready-delay",
                 str(boot_delay_s),
+                "--control-plane",
+                control_plane,
             ],
             env,
             state / "sim.log",
@@ -764,6 +778,7 @@ async def soak(args: argparse.Namespace) -> Report:
         args.boot_delay,
         pool_workers=args.pool_workers,
         timeouts=TaskTimeouts.of(args),
+        control_plane=args.control_plane,
     )
     histories = Path(args.histories) if args.histories else None
     if histories:
@@ -841,6 +856,7 @@ def main() -> None:
     parser.add_argument("--settle-timeout", type=float, default=300.0)
     parser.add_argument("--empty-ttl", type=int, default=3)
     parser.add_argument("--boot-delay", type=float, default=0.5)
+    add_control_plane_argument(parser)
     parser.add_argument(
         "--kill-every", type=float, nargs=2, default=(4.0, 12.0), metavar=("MIN", "MAX")
     )

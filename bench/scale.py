@@ -66,6 +66,7 @@ from chaos import (
     CLUSTER_ID,
     TaskTimeouts,
     Topology,
+    add_control_plane_argument,
     add_topology_options,
     admin,
     connect,
@@ -480,6 +481,7 @@ async def run(args: argparse.Namespace) -> Report:
         boot_delay_s=0.0,
         pool_workers=args.pool_workers,
         timeouts=TaskTimeouts.of(args),
+        control_plane=args.control_plane,
     )
     report.pool_workers = args.pool_workers
     sampler: Sampler | None = None
@@ -767,6 +769,7 @@ def table(report: Report) -> str:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--claims", type=int, default=1000)
+    add_control_plane_argument(parser)
     parser.add_argument("--idle-minutes", type=float, default=10.0)
     parser.add_argument("--ready-timeout", type=float, default=1800.0, help="seconds")
     parser.add_argument("--teardown-timeout", type=float, default=900.0, help="seconds")

@@ -67,6 +67,7 @@ from chaos import (
     Report,
     Topology,
     _own_group_dying_with_parent,
+    add_control_plane_argument,
     cloud_instances,
     connect,
     kube_client,
@@ -345,7 +346,7 @@ class Drill:
     ) -> None:
         self.old, self.new, self.order, self.versioned, self.args = old, new, order, versioned, args
         self.state = Path(tempfile.mkdtemp(prefix="cloudburst-upgrade-"))
-        self.topology = Topology(self.state, args.boot_delay)
+        self.topology = Topology(self.state, args.boot_delay, control_plane=args.control_plane)
         self.report = RunReport(order=order, versioned={}, old=old.summary(), new=new.summary())
         self.started = time.monotonic()
         self.phases: dict[str, tuple[float, float]] = {}  # name -> (wall clock from, to)
@@ -850,6 +851,7 @@ def main() -> None:
     )
     parser.add_argument("--burst", type=int, default=2, help="pods each pool gets in a burst")
     parser.add_argument("--boot-delay", type=float, default=2.5, help="VM boot and node Ready, s")
+    add_control_plane_argument(parser)
     parser.add_argument("--empty-ttl", type=int, default=3)
     parser.add_argument("--wave-timeout", type=float, default=90.0)
     parser.add_argument("--settle-timeout", type=float, default=120.0)

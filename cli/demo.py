@@ -19,7 +19,6 @@ from kubernetes import client as k8s
 from temporalio.client import WorkflowFailureError
 
 from api import NodeClaimPhase, NodeClaimStatus, labels
-from sim.cluster import ControlPlane
 from cli.devstack import (
     SAMPLE_POOL,
     EmbeddedStack,
@@ -30,6 +29,7 @@ from cli.devstack import (
     standin_offering,
 )
 from cli.manual_claims import build_claim, load_pool, start_claim
+from sim.cluster import ControlPlane
 from workflows.nodeclaim import NodeClaimWorkflow
 
 Say = Callable[[str], None]

@@ -20,7 +20,6 @@ from kubernetes import client as k8s
 from api import labels
 from api.messages import claim_workflow_id
 from cli.devstack import EmbeddedStack
-from sim.cluster import ControlPlane
 from cli.dr import (
     DrillReport,
     apply_drill_pool,
@@ -29,6 +28,7 @@ from cli.dr import (
     one_replica_deployment,
     workload_node,
 )
+from sim.cluster import ControlPlane
 from workflows.decisions.disruption import INTERRUPTED
 from workflows.nodeclaim import NodeClaimWorkflow
 

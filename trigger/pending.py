@@ -101,6 +101,10 @@ class _Batch:
         self.resolved.add(uid)
 
 
+# Pods read per loop for their provisioning latency (a burst's bindings arrive together).
+_BOUND_READS = 50
+
+
 class PendingPodTrigger:
     def __init__(
         self,
@@ -135,6 +139,10 @@ class PendingPodTrigger:
         self._pending_demand: dict[str, PodDemand] = {}  # pod uid -> what was sent
         # pod uid -> since when it waits for capacity (epoch seconds), for the latency metric
         self._pending_since: dict[str, float] = {}
+        # Pods that left the watch of unbound pods while waiting: (namespace, name, pool name,
+        # since). Kubernetes' watch reports a pod leaving a field selector as DELETED with its
+        # object *before* the change, so whether it was bound or deleted is read afterwards.
+        self._left_waiting: list[tuple[str, str, str, float]] = []
         self._batches: dict[PoolKey, _Batch] = {}
         self._unmatched: dict[str, str] = {}  # pod uid -> reason already reported
         # Every pod waiting for capacity: one no pool could host is matched again when pools
@@ -186,6 +194,7 @@ class PendingPodTrigger:
                     pass
                 self._resend_due()
                 await self._flush_due()
+                await self._observe_bound()
         finally:
             halt.set()
 
@@ -378,8 +387,11 @@ class PendingPodTrigger:
             if pool is not None:
                 self._batch(pool).resolve(uid)
                 if since is not None and pod.spec.node_name:
-                    # Bound (a watch filtered on unbound pods reports a binding as DELETED).
                     metrics.observe_pod_provisioning_latency(pool[1], time.time() - since)
+                elif since is not None and event == "DELETED":
+                    # Bound or deleted: the event's object is the pod as it was while unbound.
+                    key = (pod.metadata.namespace, pod.metadata.name, pool[1], since)
+                    self._left_waiting.append(key)
             return
         demand = pod_demand(pod)
         self._waiting_pods[uid] = pod
@@ -398,6 +410,23 @@ class PendingPodTrigger:
         self._pending_demand[uid] = demand
         self._pending_since.setdefault(uid, _unschedulable_since(pod))
         self._batch(pool).add(demand)
+
+    async def _observe_bound(self) -> None:
+        """The provisioning latency of the pods that left the unbound pods' watch bound: from
+        when the scheduler found no room to when it bound them (their PodScheduled
+        condition's times), read from the pod (a deleted one counts for nothing)."""
+        left, self._left_waiting = (
+            self._left_waiting[:_BOUND_READS],
+            self._left_waiting[_BOUND_READS:],
+        )
+        for namespace, name, pool_name, since in left:
+            try:
+                pod = await asyncio.to_thread(self._core.read_namespaced_pod, name, namespace)
+            except Exception as err:  # gone, or unreadable: no observation
+                log.debug("pod %s/%s not read for its latency: %s", namespace, name, err)
+                continue
+            if pod.spec and pod.spec.node_name:
+                metrics.observe_pod_provisioning_latency(pool_name, _scheduled_at(pod) - since)
 
     def _match(self, pod: Any, demand: PodDemand) -> PoolKey | None:
         """The pool that takes the pod (`cluster/matching.py`), else None + an Event naming
@@ -596,6 +625,18 @@ def _unschedulable_since(pod: Any) -> float:
     """When the scheduler found no room (its condition's time), else now (epoch seconds)."""
     for condition in (pod.status.conditions if pod.status else None) or []:
         if condition.type == "PodScheduled" and condition.last_transition_time is not None:
+            return float(condition.last_transition_time.timestamp())
+    return time.time()
+
+
+def _scheduled_at(pod: Any) -> float:
+    """When the pod was bound (its PodScheduled=True condition's time), else now."""
+    for condition in (pod.status.conditions if pod.status else None) or []:
+        if (
+            condition.type == "PodScheduled"
+            and condition.status == "True"
+            and condition.last_transition_time is not None
+        ):
             return float(condition.last_transition_time.timestamp())
     return time.time()
 

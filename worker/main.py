@@ -61,7 +61,7 @@ def build_activities(api_client: k8s.ApiClient, tenancy: Tenancy) -> list[Callab
     scripts = ScriptHandoff()  # from a claim's bootstrap to its create call, on one worker
     return [
         *BootstrapActivities(api_client, tenancy, handoff=scripts).activities(),
-        *ClaimWorkflowActivities().activities(),
+        *ClaimWorkflowActivities(api_client).activities(),
         *KubeActivities(api_client).activities(),
         *ComputeActivities(api_client, tenancy, handoff=scripts).activities(),
         *EventActivities(api_client).activities(),

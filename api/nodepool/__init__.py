@@ -188,6 +188,13 @@ def _valid_labels(labels: dict[str, str]) -> dict[str, str]:
     return labels
 
 
+def _each_taint_restricted(schema: JsonDict) -> None:
+    """The template's taints' items schema: a Taint's, with the rule on each one."""
+    items = schema["items"]
+    assert isinstance(items, dict)
+    items.update(validations(TAINT_RULE))
+
+
 class NodeTemplate(CamelModel):
     # The grammar of label keys is checked by the model only: a structural CRD schema cannot
     # constrain the keys of a map (no patternProperties). Keys in restricted domains are
@@ -200,7 +207,7 @@ class NodeTemplate(CamelModel):
         default=[],
         max_length=MAX_TAINTS,
         # Each taint judged on its own (the list's items schema is the Taint's, plus the rule).
-        json_schema_extra=lambda schema: schema["items"].update(validations(TAINT_RULE)),
+        json_schema_extra=_each_taint_restricted,
     )
 
     _labels = field_validator("labels")(_valid_labels)

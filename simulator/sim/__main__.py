@@ -1,6 +1,7 @@
 """Run the simulated cluster standalone.
 
-python -m sim --kube-port 6443 --cloud-port 8788 --kubeconfig ./sim.kubeconfig
+python -m sim --kube-port 6443 --cloud-port 8788 --kubeconfig ./sim.kubeconfig \
+    [--control-plane kubernetes|emulator]
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import signal
 import sys
 import threading
 
-from sim.cluster import SimulatedCluster
+from sim.cluster import CONTROL_PLANES, SimulatedCluster
 from sim.kubeapi.__main__ import add_admission_arguments, disabled_plugins
 
 
@@ -30,6 +31,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--boot-delay", type=float, default=1.0, help="VM pending -> running (s)")
     parser.add_argument("--ready-delay", type=float, default=1.0, help="Node joined -> Ready (s)")
     parser.add_argument("--cloud-token", default=None, help="require this bearer token")
+    parser.add_argument(
+        "--control-plane",
+        choices=CONTROL_PLANES,
+        default="emulator",
+        help="kubernetes: Kubernetes' own, built from its Go modules; emulator: sim/kubeapi",
+    )
     add_admission_arguments(parser)
     parser.add_argument("-v", "--verbose", action="store_true")
     args = parser.parse_args(argv)
@@ -46,6 +53,7 @@ def main(argv: list[str] | None = None) -> None:
         cloud_port=args.cloud_port,
         host=args.host,
         disable_admission_plugins=disabled_plugins(args),
+        control_plane=args.control_plane,
     )
     sim.start()
     print(f"Kubernetes API: {sim.kube_url}", flush=True)

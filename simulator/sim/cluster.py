@@ -230,6 +230,7 @@ class SimulatedCluster:
                 clouds,
                 ready_delay_s=self.ready_delay_s,
                 tailnet=self.tailnet,
+                api_server=self.kube.url.removeprefix("https://"),
                 work_dir=self.kube.work_dir / "machines",
             )
             self.kubelets.start()

@@ -46,6 +46,7 @@ import re
 import shlex
 import threading
 import time
+import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -513,6 +514,7 @@ class Kubelets:
         tailnet_ip: str | None,
     ) -> tuple[Obj, str]:
         """The Node a kubelet on this VM registers, and the node's InternalIP."""
+        machine_uuid = uuid.uuid5(uuid.NAMESPACE_URL, f"{cloud.provider}/{native}")
         type_name = str(detail.get("instance_type"))
         shape = cloud.instance_shape(type_name)
         if shape is None:
@@ -573,9 +575,12 @@ class Kubelets:
                     "containerRuntimeVersion": "containerd://2.1.0",
                     "kubeletVersion": KUBELET_VERSION,
                     "kubeProxyVersion": "",
-                    "machineID": native,
-                    "systemUUID": native,
-                    "bootID": native,
+                    # /etc/machine-id's 32 hex digits and the UUIDs a kubelet reports (a bare
+                    # cloud id such as Hetzner's number is no string once KWOK's stage
+                    # template renders it).
+                    "machineID": machine_uuid.hex,
+                    "systemUUID": str(machine_uuid),
+                    "bootID": str(machine_uuid),
                 },
             },
         }

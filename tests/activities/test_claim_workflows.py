@@ -7,6 +7,7 @@ from __future__ import annotations
 import uuid
 
 import pytest
+from kubernetes import client as k8s
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.testing import ActivityEnvironment
 
@@ -63,7 +64,7 @@ async def test_a_retried_batch_starts_each_claim_once_and_never_revives_an_ended
     is left, and a claim that ended meanwhile (scaled down, failed) stays ended."""
     batch = ClaimStarts(starts=[start(pool, s, f"{pool}-claims") for s in ("aaaaa", "bbbbb")])
     run = ActivityEnvironment(client=temporal_client).run
-    starter = ClaimWorkflowActivities()
+    starter = ClaimWorkflowActivities(k8s.ApiClient())
 
     assert (await run(starter.start_claim_workflows, batch)).refused == {}
     first = temporal_client.get_workflow_handle(claim_workflow_id("default", f"{pool}-aaaaa"))
@@ -94,7 +95,7 @@ async def test_a_start_temporal_refuses_is_named_and_the_rest_of_the_batch_start
         starts=[start(pool, "ccccc", "q" * 1100), start(pool, "ddddd", f"{pool}-claims")]
     )
     result = await ActivityEnvironment(client=temporal_client).run(
-        ClaimWorkflowActivities().start_claim_workflows, batch
+        ClaimWorkflowActivities(k8s.ApiClient()).start_claim_workflows, batch
     )
     assert list(result.refused) == [f"{pool}-ccccc"]
     assert "taskqueue length exceeds limit" in result.refused[f"{pool}-ccccc"].lower()

@@ -11,7 +11,8 @@ from __future__ import annotations
 import copy
 import logging
 import random
-from collections.abc import AsyncIterator
+import secrets
+from collections.abc import AsyncIterator, Iterator
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -26,7 +27,9 @@ from temporalio.client import Client
 from api import NodePool
 from api.messages import claim_task_queue
 from sim.cluster import SimulatedCluster
+from sim.kubeapi import KubeApiServer
 from sim.kubeapi.resources import PODS
+from tests.conftest import no_cluster_in_the_fast_lane
 from tests.e2e.harness import (
     CLUSTER_ID,
     Stack,
@@ -296,12 +299,37 @@ async def test_many_broken_pools_harm_nothing(
         await in_thread(delete_cloudburst_object, stack.kube, "nodepools", name)
 
 
+@pytest.fixture(scope="module")
+def planting_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimulatedCluster]:
+    """The emulator, whose store takes what Kubernetes' own API server refuses to store or
+    serve: the only way to hand the trigger a pod an older server let through."""
+    no_cluster_in_the_fast_lane()
+    cluster = SimulatedCluster(
+        boot_delay_s=0.3, ready_delay_s=0.3, cloud_token=secrets.token_hex(16)
+    ).start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
 async def test_a_malformed_pending_pod_never_stops_the_trigger(
-    temporal_client: Client, kube: k8s.ApiClient, sim_cluster: SimulatedCluster, kubeconfig: Path
+    temporal_client: Client, planting_cluster: SimulatedCluster, tmp_path: Path
 ) -> None:
     """Pending pods stored before the API server checked (planted: no admission) — one with a
     quantity nothing can read, one with a field of the wrong type, which no model of a pod
-    can hold — are skipped when the trigger lists and watches pods; the others are served."""
+    can hold — are skipped when the trigger lists and watches pods; the others are served.
+
+    On the emulator: Kubernetes' own API server neither stores such a pod nor serves one
+    stored by hand in etcd (it fails the whole list), so this input exists only there."""
+    from cli.devstack import seed_sample_resources
+    from worker.kube_client import kube_api_client
+
+    sim_cluster = planting_cluster
+    kubeconfig = sim_cluster.write_kubeconfig(tmp_path / "kubeconfig")
+    kube = kube_api_client(Settings(kubeconfig=kubeconfig))
+    seed_sample_resources(kube, sim_cluster, ttl=3)
+    assert isinstance(sim_cluster.kube, KubeApiServer)
     make_pool(kube, "sturdy")
     sim_cluster.kube.store.create(
         PODS,

@@ -528,7 +528,12 @@ async def test_a_pool_serves_its_own_namespace_and_no_other_tenants_pod_reaches_
 
         await plain_pod(stack, TEAM_B, f"b-{suffix}", label)
         await warned(stack, TEAM_B, f"b-{suffix}", "NoMatchingNodePool")
-        [told] = [e for e in await events(stack, TEAM_B, f"b-{suffix}") if e.type == "Warning"]
+        # (kube-scheduler's FailedScheduling is a Warning about the pod too.)
+        [told] = [
+            e
+            for e in await events(stack, TEAM_B, f"b-{suffix}")
+            if e.type == "Warning" and e.reason == "NoMatchingNodePool"
+        ]
         assert f"no NodePool serves namespace {TEAM_B}" in str(told.message)
         assert greedy not in str(told.message)  # nothing of A's shown
         assert TEAM_A not in str(told.message)

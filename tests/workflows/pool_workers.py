@@ -7,6 +7,7 @@ import contextlib
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from typing import Any
 
+from kubernetes import client as k8s
 from temporalio import activity
 from temporalio.client import Client, WorkflowHandle
 from temporalio.service import RPCError, RPCStatusCode
@@ -30,7 +31,11 @@ async def pool_workers(
     given = {_name(fn) for fn in activities}
     activities = [
         *activities,
-        *(fn for fn in ClaimWorkflowActivities().activities() if _name(fn) not in given),
+        *(
+            fn
+            for fn in ClaimWorkflowActivities(k8s.ApiClient()).activities()
+            if _name(fn) not in given
+        ),
     ]
     async with contextlib.AsyncExitStack() as running:
         for task_queue in (queue, claim_task_queue(queue)):

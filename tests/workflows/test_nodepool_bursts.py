@@ -23,6 +23,8 @@ from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.worker import Worker
 
 with workflow.unsafe.imports_passed_through():
+    from kubernetes import client as k8s
+
     from activities.claim_workflows import ClaimWorkflowActivities
     from activities.heartbeat import HeartbeatInterceptor
     from api.gc import ClaimStates, ClaimStatesInput
@@ -398,7 +400,7 @@ async def test_a_burst_of_600_nodes_starts_its_claims_in_batches_and_runs(
             plan_capacity,
             record_events,
             sync_nodepool_status,
-            *ClaimWorkflowActivities().activities(),
+            *ClaimWorkflowActivities(k8s.ApiClient()).activities(),
         ],
         interceptors=[HeartbeatInterceptor()],  # as deployed
     ):
@@ -617,7 +619,7 @@ class GatedClaimStates:
         if self.closed:
             self.at_gate.set()
             await self.opened.wait()
-        return await ClaimWorkflowActivities().claim_workflow_states(input)
+        return await ClaimWorkflowActivities(k8s.ApiClient()).claim_workflow_states(input)
 
 
 async def test_a_failure_reported_while_the_look_forgets_its_claim_still_counts(

@@ -116,6 +116,9 @@ async def start(
         raise
     finally:
         run.unconfirmed.difference_update(claim.name for claim in batch)
+    if result.pool_gone:
+        # What the trigger will say too (`DemandUpdate.pool_deleted`): the cluster said it first.
+        state.deleted = True
     for claim in batch:
         if claim.name in result.refused:
             workflow.logger.warning(

@@ -60,6 +60,8 @@ ADMISSION_PLUGINS = ("NodeRestriction", "PodNodeSelector", "PodTolerationRestric
 START_TIMEOUT_S = 90.0
 # What a component gets to end on SIGTERM before it is killed (a test cluster keeps no state).
 STOP_GRACE_S = 3.0
+# Set: a stopped control plane's directory (its components' logs, the audit log) is kept.
+KEEP_LOGS = "CLOUDBURST_KEEP_CONTROL_PLANE_LOGS"
 CRDS = Path(__file__).resolve().parents[3] / "deploy" / "base" / "crds"
 
 
@@ -242,9 +244,7 @@ class KubernetesControlPlane:
                 "--log-level=warn",
             ],
         )
-        self._wait(
-            "etcd", lambda: _http_ok(f"{etcd_url}/health", None), START_TIMEOUT_S
-        )
+        self._wait("etcd", lambda: _http_ok(f"{etcd_url}/health", None), START_TIMEOUT_S)
         disabled = [p for p in ADMISSION_PLUGINS if p in self.disable_admission_plugins]
         enabled = [p for p in ADMISSION_PLUGINS if p not in disabled]
         api_args = [
@@ -275,7 +275,9 @@ class KubernetesControlPlane:
             "--v=0",
         ]
         if self.disable_admission_plugins:
-            api_args.append(f"--disable-admission-plugins={','.join(self.disable_admission_plugins)}")
+            api_args.append(
+                f"--disable-admission-plugins={','.join(self.disable_admission_plugins)}"
+            )
         self._spawn("kube-apiserver", api_args)
         self._wait("kube-apiserver", lambda: self._api_ok("/readyz"), START_TIMEOUT_S)
         kcm = self.write_identity_kubeconfig(
@@ -340,7 +342,12 @@ class KubernetesControlPlane:
                 ),
             ]
         )
-        crds = [arg for path in sorted(CRDS.glob("*.yaml")) if path.name != "kustomization.yaml" for arg in ("-f", str(path))]
+        crds = [
+            arg
+            for path in sorted(CRDS.glob("*.yaml"))
+            if path.name != "kustomization.yaml"
+            for arg in ("-f", str(path))
+        ]
         self._kubectl("apply", "--server-side", *crds)
         kwok = self.write_identity_kubeconfig("kwok", ClientIdentity("kwok"))
         stages = sorted((self.binaries / "kwok-stages").glob("*.yaml"))
@@ -378,7 +385,7 @@ class KubernetesControlPlane:
         if self._admin_client is not None:
             self._admin_client.close()
             self._admin_client = None
-        if self._own_work_dir:
+        if self._own_work_dir and not os.environ.get(KEEP_LOGS):
             shutil.rmtree(self.work_dir, ignore_errors=True)
 
     def __enter__(self) -> KubernetesControlPlane:
@@ -433,7 +440,9 @@ class KubernetesControlPlane:
                 ref = event.get("objectRef") or {}
                 if not ref.get("resource"):
                     continue
-                resource = ref["resource"] + (f"/{ref['subresource']}" if ref.get("subresource") else "")
+                resource = ref["resource"] + (
+                    f"/{ref['subresource']}" if ref.get("subresource") else ""
+                )
                 records.append(
                     AuditRecord(
                         seq=offset,
@@ -442,6 +451,7 @@ class KubernetesControlPlane:
                         resource=resource,
                         namespace=ref.get("namespace"),
                         name=str(ref.get("name") or ""),
+                        user=str((event.get("user") or {}).get("username") or ""),
                     )
                 )
         return records

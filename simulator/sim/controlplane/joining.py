@@ -49,7 +49,15 @@ from kubernetes import client
 
 from sim.clouds.base import BootableCloud
 from sim.controlplane.cluster import MANAGED_LABEL
-from sim.kubelet import TOKEN_RE, JoinConfig, JoinError, Kubelets, _Joined, ca_cert_hash, check_node_labels
+from sim.kubelet import (
+    TOKEN_RE,
+    JoinConfig,
+    JoinError,
+    Kubelets,
+    _Joined,
+    ca_cert_hash,
+    check_node_labels,
+)
 from sim.scheduler import call
 
 log = logging.getLogger(__name__)
@@ -115,8 +123,19 @@ class JoiningKubelets(Kubelets):
     KWOK for leases and pods. `api_client` is an administrator's (it plays the machine's
     agents: KWOK's label, the spot-notice taint)."""
 
-    def __init__(self, *args: Any, work_dir: Path, loopback_prefix: str = "127.64", **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *args: Any,
+        api_server: str,
+        work_dir: Path,
+        loopback_prefix: str = "127.64",
+        **kwargs: Any,
+    ) -> None:
         super().__init__(*args, **kwargs)
+        # host:port of the control plane. A VM's JoinConfiguration names the address it reaches
+        # the API server at on its own network (a tailnet or private address); here every
+        # machine's network leads to this loopback address, and no other is ever dialled.
+        self.api_server = api_server
         self.work_dir = work_dir
         work_dir.mkdir(parents=True, exist_ok=True)
         self.loopback_prefix = loopback_prefix
@@ -220,21 +239,22 @@ class JoiningKubelets(Kubelets):
     def _discover(self, config: JoinConfig, token_id: str, token_secret: str) -> tuple[str, str]:
         """Token discovery: (the API server's URL, its CA) from cluster-info, once verified."""
         if not config.api_server_endpoint:
-            raise JoinError("the JoinConfiguration has no discovery.bootstrapToken.apiServerEndpoint")
+            raise JoinError(
+                "the JoinConfiguration has no discovery.bootstrapToken.apiServerEndpoint"
+            )
         insecure = ssl.create_default_context()
         insecure.check_hostname = False
         insecure.verify_mode = ssl.CERT_NONE
-        url = (
-            f"https://{config.api_server_endpoint}/api/v1/namespaces/kube-public/configmaps/"
-            "cluster-info"
-        )
+        url = f"https://{self.api_server}/api/v1/namespaces/kube-public/configmaps/cluster-info"
         deadline = time.monotonic() + DISCOVERY_WAIT_S
         while True:
             try:
                 with urllib.request.urlopen(url, context=insecure, timeout=5) as answer:
                     data = json.loads(answer.read()).get("data") or {}
             except (urllib.error.URLError, OSError, ValueError) as exc:
-                raise JoinError(f"discovery at {config.api_server_endpoint} failed: {exc}") from exc
+                raise JoinError(
+                    f"discovery at {config.api_server_endpoint} ({self.api_server}) failed: {exc}"
+                ) from exc
             jws = data.get(f"jws-kubeconfig-{token_id}")
             if jws:
                 break
@@ -249,7 +269,6 @@ class JoiningKubelets(Kubelets):
         try:
             cluster = yaml.safe_load(kubeconfig)["clusters"][0]["cluster"]
             ca_pem = base64.b64decode(cluster["certificate-authority-data"]).decode()
-            server = str(cluster["server"])
         except (KeyError, IndexError, TypeError, ValueError, yaml.YAMLError) as exc:
             raise JoinError("cluster-info's kubeconfig has no cluster with a CA") from exc
         pins = [h.lower() for h in config.ca_cert_hashes]
@@ -257,7 +276,9 @@ class JoiningKubelets(Kubelets):
             raise JoinError("no caCertHashes and unsafeSkipCAVerification is not set")
         if pins and ca_cert_hash(ca_pem.encode()) not in pins:
             raise JoinError("cluster CA public key does not match any caCertHashes pin")
-        return server, ca_pem
+        # kubeadm goes on at cluster-info's `server`; here that is this control plane, which is
+        # the one address a machine dials.
+        return f"https://{self.api_server}", ca_pem
 
     def _kubeadm_preflight(self, bootstrap: client.ApiClient, node_name: str) -> None:
         """What `kubeadm join` reads with the token before the kubelet starts."""
@@ -273,7 +294,11 @@ class JoiningKubelets(Kubelets):
                 raise JoinError(f"kubeadm join's reads: {exc.status} {_message(exc)}") from exc
             return
         ready = next(
-            (c for c in (node.get("status") or {}).get("conditions") or [] if c.get("type") == "Ready"),
+            (
+                c
+                for c in (node.get("status") or {}).get("conditions") or []
+                if c.get("type") == "Ready"
+            ),
             None,
         )
         if ready is not None and ready.get("status") == "True":
@@ -309,7 +334,9 @@ class JoiningKubelets(Kubelets):
             if status.get("certificate"):
                 return base64.b64decode(status["certificate"]), key_pem
             time.sleep(0.1)
-        raise JoinError(f"CSR {name} for system:node:{node_name} got no certificate in {CSR_WAIT_S:.0f} s")
+        raise JoinError(
+            f"CSR {name} for system:node:{node_name} got no certificate in {CSR_WAIT_S:.0f} s"
+        )
 
     # ---- clients ---------------------------------------------------------------------------
 

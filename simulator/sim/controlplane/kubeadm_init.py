@@ -98,7 +98,11 @@ def kubeadm_init_objects(server_url: str, ca_pem: str, release: str) -> list[Obj
                 "name": cluster_info_role,
             },
             "subjects": [
-                {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "system:anonymous"}
+                {
+                    "apiGroup": "rbac.authorization.k8s.io",
+                    "kind": "User",
+                    "name": "system:anonymous",
+                }
             ],
         },
         _cluster_role_binding(

@@ -103,7 +103,9 @@ class ClusterPki:
             ips=(host,),
         )
 
-    def _builder(self, subject: x509.Name, public_key: ec.EllipticCurvePublicKey) -> x509.CertificateBuilder:
+    def _builder(
+        self, subject: x509.Name, public_key: ec.EllipticCurvePublicKey
+    ) -> x509.CertificateBuilder:
         return (
             x509.CertificateBuilder()
             .subject_name(subject)

@@ -98,6 +98,7 @@ class AuditRecord:
     resource: str  # plural, with "/subresource" when there is one
     namespace: str | None  # None: all namespaces, or a cluster-scoped resource
     name: str
+    user: str = ""  # who asked (Kubernetes' audit log; the emulator authenticates no one)
 
 
 class KubeApiServer:
