@@ -19,11 +19,12 @@ done
   k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
   k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl sigs.k8s.io/kwok/cmd/kwok)
 (cd "$here/etcd" && go build -trimpath -ldflags "-s -w" -o "$out/etcd" go.etcd.io/etcd/server/v3)
-# KWOK's stages (v0.8.0 ships none built in): node-initialize, the lease, pod-ready/complete/delete.
+# KWOK's stages (v0.8.0 ships none built in): node-initialize, the lease, pod-complete and
+# pod-delete; pod-ready is sim/controlplane/stages/pod-ready.yaml, KWOK's with one fix.
 kwok_dir="$(cd "$here/kubernetes" && go list -m -f '{{.Dir}}' sigs.k8s.io/kwok)"
 mkdir -p "$out/kwok-stages"
 for stage in node/fast/node-initialize node/heartbeat-with-lease/node-heartbeat-with-lease \
-  pod/fast/pod-ready pod/fast/pod-complete pod/fast/pod-delete; do
+  pod/fast/pod-complete pod/fast/pod-delete; do
   install -m 0644 "$kwok_dir/kustomize/stage/$stage.yaml" "$out/kwok-stages/"
 done
 echo "$release" > "$out/RELEASE"

@@ -103,7 +103,9 @@ def provider_pool(cluster: SimulatedCluster, kube: k8s.ApiClient, provider: str)
             "nodeClassRef": name,
             "requirements": {"allowedProviders": [provider]},
             "template": {"labels": {"test-pool": name}},
-            "disruption": {"ttlSecondsAfterEmpty": 3, "terminationGracePeriodSeconds": 30},
+            # Long enough for kube-scheduler to bind the waiting workload once the node is
+            # Ready: it retries a pod it found no room for after a back-off of seconds.
+            "disruption": {"ttlSecondsAfterEmpty": 8, "terminationGracePeriodSeconds": 30},
         },
     }
     for plural, body in (("nodeclasses", node_class), ("nodepools", pool)):

@@ -44,17 +44,17 @@ class ControlPlaneUnavailable(RuntimeError):
     """The control plane's binaries cannot be had on this machine (and why)."""
 
 
-def build_key() -> str:
+def build_key(modules: Path = GO_MODULES) -> str:
     """What the build depends on: the wrapper modules' requirements and the build script."""
     digest = hashlib.sha256()
     for path in sorted(
         [
-            BUILD_SCRIPT,
-            *GO_MODULES.glob("*/go.mod"),
-            *GO_MODULES.glob("*/go.sum"),
+            modules / BUILD_SCRIPT.name,
+            *modules.glob("*/go.mod"),
+            *modules.glob("*/go.sum"),
         ]
     ):
-        digest.update(path.relative_to(GO_MODULES).as_posix().encode())
+        digest.update(path.relative_to(modules).as_posix().encode())
         digest.update(path.read_bytes())
     return digest.hexdigest()[:16]
 

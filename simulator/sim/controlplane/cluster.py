@@ -15,12 +15,14 @@ every default controller plus the bootstrap signer and token cleaner, its CSR si
 cluster CA and its approver; what `kubeadm init` adds for joins (kubeadm_init.py); Cloudburst's
 CRDs and install namespace. Machines join as kubelets do (joining.py); KWOK keeps the Nodes
 it is told to manage (the label `MANAGED_LABEL`): their Lease and their pods, with the stages
-`node-initialize`, `node-heartbeat-with-lease` and `pod-ready/complete/delete`. Node and pod
+`node-initialize`, `node-heartbeat-with-lease` and `pod-ready/complete/delete` (pod-ready
+with one fix: stages/pod-ready.yaml). Node and pod
 addresses are in 127.0.0.0/8.
 
-The node lifecycle controller's grace period is `node_monitor_grace_s` (10 s here, 50 s by
-default in Kubernetes) and KWOK's leases last `node_lease_duration_s` (renewed every quarter of
-it, as the kubelet does), so a machine that disappears is `Ready=Unknown` within seconds.
+The node lifecycle controller's grace period is `node_monitor_grace_s` (20 s here, 50 s by
+default in Kubernetes) and KWOK's leases last `node_lease_duration_s` (20 s, renewed every
+quarter of it, as the kubelet does): a machine that disappears is `Ready=Unknown` within about
+20 s, and a KWOK starved of the CPU for less than 15 s loses no node.
 """
 
 from __future__ import annotations
@@ -62,7 +64,10 @@ START_TIMEOUT_S = 90.0
 STOP_GRACE_S = 3.0
 # Set: a stopped control plane's directory (its components' logs, the audit log) is kept.
 KEEP_LOGS = "CLOUDBURST_KEEP_CONTROL_PLANE_LOGS"
-CRDS = Path(__file__).resolve().parents[3] / "deploy" / "base" / "crds"
+# The CRDs as shipped (deploy/base/crds, which sim/kubeapi/crds links to).
+CRDS = Path(__file__).resolve().parents[1] / "kubeapi" / "crds"
+# KWOK stages of our own (pod-ready: KWOK's, fixed), beside those the build copies from KWOK.
+OUR_STAGES = Path(__file__).resolve().parent / "stages"
 
 
 def free_port(host: str) -> int:
@@ -136,8 +141,8 @@ class KubernetesControlPlane:
         *,
         host: str = "127.0.0.1",
         port: int = 0,
-        node_monitor_grace_s: int = 10,
-        node_lease_duration_s: int = 12,
+        node_monitor_grace_s: int = 20,
+        node_lease_duration_s: int = 20,
         disable_admission_plugins: Iterable[str] = (),
         work_dir: Path | None = None,
         install_namespaces: Iterable[str] = (),
@@ -350,7 +355,9 @@ class KubernetesControlPlane:
         ]
         self._kubectl("apply", "--server-side", *crds)
         kwok = self.write_identity_kubeconfig("kwok", ClientIdentity("kwok"))
-        stages = sorted((self.binaries / "kwok-stages").glob("*.yaml"))
+        stages = sorted((self.binaries / "kwok-stages").glob("*.yaml")) + sorted(
+            OUR_STAGES.glob("*.yaml")
+        )
         self._spawn(
             "kwok",
             [
