@@ -139,7 +139,9 @@ def disrupting(status: PoolStatus) -> set[str]:
 
 async def test_a_budget_of_one_drains_empty_nodes_one_at_a_time(stack: Stack) -> None:
     count = 10
-    pool(stack.kube, "budget1", empty_ttl=1, budgets=[{"nodes": "1"}])
+    # The TTL outlasts kube-scheduler's back-off before it binds each pod to its new node: the
+    # budget is judged on nodes emptied together, not on nodes still waiting for their pods.
+    pool(stack.kube, "budget1", empty_ttl=8, budgets=[{"nodes": "1"}])
     # One 20-CPU pod per node: ten nodes.
     await add_pods(stack, "budget1", count)
     await eventually(lambda: running_pods(stack, "budget1"), lambda p: len(p) == count, 120)
@@ -294,8 +296,10 @@ async def test_expiry_lets_do_not_disrupt_pods_finish_within_the_grace_period(
         stack, skipping_env, "patient", "patient-0"
     )
     assert final.deletion_reason == "Expired"
-    # Not evicted with the rest: it had the whole grace period, then it was deleted.
-    assert waited >= grace, waited
+    # Not evicted with the rest: it had the whole grace period, then it was deleted. (The
+    # drain's start is seen by polling the claim's history, up to a second late on a loaded
+    # machine; an eviction at the start would show as about 0.)
+    assert waited >= grace - 1, waited
     assert final.phase == NodeClaimPhase.DELETED
 
 
@@ -325,8 +329,9 @@ async def test_a_pdb_allowing_no_disruption_holds_the_drain_until_the_grace_peri
             stack, skipping_env, "guardedpdb", "guardedpdb-0"
         )
         assert final.deletion_reason == "Expired"
-        # Every eviction was refused (429) until the grace period was over; then forced.
-        assert waited >= grace, waited
+        # Every eviction was refused (429) until the grace period was over; then forced (the
+        # drain's start is seen up to a second late, as above).
+        assert waited >= grace - 1, waited
         assert final.phase == NodeClaimPhase.DELETED
     finally:
         await in_thread(policy.delete_namespaced_pod_disruption_budget, "guardedpdb", "default")

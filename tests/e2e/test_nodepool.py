@@ -383,7 +383,11 @@ async def test_deleting_a_nodepool_takes_its_nodes_with_it(stack: Stack) -> None
             timeout_s=60,
         )
         [vm] = vms_of_pool(stack.cluster, "doomed")
-        [claim] = await nodeclaims(stack, "doomed")
+        [claim] = await eventually(
+            lambda: nodeclaims(stack, "doomed"),
+            lambda found: len(found) == 1 and "nodeName" in found[0].get("status", {}),
+            timeout_s=30,
+        )
 
         await in_thread(delete_cloudburst_object, stack.kube, "nodepools", "doomed")
 
