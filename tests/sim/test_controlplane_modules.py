@@ -42,7 +42,9 @@ def test_one_replace_per_staging_module_of_the_release_at_its_tag() -> None:
     release = pinned_release()
     staging = set(re.findall(r"^\s*(k8s\.io/[\w.-]+)\s+v0\.0\.0\s*$", release_gomod(release), re.M))
     replaced = REPLACE.findall(KUBERNETES_GOMOD.read_text())
-    minor, patch = re.fullmatch(r"v1\.(\d+)\.(\d+)", release).groups()  # type: ignore[union-attr]
+    parsed = re.fullmatch(r"v1\.(\d+)\.(\d+)", release)
+    assert parsed is not None, release
+    minor, patch = parsed.groups()
     assert {source for source, _, _ in replaced} == staging
     assert all(source == target for source, target, _ in replaced)
     assert {version for _, _, version in replaced} == {f"v0.{minor}.{patch}"}
