@@ -11,9 +11,12 @@ mkdir -p "$out"
 export GOTOOLCHAIN=local GOFLAGS=-mod=mod
 release="$(cd "$here/kubernetes" && go list -m -f '{{.Version}}' k8s.io/kubernetes)"
 minor="$(echo "$release" | cut -d. -f2)"
+# The release's date on the module proxy; its git commit is not in the module (left empty).
+released="$(cd "$here/kubernetes" && go list -m -f '{{.Time.UTC.Format "2006-01-02T15:04:05Z"}}' k8s.io/kubernetes)"
 stamp=""
 for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-  stamp+=" -X $pkg.gitVersion=$release -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor -X $pkg.gitTreeState=clean"
+  stamp+=" -X $pkg.gitVersion=$release -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
+  stamp+=" -X $pkg.gitTreeState=clean -X $pkg.gitCommit= -X $pkg.buildDate=$released"
 done
 (cd "$here/kubernetes" && go build -trimpath -ldflags "-s -w$stamp" -o "$out/" \
   k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
