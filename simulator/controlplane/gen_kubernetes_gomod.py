@@ -31,7 +31,8 @@ KUBERNETES_TOOLS = (
     "k8s.io/kubernetes/cmd/kube-scheduler",
     "k8s.io/kubernetes/cmd/kubectl",
 )
-STAGING_REQUIREMENT = re.compile(r"^\s*(k8s\.io/[\w.-]+)\s+v0\.0\.0\s*$", re.MULTILINE)
+# `k8s.io/api => ./staging/src/k8s.io/api`: the release's staging modules, as its go.mod maps them.
+STAGING_REPLACE = re.compile(r"^\s*(k8s\.io/[\w.-]+)\s+=>\s+\./staging/src/\1\s*$", re.MULTILINE)
 GO_DIRECTIVE = re.compile(r"^go\s+(\S+)\s*$", re.MULTILINE)
 
 
@@ -46,8 +47,8 @@ def release_gomod(release: str) -> str:
 
 
 def staging_modules(gomod: str) -> list[str]:
-    """Every `k8s.io/*` module the release requires at v0.0.0: its staging tree."""
-    return sorted(set(STAGING_REQUIREMENT.findall(gomod)))
+    """Every `k8s.io/*` module the release maps to its staging tree."""
+    return sorted(set(STAGING_REPLACE.findall(gomod)))
 
 
 def wrapper_gomod(release: str, gomod: str, extra_requires: dict[str, str]) -> str:

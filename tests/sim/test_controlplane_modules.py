@@ -40,7 +40,12 @@ def release_gomod(release: str) -> str:
 
 def test_one_replace_per_staging_module_of_the_release_at_its_tag() -> None:
     release = pinned_release()
-    staging = set(re.findall(r"^\s*(k8s\.io/[\w.-]+)\s+v0\.0\.0\s*$", release_gomod(release), re.M))
+    staging = set(
+        re.findall(
+            r"^\s*(k8s\.io/[\w.-]+)\s+=>\s+\./staging/src/\1\s*$", release_gomod(release), re.M
+        )
+    )
+    assert len(staging) > 30, staging  # the release's whole staging tree
     replaced = REPLACE.findall(KUBERNETES_GOMOD.read_text())
     parsed = re.fullmatch(r"v1\.(\d+)\.(\d+)", release)
     assert parsed is not None, release
