@@ -529,7 +529,7 @@ def test_a_pool_with_restricted_keys_is_refused_naming_the_field_and_the_key(
     taint = restricted_key_problem("cloudburst.io/tenant", "taint")
     assert causes(body) == [
         ("spec.template.labels", "FieldValueInvalid", f'Invalid value: "object": {label}'),
-        ("spec.template.taints", "FieldValueInvalid", f'Invalid value: "array": {taint}'),
+        ("spec.template.taints[1].key", "FieldValueInvalid", f'Invalid value: "object": {taint}'),
     ]
     assert f'spec.template.labels: Invalid value: "object": {label}' in body["message"]
     # What a pool may use: its own keys, node.kubernetes.io/*, and the pool label with its name.

@@ -187,8 +187,10 @@ def test_a_pools_input_with_keys_of_ours_reads_back() -> None:
 
 
 def _rule(field: str) -> dict[str, str]:
+    """The rule on the template's labels (the map), or on each of its taints (an item)."""
     template = crd_schema("NodePool")["properties"]["spec"]["properties"]["template"]
-    (rule,) = template["properties"][field]["x-kubernetes-validations"]
+    schema = template["properties"][field]
+    (rule,) = (schema["items"] if field == "taints" else schema)["x-kubernetes-validations"]
     return dict(rule)
 
 
@@ -224,10 +226,10 @@ def _message(rule: dict[str, str], value: Any) -> str:
 
 
 def _judged(kind: KeyKind, key: str) -> Any:
-    """A template's labels or taints with `key` beside a key of the pool's own."""
+    """A template's labels with `key` beside a key of the pool's own; a taint with `key`."""
     if kind == "label":
         return {"team": "a", key: "v"}
-    return [{"key": "gpu", "effect": "NoSchedule"}, {"key": key, "effect": "NoSchedule"}]
+    return {"key": key, "effect": "NoSchedule"}
 
 
 @FAST
