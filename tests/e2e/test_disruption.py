@@ -141,7 +141,7 @@ async def test_a_budget_of_one_drains_empty_nodes_one_at_a_time(stack: Stack) ->
     count = 10
     # The TTL outlasts kube-scheduler's back-off before it binds each pod to its new node: the
     # budget is judged on nodes emptied together, not on nodes still waiting for their pods.
-    pool(stack.kube, "budget1", empty_ttl=8, budgets=[{"nodes": "1"}])
+    pool(stack.kube, "budget1", empty_ttl=15, budgets=[{"nodes": "1"}])
     # One 20-CPU pod per node: ten nodes.
     await add_pods(stack, "budget1", count)
     await eventually(lambda: running_pods(stack, "budget1"), lambda p: len(p) == count, 120)

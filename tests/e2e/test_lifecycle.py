@@ -202,7 +202,7 @@ async def claim_event_reasons(core: k8s.CoreV1Api, name: str) -> set[str]:
 
 async def test_busy_again_cancels_the_empty_ttl(stack: Stack) -> None:
     # Longer than kube-scheduler's back-off before it binds the waiting pod to the new node.
-    ttl = 10
+    ttl = 15
     make_pool(stack.kube, "busy", empty_ttl=ttl)
     core = stack.core
     async with in_process_worker(stack), running_watcher(stack.temporal, stack.kube):

@@ -104,8 +104,10 @@ def provider_pool(cluster: SimulatedCluster, kube: k8s.ApiClient, provider: str)
             "requirements": {"allowedProviders": [provider]},
             "template": {"labels": {"test-pool": name}},
             # Long enough for kube-scheduler to bind the waiting workload once the node is
-            # Ready: it retries a pod it found no room for after a back-off of seconds.
-            "disruption": {"ttlSecondsAfterEmpty": 8, "terminationGracePeriodSeconds": 30},
+            # Ready: it retries a pod it found no room for after a back-off that doubles with
+            # each try (1, 2, 4, 8 s...), and one it binds to a node deleted meanwhile stays
+            # Pending.
+            "disruption": {"ttlSecondsAfterEmpty": 20, "terminationGracePeriodSeconds": 30},
         },
     }
     for plural, body in (("nodeclasses", node_class), ("nodepools", pool)):
