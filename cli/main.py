@@ -176,6 +176,16 @@ def trigger(
     asyncio.run(_until_signalled(main))
 
 
+# `dev`'s and `demo`'s `--control-plane`.
+ControlPlaneOption = Annotated[
+    str,
+    typer.Option(
+        help="kubernetes: Kubernetes' own control plane, built from its Go modules (needs "
+        "Go); emulator: the simulator's API server, scheduler and kubelets"
+    ),
+]
+
+
 def _control_plane(name: str) -> ControlPlane:
     """`--control-plane`, checked (the simulator's names)."""
     from sim.cluster import CONTROL_PLANES
@@ -213,13 +223,7 @@ def dev(
             "each pool's nodes are its namespace's alone (docs/security.md)"
         ),
     ] = "",
-    control_plane: Annotated[
-        str,
-        typer.Option(
-            help="kubernetes: Kubernetes' own control plane, built from its Go modules (needs "
-            "Go); emulator: the simulator's API server, scheduler and kubelets"
-        ),
-    ] = "emulator",
+    control_plane: ControlPlaneOption = "emulator",
 ) -> None:
     """Run the embedded stack: Temporal + Web UI, simulated cluster, worker, watcher."""
     _require_dev_tools("dev")
@@ -319,13 +323,7 @@ def demo(
             "redfish)"
         ),
     ] = "fake",
-    control_plane: Annotated[
-        str,
-        typer.Option(
-            help="kubernetes: Kubernetes' own control plane, built from its Go modules (needs "
-            "Go); emulator: the simulator's API server, scheduler and kubelets"
-        ),
-    ] = "emulator",
+    control_plane: ControlPlaneOption = "emulator",
 ) -> None:
     """Run a scenario end to end on the embedded stack; exit 0 only if everything held."""
     _require_dev_tools("demo")

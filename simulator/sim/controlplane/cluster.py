@@ -27,6 +27,7 @@ quarter of it, as the kubelet does): a machine that disappears is `Ready=Unknown
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import os
@@ -97,10 +98,9 @@ class ControlPlaneError(RuntimeError):
 
 
 def kubeconfig_document(
-    server: str, ca_pem: str, cert_file: Path, key_file: Path, *, context: str = CONTEXT
+    server: str, ca_pem: str, cert_pem: bytes, key_pem: bytes, *, context: str = CONTEXT
 ) -> dict[str, Any]:
-    import base64
-
+    """A kubeconfig of one cluster and one client certificate, all its material inline."""
     return {
         "apiVersion": "v1",
         "kind": "Config",
@@ -117,8 +117,8 @@ def kubeconfig_document(
             {
                 "name": context,
                 "user": {
-                    "client-certificate-data": base64.b64encode(cert_file.read_bytes()).decode(),
-                    "client-key-data": base64.b64encode(key_file.read_bytes()).decode(),
+                    "client-certificate-data": base64.b64encode(cert_pem).decode(),
+                    "client-key-data": base64.b64encode(key_pem).decode(),
                 },
             }
         ],
@@ -208,7 +208,11 @@ class KubernetesControlPlane:
         assert self.pki is not None, "start() first"
         cert, key = self.pki.client_certificate(name, identity)
         path = self.work_dir / f"{name}.kubeconfig"
-        path.write_text(yaml.safe_dump(kubeconfig_document(self.url, self.pki.ca_pem, cert, key)))
+        path.write_text(
+            yaml.safe_dump(
+                kubeconfig_document(self.url, self.pki.ca_pem, cert.read_bytes(), key.read_bytes())
+            )
+        )
         path.chmod(0o600)
         return path
 

@@ -48,7 +48,7 @@ from cryptography.x509.oid import NameOID
 from kubernetes import client
 
 from sim.clouds.base import BootableCloud
-from sim.controlplane.cluster import MANAGED_LABEL
+from sim.controlplane.cluster import MANAGED_LABEL, kubeconfig_document
 from sim.kubelet import (
     TOKEN_RE,
     JoinConfig,
@@ -365,31 +365,9 @@ class JoiningKubelets(Kubelets):
         self, node_name: str, server: str, ca_pem: str, cert_pem: bytes, key_pem: bytes
     ) -> Path:
         """The kubelet's kubeconfig (/etc/kubernetes/kubelet.conf on a real machine)."""
-        context = f"system:node:{node_name}"
-        document = {
-            "apiVersion": "v1",
-            "kind": "Config",
-            "clusters": [
-                {
-                    "name": "default",
-                    "cluster": {
-                        "server": server,
-                        "certificate-authority-data": base64.b64encode(ca_pem.encode()).decode(),
-                    },
-                }
-            ],
-            "users": [
-                {
-                    "name": context,
-                    "user": {
-                        "client-certificate-data": base64.b64encode(cert_pem).decode(),
-                        "client-key-data": base64.b64encode(key_pem).decode(),
-                    },
-                }
-            ],
-            "contexts": [{"name": context, "context": {"cluster": "default", "user": context}}],
-            "current-context": context,
-        }
+        document = kubeconfig_document(
+            server, ca_pem, cert_pem, key_pem, context=f"system:node:{node_name}"
+        )
         path = self.work_dir / f"{node_name}-{secrets.token_hex(4)}.kubeconfig"
         path.write_text(yaml.safe_dump(document))
         path.chmod(0o600)
