@@ -116,7 +116,11 @@ CRON_PATTERN = (
     r"|[!-~]+ [!-~]+ [!-~]+ [!-~]+ [!-~]+)$"
 )
 MAX_CRON_LENGTH = 100
-MAX_INT64 = 2**63 - 1  # provider ids (Hetzner networks, firewalls, DigitalOcean keys)
+# Provider ids (Hetzner networks, firewalls, DigitalOcean keys) are int64 at the provider, but
+# a CRD's bounds are JSON numbers the API server holds as float64, and it checks an integer
+# only against a bound it can hold exactly: beyond 2^53 every value was refused ("Maximum
+# boundary value must be of type integer"). 2^53-1 is the largest it checks.
+MAX_PROVIDER_ID = 2**53 - 1
 
 # What each pattern means, for error messages a user can act on (pydantic says "String should
 # match pattern '^...$'").
@@ -159,7 +163,7 @@ Quantity = Annotated[
 Duration = Annotated[
     str, Field(min_length=2, max_length=MAX_DURATION_LENGTH, pattern=DURATION_PATTERN)
 ]
-ProviderId = Annotated[int, Field(strict=True, ge=1, le=MAX_INT64)]
+ProviderId = Annotated[int, Field(strict=True, ge=1, le=MAX_PROVIDER_ID)]
 Price = Annotated[float, Field(strict=True, allow_inf_nan=False, le=MAX_PRICE_EUR_PER_HOUR)]
 
 

@@ -358,8 +358,8 @@ def test_other_kinds_required_fields_and_rules(custom: Any, ns: str) -> None:
             "Invalid value: 0: spec.offerings in body should have at least 1 items",
         )
     ]
-    _, body = refusal(create, custom, ns, with_value(CLASS, "spec.hetzner.networkID", 2**63))
-    assert causes(body)[0][:2] == ("spec.hetzner.networkID", "FieldValueTypeInvalid")
+    _, body = refusal(create, custom, ns, with_value(CLASS, "spec.hetzner.networkID", 2**53))
+    assert causes(body)[0][:2] == ("spec.hetzner.networkID", "FieldValueInvalid")
 
 
 def test_nulls_are_kept_where_nullable_and_dropped_elsewhere(custom: Any, ns: str) -> None:

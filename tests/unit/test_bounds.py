@@ -381,7 +381,7 @@ CLASS_FIELDS: dict[str, tuple[tuple[str | int, ...], st.SearchStrategy[Any]]] = 
         texts(KUBERNETES_VERSION_PATTERN, "1.34", "v1.34.3", "1.34.3; rm -rf /"),
     ),
     "spec.hetzner.location": (("spec", "hetzner", "location"), texts(".*", "x" * 300)),
-    "spec.hetzner.networkID": (("spec", "hetzner", "networkID"), ints(1, 2**63 - 1)),
+    "spec.hetzner.networkID": (("spec", "hetzner", "networkID"), ints(1, 2**53 - 1)),
     "spec.hetzner.firewallIDs": (
         ("spec", "hetzner", "firewallIDs"),
         st.one_of(st.lists(ints(1), max_size=20), _JUNK),

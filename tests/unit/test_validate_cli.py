@@ -192,7 +192,7 @@ INTS: dict[str, dict[Path_, tuple[int, int]]] = {
     "NodeClass": {
         ("spec", "join", "tokenTtlMinutes"): (1, 24 * 60),
         ("spec", "join", "registrationTimeoutSeconds"): (10, MAX_REGISTRATION_TIMEOUT_S),
-        ("spec", "hetzner", "networkID"): (1, 2**63 - 1),
+        ("spec", "hetzner", "networkID"): (1, 2**53 - 1),
     },
 }
 # String fields with a grammar: anything with a space and markup in it breaks it.
