@@ -4,13 +4,6 @@ VENV := .venv
 BIN := $(VENV)/bin
 # The end-to-end sessions' workflow histories, for the replay tests (tests/histories.py).
 E2E_HISTORIES := .pytest_cache/e2e-histories
-# The end-to-end tests that hold on Kubernetes' own control plane run by run (the whole suite
-# passes there but for a few tests a run whose empty TTLs race kube-scheduler's back-off:
-# docs/architecture.md "Tests"); the rest run on the emulator only, for now.
-E2E_ON_KUBERNETES := tests/e2e/test_joining.py tests/e2e/test_claim_starts.py \
-	tests/e2e/test_bad_input.py tests/e2e/test_tenancy.py tests/e2e/test_lifecycle.py \
-	tests/e2e/test_operator_cli.py tests/e2e/test_gc.py \
-	--deselect tests/e2e/test_tenancy.py::test_pools_whose_ids_used_to_collide_each_serve_their_own_namespace
 
 .PHONY: setup dev demo test lint typecheck unit controlplane clean
 
@@ -59,15 +52,13 @@ test: lint typecheck controlplane
 	@# Bytecode, as the image has it: the workflow sandbox loads workflow modules afresh for
 	@# every run, and compiles them each time where none was written (PYTHONDONTWRITEBYTECODE).
 	$(BIN)/python -m compileall -q api activities cluster cli reporting simulator/sim trigger worker workflows >/dev/null
-	@# What needs no shared stack, on both cores. Then the end-to-end tests on four workers,
-	@# each with a Temporal server and an emulated cluster of its own; then those of them that
-	@# hold on Kubernetes' own control plane (E2E_ON_KUBERNETES), on two workers, each with a
-	@# control plane of its own; each handing its histories and Secret values over; then the
-	@# replay of all of them and of the committed corpus.
+	@# What needs no shared stack, on both cores. Then the end-to-end tests on Kubernetes' own
+	@# control plane, two workers each with a control plane and a Temporal server of its own,
+	@# handing their histories and Secret values over; then the replay of all of them and of
+	@# the committed corpus.
 	$(BIN)/pytest -n 2 tests/unit tests/workflows tests/deploy tests/sim tests/activities tests/providers
 	rm -rf $(E2E_HISTORIES)
-	CLOUDBURST_CONTROL_PLANE=emulator CLOUDBURST_E2E_HISTORIES=$(E2E_HISTORIES) $(BIN)/pytest -n 4 tests/e2e
-	CLOUDBURST_CONTROL_PLANE=kubernetes CLOUDBURST_E2E_HISTORIES=$(E2E_HISTORIES) $(BIN)/pytest -n 2 $(E2E_ON_KUBERNETES)
+	CLOUDBURST_CONTROL_PLANE=kubernetes CLOUDBURST_E2E_HISTORIES=$(E2E_HISTORIES) $(BIN)/pytest -n 2 tests/e2e
 	CLOUDBURST_E2E_HISTORIES=$(E2E_HISTORIES) $(BIN)/pytest tests/replay
 
 clean:

@@ -22,7 +22,12 @@ from kubernetes.client.exceptions import ApiException
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.heartbeat import heartbeating, heartbeats_itself, raise_if_cancelled
+from activities.heartbeat import (
+    heartbeating,
+    heartbeats_itself,
+    raise_if_cancelled,
+    sleep_heartbeating,
+)
 from api import labels
 from api.errors import KUBE_CONFLICT, NODE_NOT_FOUND
 from api.messages import DrainInput, DrainResult, LabelNodeInput, NodeRef, NodeState
@@ -39,6 +44,11 @@ MERGE_PATCH = "application/merge-patch+json"
 # synced its labels; `label_node` lifts it.
 STARTUP_TAINT = labels.STARTUP_TAINT
 _CONFLICT_RETRIES = 5
+# kube-scheduler binds a pod after its scheduling cycle, asynchronously, on the snapshot it
+# took before: a pod placed on a node just before the scheduler saw its cordon is bound a
+# moment after it. The look that decides "still empty" waits that moment out, or the node is
+# deleted under a pod that has just arrived (and the pod garbage collector then deletes it).
+BINDS_IN_FLIGHT_S = 2.0
 
 
 def is_not_found(err: ApiException) -> bool:
@@ -173,9 +183,11 @@ class KubeActivities:
 
     @activity.defn(name="cordon_and_look")
     def cordon_and_look(self, input: NodeRef) -> NodeState:
-        """Cordon, then look at the node again: one call for the check Karpenter makes
-        after tainting a node it means to take away (pods bound meanwhile keep it)."""
+        """Cordon, let binds already under way land, then look at the node again: one call for
+        the check Karpenter makes after tainting a node it means to take away (pods bound
+        meanwhile keep it)."""
         self.cordon_node(input)
+        sleep_heartbeating(BINDS_IN_FLIGHT_S)
         return self.get_node_state(input)
 
     @activity.defn(name="uncordon_node")

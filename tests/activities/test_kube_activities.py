@@ -279,6 +279,30 @@ def test_cordon_and_look_cordons_then_sees_pods_bound_meanwhile(acts, core, node
     assert (labels.DISRUPTED_TAINT, "NoSchedule") in [(t.key, t.effect) for t in spec.taints]
 
 
+def test_cordon_and_look_waits_for_a_bind_the_scheduler_had_under_way(
+    acts, core, node, namespace
+):
+    """kube-scheduler binds asynchronously: a pod placed on the node before the scheduler saw
+    the cordon is bound just after it. Bound right after the cordon here, it must still be
+    seen, or the node would be deleted under it."""
+
+    def bind_once_cordoned() -> None:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if core.read_node(node).spec.unschedulable:
+                make_pod(core, namespace, "late", node)
+                return
+            time.sleep(0.02)
+
+    binder = threading.Thread(target=bind_once_cordoned)
+    binder.start()
+    try:
+        state: NodeState = run(acts.cordon_and_look, ref(node))
+    finally:
+        binder.join()
+    assert looked(state) == NodeState(exists=True, ready=True, empty=False, pod_count=1)
+
+
 def test_node_state_not_ready(acts, core, unique):
     name = f"node-{unique}"
     make_node(core, name, ready=False)
