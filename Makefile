@@ -18,10 +18,10 @@ $(VENV)/.installed: pyproject.toml simulator/pyproject.toml
 	$(BIN)/pip install --quiet -e '.[dev]' -e ./simulator
 	@touch $@
 
-dev: setup
+dev: controlplane
 	$(BIN)/cloudburst dev
 
-demo: setup
+demo: controlplane
 	$(BIN)/cloudburst demo --scenario lifecycle
 
 lint: setup
@@ -52,13 +52,13 @@ test: lint typecheck controlplane
 	@# Bytecode, as the image has it: the workflow sandbox loads workflow modules afresh for
 	@# every run, and compiles them each time where none was written (PYTHONDONTWRITEBYTECODE).
 	$(BIN)/python -m compileall -q api activities cluster cli reporting simulator/sim trigger worker workflows >/dev/null
-	@# What needs no shared stack, on both cores. Then the end-to-end tests on Kubernetes' own
-	@# control plane, two workers each with a control plane and a Temporal server of its own,
-	@# handing their histories and Secret values over; then the replay of all of them and of
-	@# the committed corpus.
-	$(BIN)/pytest -n 2 tests/unit tests/workflows tests/deploy tests/sim tests/activities tests/providers
+	@# What needs no whole stack, on both cores (what talks to the API server on a control plane
+	@# of each worker's own). Then the end-to-end tests on Kubernetes' own control plane, two
+	@# workers each with a cluster and a Temporal server of its own, handing their histories
+	@# and Secret values over; then the replay of all of them and of the committed corpus.
+	$(BIN)/pytest -n 2 tests/unit tests/workflows tests/deploy tests/sim tests/activities tests/providers tests/trigger
 	rm -rf $(E2E_HISTORIES)
-	CLOUDBURST_CONTROL_PLANE=kubernetes CLOUDBURST_E2E_HISTORIES=$(E2E_HISTORIES) $(BIN)/pytest -n 2 tests/e2e
+	CLOUDBURST_E2E_HISTORIES=$(E2E_HISTORIES) $(BIN)/pytest -n 2 tests/e2e
 	CLOUDBURST_E2E_HISTORIES=$(E2E_HISTORIES) $(BIN)/pytest tests/replay
 
 clean:

@@ -81,7 +81,7 @@ from chaos import (
     tear_down,
     without_kept,
 )
-from scale import cpu_s
+from scale import cpu_s_split
 
 POOL = "burst"
 NAMESPACE = "default"
@@ -179,16 +179,22 @@ class PodWatch:
         self.unschedulable: dict[str, float] = {}
         self.bound: dict[str, float] = {}
         self._watch = k8s_watch.Watch()
+        self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def start(self) -> None:
         self._thread.start()
 
     def stop(self) -> None:
+        self._stopped.set()
         self._watch.stop()
 
     def _run(self) -> None:
-        while True:
+        """Watch until stopped. A watch the API server ends (its timeout, a resourceVersion
+        it no longer holds: an ERROR event) starts again from now, not from where it was:
+        a watch without a resourceVersion first sends every pod as it is."""
+        while not self._stopped.is_set():
+            self._watch = k8s_watch.Watch()
             try:
                 for event in self._watch.stream(
                     self._core.list_namespaced_pod,
@@ -197,8 +203,9 @@ class PodWatch:
                     timeout_seconds=600,
                     deserialize=False,  # plain JSON: the client's models cost seconds of CPU
                 ):
+                    if event.get("type") == "ERROR":
+                        break
                     self._saw(event["object"], time.time())
-                return
             except Exception:  # a dropped watch: start it again
                 time.sleep(0.1)
 
@@ -705,9 +712,21 @@ def held_pool(report: Report, pool: PoolStages) -> bool | None:
     return max(before)[1].split("@")[0] == str(report.killed_worker_pid)
 
 
+# Kubernetes' own control plane (etcd, kube-apiserver, its controllers, the scheduler, KWOK),
+# apart from the simulator process that runs it.
+CONTROL_PLANE_CPU = "control plane"
+
+
 def _cpu(topology: Topology) -> dict[str, float]:
-    """CPU seconds so far of each process of the topology, and of this one."""
-    used = {p.name: cpu_s(p.popen.pid) for p in topology.all if p.popen and not p.exited()}
+    """CPU seconds so far of each process of the topology (the control plane's processes
+    apart), and of this one."""
+    used: dict[str, float] = {}
+    for process in topology.all:
+        if process.popen and not process.exited():
+            rest, control_plane = cpu_s_split(process.popen.pid)
+            used[process.name] = rest
+            if control_plane:
+                used[CONTROL_PLANE_CPU] = control_plane
     own = os.times()
     return {**used, "bench": own.user + own.system}  # not its children: they are above
 

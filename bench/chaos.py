@@ -229,10 +229,10 @@ def add_control_plane_argument(parser: argparse.ArgumentParser) -> None:
     """`--control-plane`: the simulated cluster's (`python -m sim --control-plane`)."""
     parser.add_argument(
         "--control-plane",
-        choices=("emulator", "kubernetes"),
-        default="emulator",
-        help="kubernetes: Kubernetes' own control plane, built from its Go modules; "
-        "emulator: the simulator's API server, scheduler and kubelets",
+        choices=("kubernetes",),
+        default="kubernetes",
+        help="Kubernetes' own control plane, built from its Go modules (the only one; the "
+        "option stays for the commands written with it)",
     )
 
 
@@ -252,7 +252,7 @@ class Topology:
         triggers: int = 1,
         pool_workers: int = 0,
         timeouts: TaskTimeouts = TaskTimeouts(),
-        control_plane: str = "emulator",
+        control_plane: str = "kubernetes",
     ) -> None:
         subprocess.run(
             [sys.executable, "-m", "compileall", "-q", *(str(REPO / p) for p in PACKAGES)],

@@ -62,7 +62,7 @@ async def run_lifecycle(
     say: Say,
     state_dir: Path | None = None,
     provider: str = "fake",
-    control_plane: ControlPlane = "emulator",
+    control_plane: ControlPlane = "kubernetes",
 ) -> LifecycleReport:
     with tempfile.TemporaryDirectory(prefix="cloudburst-demo-") as tmp:
         options = StackOptions(
@@ -257,7 +257,7 @@ async def run_burst(
     *,
     boot_delay_s: float = 0.5,
     timeout_s: float = 300,
-    control_plane: ControlPlane = "emulator",
+    control_plane: ControlPlane = "kubernetes",
 ) -> BurstReport:
     with tempfile.TemporaryDirectory(prefix="cloudburst-burst-") as tmp:
         options = StackOptions(

@@ -110,8 +110,8 @@ class StackOptions:
     # theirs alone, and the stack annotates them as `cloudburst tenant-rbac` says an
     # operator does. Empty: a cluster without tenants, every namespace served.
     tenants: list[str] = field(default_factory=list)
-    # Kubernetes' own control plane (built from its Go modules), or the emulator (no Go).
-    control_plane: ControlPlane = "emulator"
+    # Kubernetes' own control plane, built from its Go modules.
+    control_plane: ControlPlane = "kubernetes"
 
 
 @dataclass
@@ -211,10 +211,10 @@ async def embedded_stack(options: StackOptions) -> AsyncIterator[EmbeddedStack]:
 
 
 async def tell_claims_their_cluster_is_new(temporal: Client) -> int:
-    """The simulated cluster and its clouds live in memory, Temporal on disk: after a restart
-    the claims of the last run have no node and no VM any more. Each is told its node is gone
-    (what the node watcher would say), so it ends NodeLost through its own cleanup instead
-    of showing Ready with no node. Returns how many were told."""
+    """The simulated cluster and its clouds are made afresh on each start, Temporal's db is
+    kept: after a restart the claims of the last run have no node and no VM any more. Each is
+    told its node is gone (what the node watcher would say), so it ends NodeLost through its
+    own cleanup instead of showing Ready with no node. Returns how many were told."""
     told = 0
     gone_at = datetime.now(UTC)
     async for execution in temporal.list_workflows(

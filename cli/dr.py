@@ -53,7 +53,7 @@ class DrReport(DrillReport):
     pod_rescheduled_s: float | None = None
 
 
-async def run_dr(say: Any, control_plane: ControlPlane = "emulator") -> DrReport:
+async def run_dr(say: Any, control_plane: ControlPlane = "kubernetes") -> DrReport:
     say("starting the embedded stack with Hetzner and Scaleway stand-ins")
     async with drill_stack("dr", ["hetzner", "scaleway"], control_plane) as stack:
         return await drill(stack, say)
@@ -61,7 +61,7 @@ async def run_dr(say: Any, control_plane: ControlPlane = "emulator") -> DrReport
 
 @contextlib.asynccontextmanager
 async def drill_stack(
-    name: str, clouds: list[str], control_plane: ControlPlane = "emulator"
+    name: str, clouds: list[str], control_plane: ControlPlane = "kubernetes"
 ) -> AsyncIterator[EmbeddedStack]:
     """A throw-away embedded stack with these clouds' stand-ins, fast boots, for a drill."""
     with tempfile.TemporaryDirectory(prefix=f"cloudburst-{name}-") as tmp:

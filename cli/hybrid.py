@@ -51,7 +51,7 @@ class HybridReport(DrillReport):
 
 
 async def run_hybrid(
-    say: Any, pods: int = 20, timeout_s: float = 240, control_plane: ControlPlane = "emulator"
+    say: Any, pods: int = 20, timeout_s: float = 240, control_plane: ControlPlane = "kubernetes"
 ) -> HybridReport:
     say(f"starting the embedded stack with the {ON_PREM} (sushy-tools) and {CLOUD} stand-ins")
     async with drill_stack("hybrid", [ON_PREM, CLOUD], control_plane) as stack:

@@ -181,7 +181,7 @@ ControlPlaneOption = Annotated[
     str,
     typer.Option(
         help="kubernetes: Kubernetes' own control plane, built from its Go modules (needs "
-        "Go); emulator: the simulator's API server, scheduler and kubelets"
+        "Go; the only one)"
     ),
 ]
 
@@ -223,7 +223,7 @@ def dev(
             "each pool's nodes are its namespace's alone (docs/security.md)"
         ),
     ] = "",
-    control_plane: ControlPlaneOption = "emulator",
+    control_plane: ControlPlaneOption = "kubernetes",
 ) -> None:
     """Run the embedded stack: Temporal + Web UI, simulated cluster, worker, watcher."""
     _require_dev_tools("dev")
@@ -323,7 +323,7 @@ def demo(
             "redfish)"
         ),
     ] = "fake",
-    control_plane: ControlPlaneOption = "emulator",
+    control_plane: ControlPlaneOption = "kubernetes",
 ) -> None:
     """Run a scenario end to end on the embedded stack; exit 0 only if everything held."""
     _require_dev_tools("demo")

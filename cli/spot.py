@@ -47,7 +47,7 @@ class SpotReport(DrillReport):
     pod_rescheduled_s: float | None = None
 
 
-async def run_spot(say: Any, control_plane: ControlPlane = "emulator") -> SpotReport:
+async def run_spot(say: Any, control_plane: ControlPlane = "kubernetes") -> SpotReport:
     say("starting the embedded stack with the AWS stand-in")
     async with drill_stack("spot", ["aws"], control_plane) as stack:
         return await interruption_drill(stack, say)

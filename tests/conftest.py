@@ -3,8 +3,8 @@
 The cluster runs Kubernetes' own control plane (`sim/controlplane/`: kube-apiserver, etcd,
 kube-controller-manager, kube-scheduler built from their Go modules, machines joining through
 bootstrap tokens and CSRs, KWOK keeping them), at the release `simulator/controlplane/
-kubernetes/go.mod` pins, which the session checks; `CLOUDBURST_CONTROL_PLANE=emulator` runs the
-suite on the emulator instead (a machine without Go).
+kubernetes/go.mod` pins, which the session checks. Tests of what talks to the API server
+without a whole cluster take `kube_control_plane`: the control plane alone.
 
 The fast lane (`make unit`: CLOUDBURST_FAST_LANE=1) starts no simulated cluster: a test
 that asks for one fails there, saying so, which is how the lane is kept to what needs no
@@ -22,7 +22,6 @@ import sys
 import threading
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import cast
 
 import hypothesis  # noqa: F401 - see below
 import pytest
@@ -34,7 +33,7 @@ from temporalio.testing import TimeSkippingConfig, WorkflowEnvironment
 
 from api import search_attributes
 from cli.devstack import seed_sample_resources
-from sim.cluster import CONTROL_PLANES, ControlPlane, SimulatedCluster
+from sim.cluster import SimulatedCluster
 from sim.controlplane import pinned_release
 from sim.controlplane.binaries import ControlPlaneUnavailable
 from sim.controlplane.cluster import KubernetesControlPlane
@@ -110,17 +109,6 @@ def no_cluster_in_the_fast_lane() -> None:
         )
 
 
-CONTROL_PLANE = "CLOUDBURST_CONTROL_PLANE"
-
-
-def control_plane() -> ControlPlane:
-    """Which control plane the session's clusters run: Kubernetes' own unless told otherwise."""
-    chosen = os.environ.get(CONTROL_PLANE, "kubernetes")
-    if chosen not in CONTROL_PLANES:
-        pytest.fail(f"{CONTROL_PLANE}={chosen!r}: choose one of {', '.join(CONTROL_PLANES)}")
-    return cast(ControlPlane, chosen)
-
-
 def started(cluster: SimulatedCluster) -> SimulatedCluster:
     """Start a session's cluster; on the real control plane, fail unless it is the pinned
     release (a stale binary cache or a wrong build must not pass for it)."""
@@ -136,6 +124,32 @@ def started(cluster: SimulatedCluster) -> SimulatedCluster:
     return cluster
 
 
+def started_control_plane(plane: KubernetesControlPlane) -> KubernetesControlPlane:
+    """Start Kubernetes' own control plane; fail unless it is the pinned release."""
+    try:
+        plane.start()
+    except ControlPlaneUnavailable as exc:
+        pytest.fail(str(exc))
+    served = plane.version()["gitVersion"]
+    if served != pinned_release():
+        plane.stop()
+        pytest.fail(f"the API server is {served}, the pinned release is {pinned_release()}")
+    return plane
+
+
+@pytest.fixture(scope="session")
+def kube_control_plane() -> Iterator[KubernetesControlPlane]:
+    """Kubernetes' own control plane alone — no clouds, no machines, no Temporal — for the
+    tests of what talks to the API server (activities, the providers' Secret reads, the
+    trigger's watches), one a test session (an xdist worker)."""
+    no_cluster_in_the_fast_lane()
+    plane = started_control_plane(KubernetesControlPlane())
+    try:
+        yield plane
+    finally:
+        plane.stop()
+
+
 @pytest.fixture(scope="session")
 def sim_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimulatedCluster]:
     no_cluster_in_the_fast_lane()
@@ -145,7 +159,6 @@ def sim_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimulatedC
             ready_delay_s=0.3,
             cloud_token=secrets.token_hex(16),
             tailscale=True,
-            control_plane=control_plane(),
         )
     )
     try:
@@ -207,7 +220,7 @@ class SecretRecorder:
                     secret = event["object"]
                     version = secret.metadata.resource_version
                     self._record(secret)
-            except Exception:  # expired version, or the emulator stopping: list again
+            except Exception:  # expired version, or the API server stopping: list again
                 version = None
                 self._stop.wait(0.1)
 
@@ -257,7 +270,6 @@ def multicloud_cluster() -> Iterator[SimulatedCluster]:
             cloud_token=secrets.token_hex(16),
             clouds=list(KNOWN_STANDINS),
             missing_standins="skip",
-            control_plane=control_plane(),
         )
     )
     try:

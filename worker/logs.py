@@ -74,7 +74,7 @@ URLLIB3_POOL_LOGGER = "urllib3.connectionpool"
 class KeepAliveRetries(logging.Filter):
     """urllib3 warns "Retrying (Retry(...)) after connection broken by 'RemoteDisconnected(...)'"
     whenever a server closed an idle keep-alive connection just as the client reused it
-    (the API server's and the emulator's idle timeouts) and then retries at once, which
+    (the API server's idle timeout) and then retries at once, which
     works. That is DEBUG. A retry after a refused connection or a timeout stays a WARNING,
     and so does a request that runs out of retries (it fails with an error of its own).
     """

@@ -1,7 +1,6 @@
 """Run the simulated cluster standalone.
 
-python -m sim --kube-port 6443 --cloud-port 8788 --kubeconfig ./sim.kubeconfig \
-    [--control-plane kubernetes|emulator]
+python -m sim --kube-port 6443 --cloud-port 8788 --kubeconfig ./sim.kubeconfig
 """
 
 from __future__ import annotations
@@ -10,19 +9,16 @@ import argparse
 import json
 import logging
 import signal
-import sys
 import threading
 
 from sim.cluster import CONTROL_PLANES, SimulatedCluster
-from sim.kubeapi.__main__ import add_admission_arguments, disabled_plugins
+
+# The admission plugins `--disable-admission-plugins` may turn off (kube-apiserver's own flag,
+# passed on): those Cloudburst's docs ask a cluster to run.
+OPTIONAL_PLUGINS = ("NodeRestriction", "PodNodeSelector", "PodTolerationRestriction")
 
 
 def main(argv: list[str] | None = None) -> None:
-    # The API server and its clients (scheduler, kubelets, controllers) are threads of this
-    # one process, each request a hand-off between two of them: with CPython's 5 ms switch
-    # interval a busy thread kept each waiting request back (a 1,000-pod burst took 2.4 s to
-    # be marked Unschedulable at p50; 1.1 s with 1 ms).
-    sys.setswitchinterval(0.001)
     parser = argparse.ArgumentParser(prog="python -m sim", description="Simulated cluster")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--kube-port", type=int, default=0, help="0 picks a free port")
@@ -34,10 +30,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--control-plane",
         choices=CONTROL_PLANES,
-        default="emulator",
-        help="kubernetes: Kubernetes' own, built from its Go modules; emulator: sim/kubeapi",
+        default="kubernetes",
+        help="Kubernetes' own, built from its Go modules (the only one)",
     )
-    add_admission_arguments(parser)
+    parser.add_argument(
+        "--disable-admission-plugins",
+        action="append",
+        default=[],
+        metavar="NAMES",
+        help=f"admission plugins to turn off, of {','.join(OPTIONAL_PLUGINS)} (all on by default)",
+    )
     parser.add_argument("-v", "--verbose", action="store_true")
     args = parser.parse_args(argv)
     logging.basicConfig(
@@ -52,7 +54,9 @@ def main(argv: list[str] | None = None) -> None:
         kube_port=args.kube_port,
         cloud_port=args.cloud_port,
         host=args.host,
-        disable_admission_plugins=disabled_plugins(args),
+        disable_admission_plugins=[
+            name for value in args.disable_admission_plugins for name in value.split(",") if name
+        ],
         control_plane=args.control_plane,
     )
     sim.start()

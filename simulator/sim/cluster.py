@@ -1,10 +1,8 @@
-"""The whole simulated cluster: a Kubernetes control plane, fake cloud, and machines that join.
+"""The whole simulated cluster: Kubernetes' control plane, fake cloud, and machines that join.
 
-`control_plane="kubernetes"` runs Kubernetes' own control plane (etcd, kube-apiserver,
-kube-controller-manager, kube-scheduler, built from their Go modules: sim/controlplane/), whose
-machines join through bootstrap tokens and CSRs and are then kept by KWOK
-(sim/controlplane/joining.py); `"emulator"` runs this package's API server emulator
-(sim/kubeapi/) with its scheduler, controllers and kubelets, which needs no Go.
+The control plane is Kubernetes' own (etcd, kube-apiserver, kube-controller-manager,
+kube-scheduler, built from their Go modules: sim/controlplane/), whose machines join through
+bootstrap tokens and CSRs and are then kept by KWOK (sim/controlplane/joining.py).
 
 The product reaches it only over HTTP(S): `kube_url` (or `write_kubeconfig`) for the Kubernetes
 API, `cloud_url` for the `fake` provider's NodeClass `spec.fake.endpoint`.
@@ -17,9 +15,9 @@ tailnet (`sim/tailscale.py`, its API over HTTP) that the kubelets join with the 
 user data. `endpoints()` is what an operator would allow as endpoint overrides
 (`CLOUDBURST_ALLOWED_ENDPOINTS`): every stand-in's address.
 
-The API server runs the PodNodeSelector and PodTolerationRestriction admission plugins, as
-Cloudburst's docs ask of a cluster, unless `disable_admission_plugins` names them
-(`admission_config`: their configuration; sim/kubeapi/pod_admission.py).
+The API server runs the NodeRestriction, PodNodeSelector and PodTolerationRestriction
+admission plugins, as Cloudburst's docs ask of a cluster, unless `disable_admission_plugins`
+names them (the last two read their namespaces' annotations).
 
 The cluster is one where Cloudburst is installed: its namespace (`cloudburst-system`, as
 deploy/base/namespace.yaml makes it) exists, for the worker's first-boot script Secrets.
@@ -28,7 +26,7 @@ deploy/base/namespace.yaml makes it) exists, for the worker's first-boot script 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -36,19 +34,18 @@ from typing import Any, Literal
 from sim.cloud import FakeCloud, FakeCloudServer
 from sim.clouds import KNOWN_STANDINS, StandinMissingError, standin_module
 from sim.clouds.base import standin_endpoint
-from sim.controllers import Controllers
 from sim.controlplane.cluster import KubernetesControlPlane
-from sim.kubeapi import KubeApiServer
-from sim.kubelet import Kubelets
-from sim.scheduler import Scheduler
+from sim.controlplane.joining import JoiningKubelets
 from sim.tailscale import TailnetStandin
 
 log = logging.getLogger(__name__)
 
 # What `kubectl apply -k deploy/...` creates before the worker runs (deploy/base/namespace.yaml).
 INSTALL_NAMESPACES = ("cloudburst-system",)
-ControlPlane = Literal["emulator", "kubernetes"]
-CONTROL_PLANES: tuple[ControlPlane, ...] = ("emulator", "kubernetes")
+# The one control plane there is (the simulator's own emulator of Kubernetes was removed once
+# Kubernetes' own ran every test); the option stays for the commands that take it.
+ControlPlane = Literal["kubernetes"]
+CONTROL_PLANES: tuple[ControlPlane, ...] = ("kubernetes",)
 
 
 @dataclass
@@ -102,40 +99,19 @@ class SimulatedCluster:
         missing_standins: Literal["error", "skip"] = "error",
         tailscale: bool = False,
         disable_admission_plugins: Iterable[str] = (),
-        admission_config: Mapping[str, Mapping[str, Any]] | None = None,
-        control_plane: ControlPlane = "emulator",
+        control_plane: ControlPlane = "kubernetes",
     ) -> None:
         if control_plane not in CONTROL_PLANES:
             raise ValueError(f"control_plane must be one of {', '.join(CONTROL_PLANES)}")
         self.control_plane = control_plane
-        self.kube: KubeApiServer | KubernetesControlPlane
-        if control_plane == "kubernetes":
-            if admission_config:
-                raise ValueError(
-                    "admission_config is the emulator's: Kubernetes' PodNodeSelector and "
-                    "PodTolerationRestriction read their namespaces' annotations"
-                )
-            self.kube = KubernetesControlPlane(
-                host=host,
-                port=kube_port,
-                disable_admission_plugins=disable_admission_plugins,
-                install_namespaces=INSTALL_NAMESPACES,
-            )
-        else:
-            self.kube = KubeApiServer(
-                host=host,
-                port=kube_port,
-                disable_admission_plugins=disable_admission_plugins,
-                admission_config=admission_config,
-            )
-        # On the real control plane every node address is a loopback one (tailnet's too).
-        self.tailnet = (
-            TailnetStandin(
-                host=host, address_prefix="127.100" if control_plane == "kubernetes" else "100.64"
-            )
-            if tailscale
-            else None
+        self.kube = KubernetesControlPlane(
+            host=host,
+            port=kube_port,
+            disable_admission_plugins=disable_admission_plugins,
+            install_namespaces=INSTALL_NAMESPACES,
         )
+        # Every node address is a loopback one, the tailnet's too.
+        self.tailnet = TailnetStandin(host=host, address_prefix="127.100") if tailscale else None
         self.cloud = FakeCloud(
             regions=regions,
             boot_delay_s=boot_delay_s,
@@ -172,9 +148,7 @@ class SimulatedCluster:
                 continue
             obj = module.standin(boot_delay_s=boot_delay_s, host=host)
             self.standins[name] = StandinHandle(name, obj, lambda o=obj: standin_endpoint(o))
-        self.scheduler: Scheduler | None = None
-        self.kubelets: Kubelets | None = None
-        self.controllers: Controllers | None = None
+        self.kubelets: JoiningKubelets | None = None
         self._api_clients: list[Any] = []
         self._started = False
 
@@ -210,9 +184,6 @@ class SimulatedCluster:
         if self._started:
             return self
         self.kube.start()
-        if isinstance(self.kube, KubeApiServer):
-            for namespace in INSTALL_NAMESPACES:
-                self.kube.ensure_namespace(namespace)
         self.cloud_server.start()
         if self.tailnet is not None:
             self.tailnet.start()
@@ -220,37 +191,17 @@ class SimulatedCluster:
             if name != "fake":
                 handle.cloud.start()
         clouds = [self.cloud, *(h.cloud for n, h in self.standins.items() if n != "fake")]
-        if isinstance(self.kube, KubernetesControlPlane):
-            from sim.controlplane.joining import JoiningKubelets
-
-            kubelet_client = self.kube.api_client()
-            self._api_clients = [kubelet_client]
-            self.kubelets = JoiningKubelets(
-                kubelet_client,
-                clouds,
-                ready_delay_s=self.ready_delay_s,
-                tailnet=self.tailnet,
-                api_server=self.kube.url.removeprefix("https://"),
-                work_dir=self.kube.work_dir / "machines",
-            )
-            self.kubelets.start()
-            self._started = True
-            return self
-        # Each loop gets its own ApiClient (its own connection pool).
-        sched_client, kubelet_client = self.kube.api_client(), self.kube.api_client()
-        controllers_client = self.kube.api_client()
-        self._api_clients = [sched_client, kubelet_client, controllers_client]
-        self.scheduler = Scheduler(sched_client, min_pass_interval_s=0.05, store=self.kube.store)
-        self.kubelets = Kubelets(
+        kubelet_client = self.kube.api_client()
+        self._api_clients = [kubelet_client]
+        self.kubelets = JoiningKubelets(
             kubelet_client,
             clouds,
             ready_delay_s=self.ready_delay_s,
             tailnet=self.tailnet,
+            api_server=self.kube.url.removeprefix("https://"),
+            work_dir=self.kube.work_dir / "machines",
         )
-        self.controllers = Controllers(controllers_client)
-        self.scheduler.start()
         self.kubelets.start()
-        self.controllers.start()
         self._started = True
         return self
 
@@ -259,10 +210,6 @@ class SimulatedCluster:
             return
         if self.kubelets is not None:
             self.kubelets.stop()
-        if self.scheduler is not None:
-            self.scheduler.stop()
-        if self.controllers is not None:
-            self.controllers.stop()
         for name, handle in self.standins.items():
             if name != "fake":
                 try:

@@ -1,52 +1,39 @@
-"""Simulated kubelets: a VM that boots with valid join material becomes a Node.
+"""Simulated machines: a VM that boots in a cloud stand-in runs a kubelet that joins the cluster.
 
 `Kubelets` boots the VMs of a list of clouds: the fake cloud (`sim.cloud.FakeCloud`) and any
 stand-in of `sim/clouds/` — anything with the `BootableCloud` protocol of
 `sim/clouds/base.py`. VMs are keyed by (provider, native id) (`instance_key`: the bare native
-id for the fake cloud, as before, `<provider>/<native id>` for the others); a Node's
-providerID is `<provider>:///<region>/<native id>` and its capacity comes from the cloud's
-`instance_shape`.
+id for the fake cloud, `<provider>/<native id>` for the others); a Node's providerID is
+`<provider>:///<region>/<native id>` and its capacity comes from the cloud's `instance_shape`.
 
-For every running VM, `Kubelets` does what `kubeadm join` + the kubelet
-would: parse the JoinConfiguration from the user data, verify the bootstrap token against
-its `kube-system/bootstrap-token-<id>` Secret and the CA pin against `kube-public/
-cluster-info`, then register the Node (NotReady, Ready after `ready_delay_s`) and run the
-pods bound to it. Wrong join material means no Node, as in real life; the reason is kept in
-`join_failures` so that tests (and the demo) can say why.
+For every running VM it reads the JoinConfiguration from the user data (`parse_join_config`)
+and joins as `kubeadm join` does (`sim/controlplane/joining.py`: `JoiningKubelets`, token
+discovery, the CA pin, a CSR, the Node created as `system:node:<name>`); after
+`ready_delay_s` the machine's kubelet is up (KWOK keeps the Node Ready, its Lease and its
+pods). Wrong join material means no Node, as in real life; the reason is kept in
+`join_failures` so that tests (and the demo) can say why. A spot notice from the VM's cloud
+becomes the node's interruption taint (the in-VM termination handler's part). When a VM
+disappears from the cloud the machine is lost: its Node's Lease lapses.
 
 With a tailnet (`sim.tailscale.TailnetStandin`), a VM whose script turns Tailscale on first
 runs `tailscale up` with the key from its user data (`TailnetStandin.register`, in-process):
 a key the tailnet refuses (unknown, revoked, expired, single-use and spent) means no Node,
-and the node's InternalIP is its tailnet address. Without one, the Tailscale lines are
-ignored as before.
+and the node's InternalIP is its tailnet address.
 
-Each registered Node has its `kube-node-lease/<node>` Lease (owned by the Node, as the kubelet
-makes it), renewed every `lease_renew_s` (the kubelet's 10 s) while its VM runs: `kubectl get
-leases -n kube-node-lease` and anything that watches node heartbeats see what they see on a
-real cluster. A lost node's lease is no longer renewed.
-
-When a VM disappears from the cloud its Node goes `Ready=Unknown` (the node lifecycle
-controller's "Kubelet stopped posting node status.") and is left for the autoscaler to
-delete. A Node deleted while its VM lives is not re-registered (a real kubelet would
-re-register; not doing so keeps "delete the Node, then the VM" simple to observe).
-
-Everything runs on one thread polling every `poll_s`: the cloud is read in-process (cheap),
-the API with two calls per tick at most (pending pods bound to nodes, and only when there is
-something to join: the token Secret and cluster-info).
+The clouds are read in-process every `poll_s`, on one thread.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
 import hashlib
-import hmac
+import json
 import logging
 import re
 import shlex
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -59,12 +46,21 @@ from kubernetes import client
 from api import labels as L
 from sim.cloud import FakeCloud
 from sim.clouds.base import BootableCloud, as_bootable
-from sim.scheduler import call
 from sim.tailscale import TailnetError, TailnetStandin
 
 log = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
+
+
+def call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Obj:
+    """Call a `kubernetes` client method with a raw JSON body and return the raw JSON reply
+    (the typed client's models are slow to build and not needed here); {} for no body."""
+    response = fn(*args, _preload_content=False, **kwargs)
+    data = response.data
+    return json.loads(data) if data else {}
+
+
 JOIN_HEREDOC = re.compile(
     r"<<'CLOUDBURST_JOIN_CONFIG'\s*\n(?P<body>.*?)\n\s*CLOUDBURST_JOIN_CONFIG\s*(?:\n|$)", re.S
 )
@@ -73,8 +69,6 @@ TOKEN_RE = re.compile(r"^([a-z0-9]{6})\.([a-z0-9]{16})$")
 TAILSCALE_LINE = re.compile(r"^(TAILSCALE_ENABLED|TAILSCALE_AUTHKEY)=(.*)$", re.M)
 NODE_GROUP = "system:bootstrappers:kubeadm:default-node-token"
 KUBELET_VERSION = "v1.34.1"
-LEASE_NAMESPACE = "kube-node-lease"
-LEASE_DURATION_S = 40  # the kubelet's default nodeLeaseDurationSeconds
 ARCH = {"x86_64": "amd64", "amd64": "amd64", "arm64": "arm64", "aarch64": "arm64"}
 # What `--node-labels` may set in the kubernetes.io / k8s.io namespaces (the kubelet refuses
 # to start otherwise; NodeRestriction would refuse the Node).
@@ -138,11 +132,6 @@ def instance_key(provider: str, native_id: str) -> str:
 
 def _quantity_cpu(vcpu: float) -> str:
     return str(int(vcpu)) if float(vcpu).is_integer() else f"{round(vcpu * 1000)}m"
-
-
-def _now_micro() -> str:
-    """A Lease's renewTime is a MicroTime (RFC 3339 with microseconds)."""
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def _now() -> str:
@@ -228,45 +217,6 @@ def ca_cert_hash(ca_pem: bytes) -> str:
     return "sha256:" + hashlib.sha256(spki).hexdigest()
 
 
-def _decode(secret: Obj, key: str) -> str | None:
-    if key in (secret.get("stringData") or {}):
-        return str(secret["stringData"][key])
-    raw = (secret.get("data") or {}).get(key)
-    if raw is None:
-        return None
-    try:
-        return base64.b64decode(raw).decode()
-    except (binascii.Error, UnicodeDecodeError):
-        return None
-
-
-def check_token_secret(secret: Obj, token_id: str, token_secret: str) -> None:
-    """What the API server's bootstrap authenticator and kubeadm's discovery check."""
-    if secret.get("type") != "bootstrap.kubernetes.io/token":
-        raise JoinError(f"Secret bootstrap-token-{token_id} has type {secret.get('type')!r}")
-    if _decode(secret, "token-id") != token_id:
-        raise JoinError(f"Secret bootstrap-token-{token_id}: token-id does not match")
-    if not hmac.compare_digest(_decode(secret, "token-secret") or "", token_secret):
-        raise JoinError(f"Secret bootstrap-token-{token_id}: token-secret does not match")
-    expiration = _decode(secret, "expiration")
-    if expiration:
-        try:
-            when = datetime.fromisoformat(expiration.replace("Z", "+00:00"))
-        except ValueError as exc:
-            raise JoinError(f"token expiration {expiration!r} is not RFC3339") from exc
-        if when.tzinfo is None or when <= datetime.now(UTC):
-            raise JoinError(f"bootstrap token {token_id} expired at {expiration}")
-    for usage in ("usage-bootstrap-authentication", "usage-bootstrap-signing"):
-        if _decode(secret, usage) != "true":
-            raise JoinError(f'bootstrap token {token_id}: {usage} is not "true"')
-    groups = (_decode(secret, "auth-extra-groups") or "").split(",")
-    if NODE_GROUP not in groups:
-        raise JoinError(
-            f"bootstrap token {token_id}: auth-extra-groups lacks {NODE_GROUP} "
-            "(kubeadm's RBAC lets only that group join)"
-        )
-
-
 def check_node_labels(labels: dict[str, str]) -> None:
     for key in labels:
         prefix, _, _ = key.rpartition("/")
@@ -284,7 +234,6 @@ class _Joined:
     registered_at: float
     index: int
     node_uid: str = ""
-    lease_renewed_at: float | None = None  # monotonic; None until the lease exists
     ready: bool = False
     lost: bool = False  # VM gone: no longer managed
     pod_ips: int = 0
@@ -308,11 +257,9 @@ class Kubelets:
         join_retry_s: float = 2.0,
         join_timeout_s: float = 60.0,
         tailnet: TailnetStandin | None = None,
-        lease_renew_s: float = 10.0,
     ) -> None:
         self.core = client.CoreV1Api(api_client)
         self.coordination = client.CoordinationV1Api(api_client)
-        self.lease_renew_s = lease_renew_s
         self.tailnet = tailnet
         # instance key -> (tailnet node id, address): `tailscale up` ran once for this VM.
         self._tailnet_nodes: dict[str, tuple[str, str]] = {}
@@ -411,36 +358,20 @@ class Kubelets:
                     self._set_ready(j)
                 if not j.lost and j.interruption is None:
                     self._watch_interruption(j)
-            if not j.lost:
-                self._keep_lease(j, now)
-        self._run_pods()
 
     # ---- joining ---------------------------------------------------------------------------
 
     def _join_all(self, instance_ids: list[str], now: float) -> None:
-        try:
-            ca_hash = self._cluster_ca_hash()
-        except JoinError as exc:
-            ca_hash = None
-            ca_error = str(exc)
-        for iid in instance_ids:
-            try:
-                cloud, native = self._where[iid]
-                detail = cloud.peek(native)
-                if detail is None:
-                    continue
-                if ca_hash is None:
-                    raise JoinError(ca_error)
-                user_data = str(detail.get("user_data") or "")
-                config = parse_join_config(user_data)
-                tailnet_ip = self._join_tailnet(iid, user_data, config.node_name)
-                self._verify(config, ca_hash)
-                self._register(iid, cloud, native, detail, config, now, tailnet_ip)
-                self.join_failures.pop(iid, None)
-            except JoinError as exc:
-                self._join_failed(iid, str(exc), now)
-            except client.ApiException as exc:
-                self._join_failed(iid, f"API error {exc.status}: {exc.reason}", now)
+        """Join these running VMs (`JoiningKubelets`: as kubeadm join does)."""
+        raise NotImplementedError
+
+    def _set_ready(self, j: _Joined) -> None:
+        """The machine's kubelet is up, `ready_delay_s` after its Node was created."""
+        raise NotImplementedError
+
+    def _lose(self, j: _Joined) -> None:
+        """The VM is gone."""
+        raise NotImplementedError
 
     def _join_failed(self, iid: str, reason: str, now: float) -> None:
         first = self._first_try.setdefault(iid, now)
@@ -449,20 +380,6 @@ class Kubelets:
         if now - first >= self.join_timeout_s:
             self._given_up.add(iid)
         log.warning("instance %s cannot join: %s", iid, reason)
-
-    def _cluster_ca_hash(self) -> str:
-        try:
-            cm = call(self.core.read_namespaced_config_map, "cluster-info", "kube-public")
-        except client.ApiException as exc:
-            raise JoinError(f"cannot read kube-public/cluster-info: {exc.status}") from exc
-        kubeconfig = yaml.safe_load((cm.get("data") or {}).get("kubeconfig") or "") or {}
-        clusters = kubeconfig.get("clusters") or []
-        if not clusters:
-            raise JoinError("kube-public/cluster-info has no cluster")
-        ca_b64 = (clusters[0].get("cluster") or {}).get("certificate-authority-data")
-        if not ca_b64:
-            raise JoinError("kube-public/cluster-info has no certificate-authority-data")
-        return ca_cert_hash(base64.b64decode(ca_b64))
 
     def _join_tailnet(self, iid: str, user_data: str, hostname: str) -> str | None:
         """`tailscale up` as the script runs it (once per VM): the tailnet address, or None."""
@@ -483,27 +400,6 @@ class Kubelets:
             joined = (str(device["nodeId"]), str(device["addresses"][0]))
             self._tailnet_nodes[iid] = joined
         return joined[1]
-
-    def _verify(self, config: JoinConfig, ca_hash: str) -> None:
-        m = TOKEN_RE.match(config.token)
-        if m is None:
-            raise JoinError("bootstrap token is malformed (want [a-z0-9]{6}.[a-z0-9]{16})")
-        token_id, token_secret = m.groups()
-        try:
-            secret = call(
-                self.core.read_namespaced_secret, f"bootstrap-token-{token_id}", "kube-system"
-            )
-        except client.ApiException as exc:
-            if exc.status == 404:
-                raise JoinError(f"bootstrap token {token_id} not found") from exc
-            raise
-        check_token_secret(secret, token_id, token_secret)
-        pins = [h.lower() for h in config.ca_cert_hashes]
-        if not pins and not config.unsafe_skip_ca_verification:
-            raise JoinError("no caCertHashes and unsafeSkipCAVerification is not set")
-        if pins and ca_hash not in pins:
-            raise JoinError("cluster CA public key does not match any caCertHashes pin")
-        check_node_labels(config.node_labels)
 
     def _node_manifest(
         self,
@@ -588,95 +484,6 @@ class Kubelets:
             node["spec"]["taints"] = config.taints
         return node, ip
 
-    def _register(
-        self,
-        iid: str,
-        cloud: BootableCloud,
-        native: str,
-        detail: Obj,
-        config: JoinConfig,
-        now: float,
-        tailnet_ip: str | None = None,
-    ) -> None:
-        node, ip = self._node_manifest(cloud, native, detail, config, tailnet_ip)
-        try:
-            created = call(self.core.create_node, node)
-        except client.ApiException as exc:
-            if exc.status != 409:
-                raise
-            # A Node by that name exists: the kubelet takes it over only if it is its own.
-            created = call(self.core.read_node, config.node_name)
-            if (created.get("spec") or {}).get("providerID") != node["spec"]["providerID"]:
-                raise JoinError(
-                    f"a Node named {config.node_name} exists with another providerID"
-                ) from exc
-        node_uid = str((created.get("metadata") or {}).get("uid") or "")
-        with self._lock:
-            self.joined[iid] = _Joined(
-                iid, config.node_name, ip, now, next(self._indexes), node_uid=node_uid
-            )
-        log.info("instance %s joined as node %s", iid, config.node_name)
-
-    # ---- node lease ------------------------------------------------------------------------
-
-    def _keep_lease(self, j: _Joined, now: float) -> None:
-        """Create the node's Lease once, then renew it every `lease_renew_s`. A failure is
-        logged and tried at the next tick, as the kubelet's lease controller does."""
-        if j.lease_renewed_at is not None and now - j.lease_renewed_at < self.lease_renew_s:
-            return
-        renew = {"spec": {"renewTime": _now_micro()}}
-        try:
-            if j.lease_renewed_at is None:
-                self._create_lease(j)
-            else:
-                call(
-                    self.coordination.patch_namespaced_lease,
-                    j.node_name,
-                    LEASE_NAMESPACE,
-                    renew,
-                    _content_type="application/merge-patch+json",
-                )
-            j.lease_renewed_at = now
-        except client.ApiException as exc:
-            if exc.status == 404:
-                j.lease_renewed_at = None  # deleted under us: created again next tick
-            log.warning("lease of node %s not renewed: %s", j.node_name, exc.reason)
-
-    def _create_lease(self, j: _Joined) -> None:
-        lease: Obj = {
-            "apiVersion": "coordination.k8s.io/v1",
-            "kind": "Lease",
-            "metadata": {
-                "name": j.node_name,
-                "namespace": LEASE_NAMESPACE,
-                "ownerReferences": [
-                    {
-                        "apiVersion": "v1",
-                        "kind": "Node",
-                        "name": j.node_name,
-                        "uid": j.node_uid,
-                    }
-                ],
-            },
-            "spec": {
-                "holderIdentity": j.node_name,
-                "leaseDurationSeconds": LEASE_DURATION_S,
-                "renewTime": _now_micro(),
-            },
-        }
-        try:
-            call(self.coordination.create_namespaced_lease, LEASE_NAMESPACE, lease)
-        except client.ApiException as exc:
-            if exc.status != 409:  # taken over after a restart: renew it instead
-                raise
-            call(
-                self.coordination.patch_namespaced_lease,
-                j.node_name,
-                LEASE_NAMESPACE,
-                {"spec": {"renewTime": _now_micro()}},
-                _content_type="application/merge-patch+json",
-            )
-
     # ---- spot interruption -----------------------------------------------------------------
 
     def _watch_interruption(self, j: _Joined) -> None:
@@ -714,125 +521,3 @@ class Kubelets:
             return  # tried again next tick
         j.interruption = notice
         log.info("node %s: spot interruption notice %r, tainted", j.node_name, notice)
-
-    # ---- node status -----------------------------------------------------------------------
-
-    def _patch_ready(self, j: _Joined, status: str, reason: str, message: str) -> bool:
-        body = {
-            "status": {
-                "conditions": [
-                    {
-                        "type": "Ready",
-                        "status": status,
-                        "reason": reason,
-                        "message": message,
-                        "lastHeartbeatTime": _now(),
-                        "lastTransitionTime": _now(),
-                    }
-                ]
-            }
-        }
-        try:
-            call(
-                self.core.patch_node_status,
-                j.node_name,
-                body,
-                _content_type="application/strategic-merge-patch+json",
-            )
-        except client.ApiException as exc:
-            if exc.status == 404:
-                # Someone deleted the Node: this kubelet stops (it does not re-register).
-                log.info("node %s was deleted; kubelet stops managing it", j.node_name)
-                j.lost = True
-                return False
-            raise
-        return True
-
-    def _set_ready(self, j: _Joined) -> None:
-        if self._patch_ready(j, "True", "KubeletReady", "kubelet is posting ready status"):
-            j.ready = True
-            log.info("node %s is Ready", j.node_name)
-
-    def _lose(self, j: _Joined) -> None:
-        j.lost = True
-        tailnet_node = self._tailnet_nodes.get(j.instance_id)
-        if self.tailnet is not None and tailnet_node is not None:
-            self.tailnet.set_online(tailnet_node[0], False)
-        self._patch_ready(j, "Unknown", "NodeStatusUnknown", "Kubelet stopped posting node status.")
-        log.info("node %s lost its VM %s: Ready=Unknown", j.node_name, j.instance_id)
-
-    # ---- pods ------------------------------------------------------------------------------
-
-    def _run_pods(self) -> None:
-        with self._lock:
-            nodes = {j.node_name: j for j in self.joined.values() if not j.lost}
-        if not nodes:
-            return
-        data = call(
-            self.core.list_pod_for_all_namespaces,
-            field_selector="status.phase=Pending,spec.nodeName!=",
-        )
-        for pod in data.get("items") or []:
-            node = nodes.get((pod.get("spec") or {}).get("nodeName") or "")
-            md = pod.get("metadata") or {}
-            if node is None or md.get("deletionTimestamp"):
-                continue
-            self._start_pod(node, pod)
-
-    def _start_pod(self, node: _Joined, pod: Obj) -> None:
-        md = pod.get("metadata") or {}
-        spec = pod.get("spec") or {}
-        now = _now()
-        if spec.get("hostNetwork"):
-            pod_ip = node.ip
-        else:
-            node.pod_ips += 1
-            n = node.pod_ips
-            pod_ip = f"10.{244 + (node.index >> 8) % 12}.{node.index & 0xFF}.{(n % 250) + 2}"
-        containers = [
-            {
-                "name": c.get("name"),
-                "image": c.get("image", ""),
-                "imageID": "",
-                "containerID": "containerd://"
-                + hashlib.sha256(f"{md.get('uid')}/{c.get('name')}".encode()).hexdigest(),
-                "ready": True,
-                "started": True,
-                "restartCount": 0,
-                "state": {"running": {"startedAt": now}},
-            }
-            for c in spec.get("containers") or []
-        ]
-        conditions = [
-            {"type": t, "status": "True", "lastProbeTime": None, "lastTransitionTime": now}
-            for t in (
-                "PodReadyToStartContainers",
-                "Initialized",
-                "ContainersReady",
-                "Ready",
-                "PodScheduled",
-            )
-        ]
-        body = {
-            "status": {
-                "phase": "Running",
-                "conditions": conditions,
-                "containerStatuses": containers,
-                "hostIP": node.ip,
-                "hostIPs": [{"ip": node.ip}],
-                "podIP": pod_ip,
-                "podIPs": [{"ip": pod_ip}],
-                "startTime": now,
-                "qosClass": (pod.get("status") or {}).get("qosClass") or "BestEffort",
-            }
-        }
-        try:
-            call(
-                self.core.patch_namespaced_pod_status,
-                md.get("name", ""),
-                md.get("namespace", ""),
-                body,
-                _content_type="application/strategic-merge-patch+json",
-            )
-        except client.ApiException as exc:
-            log.debug("starting pod %s/%s: %s", md.get("namespace"), md.get("name"), exc.status)

@@ -1,4 +1,4 @@
-"""prepare_bootstrap / delete_bootstrap_secrets against the Kubernetes API emulator."""
+"""prepare_bootstrap / delete_bootstrap_secrets against Kubernetes' own API server."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import re
 import shutil
 import subprocess
 import time
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -27,14 +28,22 @@ from activities.bootstrap import (
     read_user_data,
     render_script,
 )
+from activities.kube import MERGE_PATCH
 from api import labels
 from api.messages import BootstrapInput, BootstrapRefs
 from api.nodeclaim import Offering
 from api.nodeclass import NodeClassSpec
 from api.nodepool import Taint
-from sim.kubeapi import KubeApiServer
-from sim.kubeapi.pki import cluster_info_kubeconfig, make_ca_pem
-from tests.activities.conftest import WORKER_NAMESPACE
+from sim.controlplane.cluster import AuditRecord, KubernetesControlPlane
+from sim.controlplane.kubeadm_init import cluster_info_kubeconfig
+from sim.controlplane.pki import ClusterPki
+from tests.activities.conftest import (
+    WORKER_NAMESPACE,
+    WORKER_USER,
+    AuditLog,
+    identity_client,
+    wait_until_allowed,
+)
 
 TOKEN_RE = re.compile(r"^[a-z0-9]{6}\.[a-z0-9]{16}$")
 # k8s.io/cluster-bootstrap token/api BootstrapGroupPattern: the authenticator refuses a token
@@ -307,30 +316,47 @@ def test_rerun_reuses_token_and_script_embeds_it(acts, core, namespace, unique):
     assert script_secret.metadata.annotations[labels.TOKEN_SECRET] == first.token_secret
 
 
-def test_rerun_reads_nothing_in_kube_system(acts, kubeapi, namespace, unique):
-    """The worker may write bootstrap tokens into kube-system, never read Secrets there."""
+def kube_system_secrets(records: list[AuditRecord]) -> list[AuditRecord]:
+    return [r for r in records if r.resource == "secrets" and r.namespace == "kube-system"]
+
+
+def test_rerun_reads_nothing_in_kube_system(worker_api_client, audit, namespace, unique):
+    """The worker may write bootstrap tokens into kube-system, never read Secrets there (as
+    the worker, whose Role there has no get or list: a read would be refused, and logged)."""
+    acts = BootstrapActivities(worker_api_client)
     claim = f"burst-{unique}"
-    since = kubeapi.audit_mark()
+    since = audit.mark()
     first: BootstrapRefs = run(acts.prepare_bootstrap, make_input(namespace, claim))
     second: BootstrapRefs = run(acts.prepare_bootstrap, make_input(namespace, claim))
     assert second.token_secret == first.token_secret
     run(acts.delete_bootstrap_secrets, second)
-    in_kube_system = [
-        r
-        for r in kubeapi.audit(after=since)
-        if r.resource == "secrets" and r.namespace == "kube-system"
-    ]
+    in_kube_system = kube_system_secrets(
+        audit.since(
+            since,
+            user=WORKER_USER,
+            until=lambda found: len(kube_system_secrets(found)) >= 3,
+        )
+    )
     # Created (again, a harmless 409, on the rerun) and deleted; never read or listed.
     assert {r.verb for r in in_kube_system} == {"create", "delete"}
     assert [r.name for r in in_kube_system if r.verb == "delete"] == [first.token_secret]
 
 
-def test_a_first_try_writes_its_two_secrets_and_reads_none(acts, core, kubeapi, namespace, unique):
+def secret_calls(records: list[AuditRecord]) -> list[tuple[str, str | None]]:
+    return [(r.verb, r.namespace) for r in records if r.resource == "secrets"]
+
+
+def test_a_first_try_writes_its_two_secrets_and_reads_none(
+    worker_api_client, core, audit, namespace, unique
+):
     """A claim's first try is on the way to its VM's create call: two writes, no read."""
+    acts = BootstrapActivities(worker_api_client)
     claim = f"burst-{unique}"
-    since = kubeapi.audit_mark()
+    since = audit.mark()
     refs: BootstrapRefs = run(acts.prepare_bootstrap, make_input(namespace, claim))
-    calls = [(r.verb, r.namespace) for r in kubeapi.audit(after=since) if r.resource == "secrets"]
+    calls = secret_calls(
+        audit.since(since, user=WORKER_USER, until=lambda found: len(secret_calls(found)) >= 2)
+    )
     # The script first: it records the token, for a retry to reuse.
     assert calls == [("create", WORKER_NAMESPACE), ("create", "kube-system")]
     token = core.read_namespaced_secret(refs.token_secret, "kube-system")
@@ -341,12 +367,18 @@ def test_a_first_try_writes_its_two_secrets_and_reads_none(acts, core, kubeapi, 
     )
 
 
-def script_reads(server: KubeApiServer, since: int, refs: BootstrapRefs) -> int:
-    return sum(
-        1
-        for r in server.audit(after=since)
-        if (r.verb, r.resource, r.name) == ("get", "secrets", refs.script_secret)
-    )
+def script_reads(audit: AuditLog, since: int, refs: BootstrapRefs, expected: int = 0) -> int:
+    """The reads of the script Secret since `since` (waiting, up to a deadline, for at least
+    `expected` of them to be logged)."""
+
+    def count(records: list[AuditRecord]) -> int:
+        return sum(
+            1
+            for r in records
+            if (r.verb, r.resource, r.name) == ("get", "secrets", refs.script_secret)
+        )
+
+    return count(audit.since(since, until=lambda found: count(found) >= expected))
 
 
 def registered_instance_type(script: str) -> str:
@@ -356,25 +388,25 @@ def registered_instance_type(script: str) -> str:
 
 
 def test_the_create_call_takes_the_script_this_worker_wrote_without_reading_it(
-    kube_api_client, core, kubeapi, namespace, unique
+    kube_api_client, core, audit, namespace, unique
 ):
     handoff = ScriptHandoff()
     acts = BootstrapActivities(kube_api_client, handoff=handoff)
     refs: BootstrapRefs = run(acts.prepare_bootstrap, make_input(namespace, f"burst-{unique}"))
-    since = kubeapi.audit_mark()
+    since = audit.mark()
 
     handed = read_user_data(core, refs, handoff)
 
-    assert script_reads(kubeapi, since, refs) == 0
+    assert script_reads(audit, since, refs) == 0
     assert handed == read_user_data(core, refs)  # what the Secret holds
     # Taken once: a retried create reads the Secret.
-    since = kubeapi.audit_mark()
+    since = audit.mark()
     assert read_user_data(core, refs, handoff) == handed
-    assert script_reads(kubeapi, since, refs) == 1
+    assert script_reads(audit, since, refs, expected=1) == 1
 
 
 def test_a_script_written_again_on_another_worker_is_read_from_its_secret(
-    kube_api_client, core, kubeapi, namespace, unique
+    kube_api_client, core, audit, namespace, unique
 ):
     """A claim's next offering, bootstrapped elsewhere after a crash: the same token, another
     script; the create call must not take this worker's older render for it."""
@@ -391,12 +423,12 @@ def test_a_script_written_again_on_another_worker_is_read_from_its_secret(
         BootstrapActivities(kube_api_client, handoff=ScriptHandoff()).prepare_bootstrap,
         make_input(namespace, claim, offering=second),
     )
-    since = kubeapi.audit_mark()
+    since = audit.mark()
 
     script = read_user_data(core, elsewhere, here)
 
     assert registered_instance_type(script) == "cx32"
-    assert script_reads(kubeapi, since, elsewhere) == 1
+    assert script_reads(audit, since, elsewhere, expected=1) == 1
 
 
 def test_expired_token_is_not_reused(acts, core, namespace, unique):
@@ -428,10 +460,10 @@ def test_expired_token_is_not_reused(acts, core, namespace, unique):
 
 
 @pytest.mark.skipif(shutil.which("openssl") is None, reason="openssl CLI not installed")
-def test_ca_hash_matches_openssl(acts, kubeapi: KubeApiServer, namespace, unique):
+def test_ca_hash_matches_openssl(acts, cluster: KubernetesControlPlane, namespace, unique):
     pubkey = subprocess.run(
         ["openssl", "x509", "-pubkey", "-noout"],
-        input=kubeapi.ca_cert_pem.encode(),
+        input=cluster.ca_cert_pem.encode(),
         capture_output=True,
         check=True,
     ).stdout
@@ -446,70 +478,87 @@ def test_ca_hash_matches_openssl(acts, kubeapi: KubeApiServer, namespace, unique
     ).stdout.split()[0]
     expected = "sha256:" + digest.decode()
 
-    assert ca_cert_hash(kubeapi.ca_cert_pem) == expected
-    assert ca_cert_hash(kubeapi.ca_cert_pem.encode()) == expected
+    assert ca_cert_hash(cluster.ca_cert_pem) == expected
+    assert ca_cert_hash(cluster.ca_cert_pem.encode()) == expected
 
     refs = run(acts.prepare_bootstrap, make_input(namespace, f"burst-{unique}"))
     script = read_user_data(client.CoreV1Api(acts.api_client), refs)
     assert join_config(script)["discovery"]["bootstrapToken"]["caCertHashes"] == [expected]
 
 
-def test_missing_cluster_info_is_invalid_configuration():
-    with KubeApiServer(port=0) as server:
-        api = server.api_client()
-        core = client.CoreV1Api(api)
-        core.delete_namespaced_config_map("cluster-info", "kube-public")
-        acts = BootstrapActivities(api)
-        with pytest.raises(ApplicationError) as info:
-            run(acts.prepare_bootstrap, make_input("default", "burst-nocluster"))
-        assert info.value.type == "InvalidConfiguration"
-        assert info.value.non_retryable
-        assert "kube-public/cluster-info" in str(info.value)
-        # Nothing was minted for a claim that cannot be bootstrapped.
-        assert token_secrets(core, "burst-nocluster") == []
-        api.close()
+@pytest.fixture
+def cluster_info(core: client.CoreV1Api) -> Iterator[client.V1ConfigMap]:
+    """kube-public/cluster-info as the session's control plane has it, for a test to change:
+    put back as it was afterwards (the later tests' joins discover the API server through it;
+    the bootstrap signer signs it again for the tokens then valid)."""
+    original = core.read_namespaced_config_map("cluster-info", "kube-public")
+    yield original
+    try:
+        core.patch_namespaced_config_map(
+            "cluster-info", "kube-public", {"data": original.data}, _content_type=MERGE_PATCH
+        )
+    except ApiException as err:
+        if err.status != 404:
+            raise
+        core.create_namespaced_config_map(
+            "kube-public",
+            client.V1ConfigMap(
+                metadata=client.V1ObjectMeta(name="cluster-info", namespace="kube-public"),
+                data=original.data,
+            ),
+        )
 
 
-def cluster_info_reads(server: KubeApiServer, since: int) -> int:
-    return sum(
-        1
-        for r in server.audit(after=since)
-        if r.resource == "configmaps" and r.name == "cluster-info"
-    )
-
-
-def test_a_burst_of_claims_reads_the_cluster_ca_once(kube_api_client, kubeapi, namespace, unique):
+def test_missing_cluster_info_is_invalid_configuration(
+    kube_api_client, core, cluster_info, namespace, unique
+):
+    claim = f"burst-nocluster-{unique}"
+    core.delete_namespaced_config_map("cluster-info", "kube-public")
     acts = BootstrapActivities(kube_api_client)
-    since = kubeapi.audit_mark()
+    with pytest.raises(ApplicationError) as info:
+        run(acts.prepare_bootstrap, make_input(namespace, claim))
+    assert info.value.type == "InvalidConfiguration"
+    assert info.value.non_retryable
+    assert "kube-public/cluster-info" in str(info.value)
+    # Nothing was minted for a claim that cannot be bootstrapped.
+    assert token_secrets(core, claim) == []
+
+
+def cluster_info_reads(records: list[AuditRecord]) -> int:
+    return sum(1 for r in records if r.resource == "configmaps" and r.name == "cluster-info")
+
+
+def test_a_burst_of_claims_reads_the_cluster_ca_once(kube_api_client, audit, namespace, unique):
+    acts = BootstrapActivities(kube_api_client)
+    since = audit.mark()
     for n in range(5):
         run(acts.prepare_bootstrap, make_input(namespace, f"burst-{unique}-{n}"))
-    assert cluster_info_reads(kubeapi, since) == 1
+    reads = audit.since(since, until=lambda found: cluster_info_reads(found) >= 1)
+    assert cluster_info_reads(reads) == 1
 
 
-def test_a_rotated_ca_is_used_once_the_cached_one_is_old():
-    with KubeApiServer(port=0) as server:
-        server.ensure_namespace(WORKER_NAMESPACE)
-        api = server.api_client()
-        core = client.CoreV1Api(api)
-        acts = BootstrapActivities(api, ca_hash_ttl=timedelta(seconds=0.5))
+def test_a_rotated_ca_is_used_once_the_cached_one_is_old(
+    kube_api_client, core, cluster, cluster_info, namespace, unique, tmp_path
+):
+    acts = BootstrapActivities(kube_api_client, ca_hash_ttl=timedelta(seconds=0.5))
 
-        def pinned_hashes(claim: str) -> list[str]:
-            refs = run(acts.prepare_bootstrap, make_input("default", claim))
-            hashes: list[str] = join_config(read_user_data(core, refs))["discovery"][
-                "bootstrapToken"
-            ]["caCertHashes"]
-            return hashes
+    def pinned_hashes(claim: str) -> list[str]:
+        refs = run(acts.prepare_bootstrap, make_input(namespace, claim))
+        hashes: list[str] = join_config(read_user_data(core, refs))["discovery"]["bootstrapToken"][
+            "caCertHashes"
+        ]
+        return hashes
 
-        assert pinned_hashes("burst-before") == [ca_cert_hash(server.ca_cert_pem)]
-        rotated = make_ca_pem("rotated")
-        core.patch_namespaced_config_map(
-            "cluster-info",
-            "kube-public",
-            {"data": {"kubeconfig": cluster_info_kubeconfig(server.url, rotated)}},
-        )
-        time.sleep(0.6)
-        assert pinned_hashes("burst-after") == [ca_cert_hash(rotated)]
-        api.close()
+    assert pinned_hashes(f"burst-before-{unique}") == [ca_cert_hash(cluster.ca_cert_pem)]
+    rotated = ClusterPki(tmp_path / "rotated", cluster.host).ca_pem
+    core.patch_namespaced_config_map(
+        "cluster-info",
+        "kube-public",
+        {"data": {"kubeconfig": cluster_info_kubeconfig(cluster.url, rotated)}},
+        _content_type=MERGE_PATCH,
+    )
+    time.sleep(0.6)
+    assert pinned_hashes(f"burst-after-{unique}") == [ca_cert_hash(rotated)]
 
 
 # --- the script -----------------------------------------------------------------------------
@@ -683,7 +732,7 @@ def test_refs_hold_no_secret(acts, core, namespace, unique):
 
 
 def test_tailscale_secret_in_another_namespace_is_refused_unread(
-    acts, core, kubeapi, namespace, unique
+    acts, core, audit, namespace, unique
 ):
     other = f"{namespace}-ts"
     core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=other)))
@@ -698,13 +747,13 @@ def test_tailscale_secret_in_another_namespace_is_refused_unread(
     spec = node_class(
         tailscale={"authKeySecretRef": {"name": "ts", "key": "key", "namespace": other}}
     )
-    since = kubeapi.audit_mark()
+    since = audit.mark()
     with pytest.raises(ApplicationError) as info:
         run(acts.prepare_bootstrap, make_input(namespace, claim, node_class=spec))
     assert info.value.type == "InvalidConfiguration" and info.value.non_retryable
     assert f"{other}/ts" in str(info.value) and "own namespace" in str(info.value)
     assert TS_KEY not in str(info.value)
-    assert not [r for r in kubeapi.audit(after=since) if r.namespace == other]  # never read
+    assert not [r for r in audit.since(since) if r.namespace == other]  # never read
     assert token_secrets(core, claim) == []
 
 
@@ -754,11 +803,41 @@ def test_activities_lists_bound_methods(acts):
     assert names == {"prepare_bootstrap", "delete_bootstrap_secrets"}
 
 
+@pytest.fixture
+def tokens_only(
+    cluster: KubernetesControlPlane, kube_api_client, worker_rbac, unique
+) -> Iterator[client.ApiClient]:
+    """An identity with the worker's kube-system Role alone (create and delete bootstrap
+    tokens): no rights in the worker's namespace."""
+    user = f"tokens-only-{unique}"
+    rbac = client.RbacAuthorizationV1Api(kube_api_client)
+    binding = client.V1RoleBinding(
+        metadata=client.V1ObjectMeta(name=user, namespace="kube-system"),
+        role_ref=client.V1RoleRef(
+            api_group="rbac.authorization.k8s.io",
+            kind="Role",
+            name="cloudburst-worker-bootstrap-tokens",
+        ),
+        subjects=[
+            client.RbacV1Subject(api_group="rbac.authorization.k8s.io", kind="User", name=user)
+        ],
+    )
+    rbac.create_namespaced_role_binding("kube-system", binding)
+    wait_until_allowed(kube_api_client, user, (), "delete", "secrets", "kube-system")
+    api = identity_client(cluster, user, user)
+    yield api
+    api.close()
+    rbac.delete_namespaced_role_binding(user, "kube-system")
+
+
 def test_an_older_claims_script_in_the_pools_namespace_is_left_when_forbidden(
-    acts, core, kubeapi, namespace, unique
+    worker_api_client, tokens_only, core, namespace, unique, serve_tenant
 ):
     """Histories from before the move name the pool's namespace for the script, where the
-    worker may read but not delete: its token still goes (the script joins nothing then)."""
+    worker may read but not delete (what `cloudburst tenant-rbac` grants it there is get):
+    its token still goes (the script joins nothing then)."""
+    serve_tenant(namespace)
+    acts = BootstrapActivities(worker_api_client)
     refs: BootstrapRefs = run(acts.prepare_bootstrap, make_input(namespace, f"burst-{unique}"))
     old_style = refs.model_copy(update={"namespace": namespace})
     core.create_namespaced_secret(
@@ -767,18 +846,17 @@ def test_an_older_claims_script_in_the_pools_namespace_is_left_when_forbidden(
             metadata=client.V1ObjectMeta(name=refs.script_secret), string_data={"userdata": "x"}
         ),
     )
-    kubeapi.forbid("delete", "secrets", namespace)
-    try:
-        run(acts.delete_bootstrap_secrets, old_style)
-        with pytest.raises(ApiException) as gone:
-            core.read_namespaced_secret(refs.token_secret, "kube-system")
-        assert gone.value.status == 404
-        assert core.read_namespaced_secret(refs.script_secret, namespace)  # left, logged
-        # Where the worker must be able to delete, a refusal is an error, not a shrug.
-        kubeapi.forbid("delete", "secrets", WORKER_NAMESPACE)
-        with pytest.raises(ApplicationError) as refused:
-            run(acts.delete_bootstrap_secrets, refs)
-        assert refused.value.type == "KubeApi403"
-    finally:
-        kubeapi.allow_all()
+    run(acts.delete_bootstrap_secrets, old_style)
+    with pytest.raises(ApiException) as gone:
+        core.read_namespaced_secret(refs.token_secret, "kube-system")
+    assert gone.value.status == 404
+    assert core.read_namespaced_secret(refs.script_secret, namespace)  # left, logged
+    # Where the worker must be able to delete, a refusal is an error, not a shrug.
+    with pytest.raises(ApplicationError) as refused:
+        run(BootstrapActivities(tokens_only).delete_bootstrap_secrets, refs)
+    assert refused.value.type == "KubeApi403"
+    assert core.read_namespaced_secret(refs.script_secret, WORKER_NAMESPACE)
     run(acts.delete_bootstrap_secrets, refs)
+    with pytest.raises(ApiException) as deleted:
+        core.read_namespaced_secret(refs.script_secret, WORKER_NAMESPACE)
+    assert deleted.value.status == 404

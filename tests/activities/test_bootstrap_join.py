@@ -1,10 +1,13 @@
-"""The join contract end to end: the script `prepare_bootstrap` renders joins a simulated
-kubelet, the node registers with the startup taint, and `label_node` lifts it."""
+"""The join contract end to end: the script `prepare_bootstrap` renders joins Kubernetes' own
+control plane as `kubeadm join` would (token discovery, TLS bootstrap through a CSR, the Node
+registered as `system:node:<name>`), the node registers with the startup taint, and
+`label_node` lifts it."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,10 +24,9 @@ from api.nodeclass import NodeClassSpec
 from api.nodepool import Taint
 from cluster.tenancy import Tenancy
 from sim.cloud import FakeCloud
-from sim.kubeapi import KubeApiServer
-from sim.kubelet import Kubelets
+from sim.controlplane.cluster import KubernetesControlPlane
+from sim.controlplane.joining import JoiningKubelets
 from sim.tailscale import TailnetStandin
-from tests.activities.conftest import WORKER_NAMESPACE
 
 STARTUP = {"key": STARTUP_TAINT, "value": "true", "effect": "NoExecute"}
 
@@ -33,7 +35,7 @@ def run(fn: Any, arg: Any) -> Any:
     return ActivityEnvironment().run(fn, arg)
 
 
-def wait_for(fn: Callable[[], Any], timeout: float = 10.0) -> Any:
+def wait_for(fn: Callable[[], Any], timeout: float = 60.0) -> Any:
     deadline = time.monotonic() + timeout
     while True:
         value = fn()
@@ -45,10 +47,13 @@ def wait_for(fn: Callable[[], Any], timeout: float = 10.0) -> Any:
 
 
 def taints_of(core: client.CoreV1Api, name: str) -> list[dict[str, Any]]:
+    """The Node's taints but those Kubernetes' node lifecycle controller puts on and takes off
+    by itself (`node.kubernetes.io/not-ready` while a joined kubelet is not Ready yet)."""
     node = core.read_node(name)
     return [
         {k: v for k, v in (("key", t.key), ("value", t.value), ("effect", t.effect)) if v}
         for t in (node.spec.taints or [])
+        if not t.key.startswith("node.kubernetes.io/")
     ]
 
 
@@ -60,8 +65,18 @@ def kube_acts(kube_api_client: client.ApiClient) -> KubeActivities:
     return KubeActivities(kube_api_client)
 
 
-def make_node(core: client.CoreV1Api, name: str, taints: list[dict[str, str]]) -> None:
+@pytest.fixture
+def make_node(
+    core: client.CoreV1Api, made_nodes: list[str]
+) -> Callable[[str, list[dict[str, str]]], None]:
+    return lambda name, taints: register_node(core, made_nodes, name, taints)
+
+
+def register_node(
+    core: client.CoreV1Api, made_nodes: list[str], name: str, taints: list[dict[str, str]]
+) -> None:
     """A node as the claim `name`'s VM (`fake/sim-1/<name>`, `labelled`) registers it."""
+    made_nodes.append(name)
     core.create_node(
         client.V1Node(
             metadata=client.V1ObjectMeta(name=name, labels={"existing": "yes"}),
@@ -78,10 +93,10 @@ def labelled(name: str, new: dict[str, str], instance_id: str | None = None) -> 
     )
 
 
-def test_label_node_lifts_the_startup_taint_and_keeps_others(kube_acts, core, unique):
+def test_label_node_lifts_the_startup_taint_and_keeps_others(kube_acts, core, make_node, unique):
     name = f"n-{unique}"
     other = {"key": "gpu", "value": "true", "effect": "NoSchedule"}
-    make_node(core, name, [other, STARTUP, {"key": "dedicated", "effect": "NoExecute"}])
+    make_node(name, [other, STARTUP, {"key": "dedicated", "effect": "NoExecute"}])
     new = {labels.NODEPOOL: "burst", labels.PROVIDER: "fake"}
 
     run(kube_acts.label_node, labelled(name, new))
@@ -93,52 +108,76 @@ def test_label_node_lifts_the_startup_taint_and_keeps_others(kube_acts, core, un
     assert core.read_node(name).metadata.labels == {"existing": "yes", **new}
 
 
-def test_label_node_when_the_startup_taint_is_the_only_one(kube_acts, core, unique):
+def test_label_node_when_the_startup_taint_is_the_only_one(kube_acts, core, make_node, unique):
     name = f"n-{unique}"
-    make_node(core, name, [STARTUP])
+    make_node(name, [STARTUP])
     run(kube_acts.label_node, labelled(name, {"a": "b"}))
     assert taints_of(core, name) == []
 
 
-def test_label_node_without_startup_taint_leaves_taints_alone(kube_acts, core, unique):
+def test_label_node_without_startup_taint_leaves_taints_alone(kube_acts, core, make_node, unique):
     name = f"n-{unique}"
     other = {"key": "gpu", "value": "true", "effect": "NoSchedule"}
-    make_node(core, name, [other])
+    make_node(name, [other])
     run(kube_acts.label_node, labelled(name, {"a": "b"}))
     assert taints_of(core, name) == [other]
     assert core.read_node(name).metadata.labels == {"existing": "yes", "a": "b"}
 
 
-# --- the sim kubelet joins the real script -------------------------------------------------
+# --- a machine joins with the real script ---------------------------------------------------
 
 
 class Sim:
     def __init__(
-        self, server: KubeApiServer, cloud: FakeCloud, kubelets: Kubelets, tailnet: TailnetStandin
+        self,
+        api: client.ApiClient,
+        namespace: str,
+        cloud: FakeCloud,
+        kubelets: JoiningKubelets,
+        tailnet: TailnetStandin,
     ) -> None:
-        self.api = server.api_client()
-        self.core = client.CoreV1Api(self.api)
+        self.api = api
+        self.core = client.CoreV1Api(api)
+        # The pool's namespace (the tailnet's Secrets are there).
+        self.namespace = namespace
         self.cloud = cloud
         self.kubelets = kubelets
         self.tailnet = tailnet
 
 
 @pytest.fixture
-def sim() -> Iterator[Sim]:
-    server = KubeApiServer(port=0)
-    server.start()
-    server.ensure_namespace(WORKER_NAMESPACE)
+def sim(
+    cluster: KubernetesControlPlane,
+    kube_api_client: client.ApiClient,
+    namespace: str,
+    tmp_path: Path,
+) -> Iterator[Sim]:
+    """The session's control plane, a fake cloud and a tailnet of this test's own, and the
+    machines that join the control plane from whatever boots on that cloud (as
+    `SimulatedCluster` wires them: addresses in 127.0.0.0/8, the tailnet's too)."""
     cloud = FakeCloud(boot_delay_s=0.05, delete_delay_s=0.05)
-    with TailnetStandin() as tailnet:
-        kubelets = Kubelets(
-            server.api_client(), cloud, ready_delay_s=0.2, poll_s=0.05, tailnet=tailnet
+    with TailnetStandin(address_prefix="127.100") as tailnet:
+        kubelets = JoiningKubelets(
+            kube_api_client,
+            [cloud],
+            ready_delay_s=0.2,
+            poll_s=0.05,
+            tailnet=tailnet,
+            api_server=cluster.url.removeprefix("https://"),
+            work_dir=tmp_path / "machines",
         )
         kubelets.start()
         try:
-            yield Sim(server, cloud, kubelets, tailnet)
+            yield Sim(kube_api_client, namespace, cloud, kubelets, tailnet)
         finally:
             kubelets.stop()
-            server.stop()
+            # A joined machine's Node is Ready (KWOK keeps it): none outlives the test.
+            for joined in list(kubelets.joined.values()):
+                try:
+                    kubelets.core.delete_node(joined.node_name)
+                except client.ApiException as err:
+                    if err.status != 404:
+                        raise
 
 
 def boot(sim: Sim, claim: str, spec: dict[str, Any]) -> str:
@@ -153,7 +192,7 @@ def boot(sim: Sim, claim: str, spec: dict[str, Any]) -> str:
         BootstrapActivities(sim.api, tenancy).prepare_bootstrap,
         BootstrapInput(
             claim_name=claim,
-            namespace="default",
+            namespace=sim.namespace,
             node_pool="burst",
             node_class_name="default",
             node_class=node_class,
@@ -187,13 +226,14 @@ def class_spec(sim: Sim, tailscale: str) -> dict[str, Any]:
 
 def put(sim: Sim, name: str, data: dict[str, str]) -> None:
     sim.core.create_namespaced_secret(
-        "default", client.V1Secret(metadata=client.V1ObjectMeta(name=name), string_data=data)
+        sim.namespace,
+        client.V1Secret(metadata=client.V1ObjectMeta(name=name), string_data=data),
     )
 
 
 @pytest.mark.parametrize("tailscale", ["off", "reusable", "minted"])
-def test_sim_kubelet_joins_a_vm_booted_with_the_script(sim: Sim, tailscale: str) -> None:
-    claim = "burst-j0in" + tailscale[0]
+def test_a_vm_booted_with_the_script_joins(sim: Sim, tailscale: str, unique: str) -> None:
+    claim = f"burst-j0in{tailscale[0]}-{unique}"
     iid = boot(sim, claim, class_spec(sim, tailscale))
 
     def registered() -> Any:
@@ -228,14 +268,15 @@ def test_sim_kubelet_joins_a_vm_booted_with_the_script(sim: Sim, tailscale: str)
     assert taints_of(sim.core, claim) == [{"key": "gpu", "value": "true", "effect": "NoSchedule"}]
 
 
-def test_a_minted_key_joins_one_node_only(sim: Sim) -> None:
+def test_a_minted_key_joins_one_node_only(sim: Sim, unique: str) -> None:
     """Single-use: the key in one VM's user data joins no second machine."""
     spec = class_spec(sim, "minted")
-    iid = boot(sim, "burst-once", spec)
-    assert wait_for(lambda: sim.kubelets.node_for(iid)) == "burst-once"
+    claim = f"burst-once-{unique}"
+    iid = boot(sim, claim, spec)
+    assert wait_for(lambda: sim.kubelets.node_for(iid)) == claim
     script = sim.cloud.peek(iid)["user_data"]
     copy = sim.cloud.create_instance(
-        name="burst-copy", region="sim-2", instance_type="fk-medium", user_data=script
+        name=f"burst-copy-{unique}", region="sim-2", instance_type="fk-medium", user_data=script
     )
     failure = wait_for(lambda: sim.kubelets.join_failures.get(str(copy["id"])))
     assert "tailscale up failed" in failure and "single-use" in failure

@@ -1,5 +1,5 @@
 """create/get/delete_instance as the worker runs them: the real provider modules and SDKs,
-the cloud stand-ins over HTTP, the credential Secret in the Kubernetes API emulator.
+the cloud stand-ins over HTTP, the credential Secret in Kubernetes' own API server.
 
 What matters most here: a delete never gives up while the VM may still exist.
 """

@@ -1,4 +1,9 @@
-"""Node activities (label, cordon, drain, delete, state) against the Kubernetes API emulator."""
+"""Node activities (label, cordon, drain, delete, state) against Kubernetes' own API server.
+
+No kubelet runs the Nodes made here: their status and their pods' are written by the test, and
+the pods end the moment they are deleted (a grace period of 0, as a kubelet would end them).
+They tolerate the Nodes' own NoExecute taint, as pods running on such a Node do (the taint
+eviction controller deletes every pod that does not)."""
 
 from __future__ import annotations
 
@@ -17,12 +22,26 @@ from temporalio.testing import ActivityEnvironment
 
 from activities.credentials import read_secret_value
 from activities.heartbeat import heartbeating, sleep_heartbeating
-from activities.kube import KubeActivities
+from activities.kube import MERGE_PATCH, KubeActivities
 from api import labels
 from api._base import SecretKeyRef
 from api.messages import DrainInput, DrainResult, LabelNodeInput, NodeRef, NodeState
 
 # --- helpers: build the world the activities act on -------------------------------------
+
+# The taints Kubernetes' node lifecycle controller puts on and takes off a Node by itself
+# (`node.kubernetes.io/unschedulable` on a cordoned one, `not-ready` / `unreachable`):
+# not the activities' to keep or lift, and left out of what is compared here.
+CONTROL_PLANE_TAINTS = "node.kubernetes.io/"
+# The DaemonSet the DaemonSet pods here belong to (the garbage collector deletes a pod whose
+# owner does not exist); it selects no Node, so its controller makes no pod of its own.
+OWNER_DAEMONSET = "owner"
+
+
+def taints(spec: client.V1NodeSpec) -> list[tuple[str, str]]:
+    return [
+        (t.key, t.effect) for t in spec.taints or [] if not t.key.startswith(CONTROL_PLANE_TAINTS)
+    ]
 
 
 def make_node(
@@ -47,6 +66,37 @@ def make_node(
                 ]
             }
         },
+        _content_type=MERGE_PATCH,
+    )
+
+
+def daemonset_owner(core: client.CoreV1Api, namespace: str) -> client.V1OwnerReference:
+    """The namespace's DaemonSet `owner`, made the first time (no Node matches its selector)."""
+    apps = client.AppsV1Api(core.api_client)
+    selected = {"app": "owner-daemonset"}
+    try:
+        apps.create_namespaced_daemon_set(
+            namespace,
+            client.V1DaemonSet(
+                metadata=client.V1ObjectMeta(name=OWNER_DAEMONSET),
+                spec=client.V1DaemonSetSpec(
+                    selector=client.V1LabelSelector(match_labels=selected),
+                    template=client.V1PodTemplateSpec(
+                        metadata=client.V1ObjectMeta(labels=selected),
+                        spec=client.V1PodSpec(
+                            node_selector={"cloudburst.test/no-such-node": "true"},
+                            containers=[client.V1Container(name="agent", image="agent")],
+                        ),
+                    ),
+                ),
+            ),
+        )
+    except ApiException as err:
+        if err.status != 409:
+            raise
+    owner = apps.read_namespaced_daemon_set(OWNER_DAEMONSET, namespace)
+    return client.V1OwnerReference(
+        api_version="apps/v1", kind="DaemonSet", name=OWNER_DAEMONSET, uid=owner.metadata.uid
     )
 
 
@@ -63,11 +113,8 @@ def make_pod(
 ) -> None:
     owners = None
     if owner_kind:
-        owners = [
-            client.V1OwnerReference(
-                api_version="apps/v1", kind=owner_kind, name="owner", uid=f"uid-{name}"
-            )
-        ]
+        assert owner_kind == "DaemonSet"
+        owners = [daemonset_owner(core, namespace)]
     annotations = {"kubernetes.io/config.mirror": "hash"} if mirror else None
     core.create_namespaced_pod(
         namespace,
@@ -79,7 +126,10 @@ def make_pod(
                 annotations=annotations,
             ),
             spec=client.V1PodSpec(
-                node_name=node, containers=[client.V1Container(name="c", image="busybox")]
+                node_name=node,
+                containers=[client.V1Container(name="c", image="busybox")],
+                termination_grace_period_seconds=0,
+                tolerations=[client.V1Toleration(key="other", operator="Exists")],
             ),
         ),
     )
@@ -88,6 +138,7 @@ def make_pod(
         name,
         namespace,
         {"status": {"phase": phase, "conditions": [{"type": "Ready", "status": ready}]}},
+        _content_type=MERGE_PATCH,
     )
 
 
@@ -130,8 +181,9 @@ def acts(kube_api_client: client.ApiClient) -> KubeActivities:
 
 
 @pytest.fixture
-def node(core: client.CoreV1Api, unique: str) -> str:
+def node(core: client.CoreV1Api, unique: str, made_nodes: list[str]) -> str:
     name = f"node-{unique}"
+    made_nodes.append(name)
     make_node(core, name)
     return name
 
@@ -211,8 +263,7 @@ def test_cordon_taints_once_and_keeps_other_taints(acts, core, node):
     run(acts.cordon_node, ref(node))
     spec = core.read_node(node).spec
     assert spec.unschedulable is True
-    taints = [(t.key, t.effect) for t in spec.taints]
-    assert sorted(taints) == sorted(
+    assert sorted(taints(spec)) == sorted(
         [(labels.DISRUPTED_TAINT, "NoSchedule"), ("other", "NoExecute")]
     )
 
@@ -223,7 +274,7 @@ def test_uncordon_undoes_only_our_cordon(acts, core, node):
     run(acts.uncordon_node, ref(node))  # again: nothing left to undo
     spec = core.read_node(node).spec
     assert not spec.unschedulable
-    assert [(t.key, t.effect) for t in spec.taints] == [("other", "NoExecute")]
+    assert taints(spec) == [("other", "NoExecute")]
     run(acts.uncordon_node, ref("ghost-node-never-made"))
 
 
@@ -276,12 +327,10 @@ def test_cordon_and_look_cordons_then_sees_pods_bound_meanwhile(acts, core, node
     assert looked(state) == NodeState(exists=True, ready=True, empty=False, pod_count=1)
     spec = core.read_node(node).spec
     assert spec.unschedulable is True
-    assert (labels.DISRUPTED_TAINT, "NoSchedule") in [(t.key, t.effect) for t in spec.taints]
+    assert (labels.DISRUPTED_TAINT, "NoSchedule") in taints(spec)
 
 
-def test_cordon_and_look_waits_for_a_bind_the_scheduler_had_under_way(
-    acts, core, node, namespace
-):
+def test_cordon_and_look_waits_for_a_bind_the_scheduler_had_under_way(acts, core, node, namespace):
     """kube-scheduler binds asynchronously: a pod placed on the node before the scheduler saw
     the cordon is bound just after it. Bound right after the cordon here, it must still be
     seen, or the node would be deleted under it."""
@@ -303,8 +352,9 @@ def test_cordon_and_look_waits_for_a_bind_the_scheduler_had_under_way(
     assert looked(state) == NodeState(exists=True, ready=True, empty=False, pod_count=1)
 
 
-def test_node_state_not_ready(acts, core, unique):
+def test_node_state_not_ready(acts, core, unique, made_nodes):
     name = f"node-{unique}"
+    made_nodes.append(name)
     make_node(core, name, ready=False)
     state: NodeState = run(acts.get_node_state, ref(name))
     assert state.exists and not state.ready and state.empty
@@ -337,7 +387,7 @@ def test_drain_evicts_workloads_and_leaves_system_pods(acts, core, node, namespa
 def test_drain_waits_on_pdb_then_forces(acts, core, node, namespace, kube_api_client):
     make_pod(core, namespace, "guarded", node, app="db")
     make_pdb(kube_api_client, namespace, "db")
-    # The budget really refuses: the emulator answers 429.
+    # The budget really refuses: the API server answers 429.
     with pytest.raises(ApiException) as refused:
         core.create_namespaced_pod_eviction(
             "guarded",
@@ -435,9 +485,10 @@ def test_sleep_heartbeating_stops_on_cancel():
 
 
 @pytest.fixture
-def stranger(core: client.CoreV1Api, unique: str) -> str:
+def stranger(core: client.CoreV1Api, unique: str, made_nodes: list[str]) -> str:
     """A node registered under a claim's name by another machine (another providerID)."""
     name = f"node-{unique}"
+    made_nodes.append(name)
     make_node(core, name, provider_id="fake:///sim-1/someone-elses-vm")
     return name
 
@@ -453,7 +504,7 @@ def test_a_stranger_of_the_claims_name_is_neither_labelled_cordoned_nor_deleted(
     after = core.read_node(stranger)  # still there, untouched
     assert after.metadata.labels == before.metadata.labels == {"existing": "yes"}
     assert not after.spec.unschedulable
-    assert [t.key for t in after.spec.taints] == ["other"]
+    assert taints(after.spec) == [("other", "NoExecute")]
 
 
 def test_a_stranger_is_never_drained(acts, core, namespace, stranger):
@@ -463,10 +514,11 @@ def test_a_stranger_is_never_drained(acts, core, namespace, stranger):
     assert core.read_namespaced_pod("web-1", namespace).metadata.deletion_timestamp is None
 
 
-def test_a_node_without_a_provider_id_is_nobodys(acts, core, unique):
+def test_a_node_without_a_provider_id_is_nobodys(acts, core, unique, made_nodes):
     """A kubelet that set no providerID (no --provider-id, no cloud-controller-manager) proves
     nothing: its node is not acted on either."""
     name = f"node-{unique}"
+    made_nodes.append(name)
     core.create_node(client.V1Node(metadata=client.V1ObjectMeta(name=name)))
     run(acts.delete_node, ref(name))
     assert core.read_node(name).metadata.name == name

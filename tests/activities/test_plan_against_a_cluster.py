@@ -1,5 +1,5 @@
-"""`cloudburst plan` against a cluster (the API emulator over HTTP, as `cloudburst dev` serves
-it): the cluster's pool takes the file's pods, each node carries the DaemonSets that would
+"""`cloudburst plan` against a cluster (Kubernetes' own API server, with the kubeconfig of its
+administrator: TLS and a client certificate): the cluster's pool takes the file's pods, each node carries the DaemonSets that would
 run on it, nothing is created, and the command loads neither Temporal's SDK nor the client's
 models of a whole pod (issue #45: a plan answers well under a second; what is asserted is
 what it loaded, never how long it took)."""
@@ -13,7 +13,7 @@ from typing import Any
 import yaml
 from kubernetes import client
 
-from sim.kubeapi import KubeApiServer
+from sim.controlplane.cluster import KubernetesControlPlane
 from tests.activities.test_planning_activity import daemonset
 from tests.unit.test_plan_imports import run_plan
 
@@ -29,7 +29,7 @@ NOT_LOADED = (
 
 
 def test_a_plan_against_the_cluster_takes_its_pool_and_its_daemonsets_and_starts_nothing(
-    kubeapi: KubeApiServer,
+    cluster: KubernetesControlPlane,
     kube_api_client: client.ApiClient,
     namespace: str,
     tmp_path: Path,
@@ -71,7 +71,7 @@ def test_a_plan_against_the_cluster_takes_its_pool_and_its_daemonsets_and_starts
     )
     pods = tmp_path / "pods.yaml"
     pods.write_text(yaml.safe_dump(_deployment(namespace, toleration)))
-    kubeconfig = kubeapi.write_kubeconfig(tmp_path / "kubeconfig")
+    kubeconfig = cluster.write_kubeconfig(tmp_path / "kubeconfig")
 
     def plan(report: str) -> tuple[dict[str, Any], list[str]]:
         done, ran = run_plan(

@@ -1,9 +1,13 @@
-"""`plan_capacity` over HTTP: DaemonSets from the Kubernetes API emulator, offerings from the
-fake cloud's catalog endpoint and the built-in catalog."""
+"""`plan_capacity` over HTTP: DaemonSets from Kubernetes' own API server, offerings from the
+fake cloud's catalog endpoint and the built-in catalog.
+
+DaemonSets are listed cluster-wide: the ones a test here makes are deleted before it ends, and
+no other test of the session keeps one."""
 
 from __future__ import annotations
 
 import base64
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -12,6 +16,7 @@ from kubernetes import client as k8s
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
+from activities.kube import MERGE_PATCH
 from activities.planning.activity import PlanningActivities
 from activities.planning.config import PlanningConfig
 from activities.planning.consolidation import ConsolidationActivities
@@ -22,20 +27,18 @@ from api.nodepool.messages import ConsolidationInput
 from api.planning import PlanRequest, PodDemand, Resources
 from cluster.tenancy import Tenancy
 from sim.cloud import FakeCloud, FakeCloudServer, FakeInstanceType
-from sim.kubeapi import KubeApiServer
+from tests.activities.conftest import create_namespace
 
 TOKEN = "fake-cloud-token"
-NS = "burst"
+# The pools' namespace, this module's own in the session's cluster.
+NS = f"burst-{uuid.uuid4().hex[:8]}"
 
 
 @pytest.fixture(scope="module")
-def planning_kube() -> Iterator[k8s.ApiClient]:
-    """An emulator of our own: DaemonSets are listed cluster-wide, so no other test's may leak in."""
-    server = KubeApiServer(port=0)
-    server.start()
-    api = server.api_client()
+def planning_kube(kube_api_client: k8s.ApiClient) -> k8s.ApiClient:
+    api = kube_api_client
     core = k8s.CoreV1Api(api)
-    core.create_namespace(k8s.V1Namespace(metadata=k8s.V1ObjectMeta(name=NS)))
+    create_namespace(core, NS)
     core.create_namespaced_secret(
         NS,
         k8s.V1Secret(
@@ -43,9 +46,7 @@ def planning_kube() -> Iterator[k8s.ApiClient]:
             data={"token": base64.b64encode(TOKEN.encode()).decode()},
         ),
     )
-    yield api
-    api.close()
-    server.stop()
+    return api
 
 
 @pytest.fixture(scope="module")
@@ -284,16 +285,27 @@ def consolidation_input(url: str, node: str) -> ConsolidationInput:
     )  # fmt: skip
 
 
+def make_node(core: k8s.CoreV1Api, name: str) -> None:
+    """A cloud node of the pool (no kubelet: its allocatable written here)."""
+    core.create_node(k8s.V1Node(metadata=k8s.V1ObjectMeta(name=name)))
+    core.patch_node_status(
+        name,
+        {"status": {"allocatable": {"cpu": "3920m", "memory": "6Gi", "pods": "110"}}},
+        _content_type=MERGE_PATCH,
+    )
+
+
 def test_consolidation_moves_a_cloud_node_to_a_machine_once_one_is_free(
-    planning_kube: k8s.ApiClient, rack: tuple[FakeCloud, str]
+    planning_kube: k8s.ApiClient,
+    rack: tuple[FakeCloud, str],
+    unique: str,
+    made_nodes: list[str],
 ) -> None:
     cloud, url = rack
     core = k8s.CoreV1Api(planning_kube)
-    node = "shop-cloud-1"
-    core.create_node(k8s.V1Node(metadata=k8s.V1ObjectMeta(name=node)))
-    core.patch_node_status(
-        node, {"status": {"allocatable": {"cpu": "3920m", "memory": "6Gi", "pods": "110"}}}
-    )
+    node = f"shop-cloud-{unique}"
+    made_nodes.append(node)
+    make_node(core, node)
     for i in range(2):
         core.create_namespaced_pod(
             NS,
@@ -332,17 +344,18 @@ def test_consolidation_moves_a_cloud_node_to_a_machine_once_one_is_free(
 
 
 def test_at_the_floor_a_node_is_replaced_by_a_free_machine_never_deleted(
-    planning_kube: k8s.ApiClient, rack: tuple[FakeCloud, str]
+    planning_kube: k8s.ApiClient,
+    rack: tuple[FakeCloud, str],
+    unique: str,
+    made_nodes: list[str],
 ) -> None:
     """A static pool (minNodes 1): its empty node is not consolidated away (the floor would
     start another at once), but moves to a machine of the operator's once one is free."""
     cloud, url = rack
     core = k8s.CoreV1Api(planning_kube)
-    node = "shop-floor-1"
-    core.create_node(k8s.V1Node(metadata=k8s.V1ObjectMeta(name=node)))
-    core.patch_node_status(
-        node, {"status": {"allocatable": {"cpu": "3920m", "memory": "6Gi", "pods": "110"}}}
-    )
+    node = f"shop-floor-{unique}"
+    made_nodes.append(node)
+    make_node(core, node)
     held = [use_a_machine(cloud, f"floor-busy-{i}") for i in range(2)]
     request = consolidation_input(url, node)
     request.pool.limits.min_nodes = 1

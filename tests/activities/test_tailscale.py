@@ -18,7 +18,6 @@ from api import labels
 from api.messages import BootstrapInput, BootstrapRefs, TailnetDeviceRef
 from api.nodeclass import NodeClassSpec
 from cluster.tenancy import Tenancy
-from sim.kubeapi import KubeApiServer
 from sim.tailscale import TailnetStandin
 from tests.activities.conftest import WORKER_NAMESPACE
 
@@ -147,17 +146,17 @@ def test_a_wrong_oauth_client_names_the_secret_never_a_value(
 
 
 def test_an_api_endpoint_the_operator_does_not_allow_is_refused_before_any_call(
-    kube_api_client, core, kubeapi, namespace, unique, tailnet
+    kube_api_client, core, audit, namespace, unique, tailnet
 ) -> None:
     oauth_secret(core, namespace, tailnet.oauth_secret_data())
-    since = kubeapi.audit_mark()
+    since = audit.mark()
     with pytest.raises(ApplicationError) as caught:
         bootstrap(kube_api_client, Tenancy(), namespace, f"burst-{unique}", spec(tailnet))
     assert caught.value.type == "InvalidConfiguration"
     assert "spec.tailscale.apiEndpoint" in str(caught.value)
     assert "CLOUDBURST_ALLOWED_ENDPOINTS[tailscale]" in str(caught.value)
     assert tailnet.requests() == []
-    assert not [r for r in kubeapi.audit(after=since) if r.resource == "secrets"]
+    assert not [r for r in audit.since(since) if r.resource == "secrets"]
 
 
 # --- remove_tailnet_device ------------------------------------------------------------------
@@ -222,21 +221,22 @@ def test_secret_values_stay_out_of_what_the_activities_return(
     assert token not in dumped and refs.token_expires_at > datetime.now(UTC)
 
 
-def test_worker_namespace_missing_is_a_configuration_error(tailnet) -> None:
-    with KubeApiServer(port=0) as server:
-        api = server.api_client()
-        with pytest.raises(ApplicationError) as caught:
-            bootstrap(
-                api,
-                Tenancy(),
-                "default",
-                "burst-nons",
-                NodeClassSpec.model_validate(
-                    {"fake": {}, "join": {"hostApiServer": "https://100.64.0.1:6443"}}
-                ),
-            )
-        assert caught.value.type == "InvalidConfiguration"
-        assert "cloudburst-system" in str(caught.value) and "CLOUDBURST_WORKER_NAMESPACE" in str(
-            caught.value
+def test_worker_namespace_missing_is_a_configuration_error(
+    kube_api_client, core, namespace, unique
+) -> None:
+    missing = f"cloudburst-nowhere-{unique}"  # the worker's namespace, never created
+    with pytest.raises(ApplicationError) as caught:
+        bootstrap(
+            kube_api_client,
+            Tenancy(worker_namespace=missing),
+            namespace,
+            f"burst-nons-{unique}",
+            NodeClassSpec.model_validate(
+                {"fake": {}, "join": {"hostApiServer": "https://100.64.0.1:6443"}}
+            ),
         )
-        api.close()
+    assert caught.value.type == "InvalidConfiguration"
+    assert missing in str(caught.value) and "CLOUDBURST_WORKER_NAMESPACE" in str(caught.value)
+    # No token was minted for a script that could not be written.
+    selector = f"{labels.NODECLAIM}=burst-nons-{unique}"
+    assert core.list_namespaced_secret("kube-system", label_selector=selector).items == []

@@ -1,11 +1,16 @@
 """Confinement in the activities: a claim or a GC scope the operator does not allow reads no
-Secret and calls no endpoint (the second line behind the trigger's refusal)."""
+Secret and calls no endpoint (the second line behind the trigger's refusal).
+
+The activities run as the worker (`worker_api_client`: deploy/base/rbac.yaml's rights, and
+`cloudburst tenant-rbac`'s in the namespaces it serves), so a Secret they leave unread is one
+they could have read, and one outside what they are granted would be refused; the API server's
+audit log says what they asked for."""
 
 from __future__ import annotations
 
 import base64
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -26,7 +31,8 @@ from api.nodepool import NodePoolSpec
 from api.planning import PlanRequest
 from cluster.tenancy import ENDPOINT_NOT_ALLOWED, NAMESPACE_NOT_SERVED, Tenancy, url_parts
 from sim.clouds.base import Request, Response, StandinHTTPServer
-from sim.kubeapi import KubeApiServer
+from sim.controlplane.cluster import AuditRecord
+from tests.activities.conftest import WORKER_USER, AuditLog, create_namespace
 
 
 class Listener:
@@ -82,8 +88,9 @@ def hetzner_class(endpoint: str | None) -> NodeClassSpec:
     )
 
 
-def secret_reads(kubeapi: KubeApiServer, since: int) -> list[Any]:
-    return [r for r in kubeapi.audit(after=since) if r.resource == "secrets"]
+def secret_reads(audit: AuditLog, since: int) -> list[AuditRecord]:
+    """The worker's requests for Secrets since `since`."""
+    return [r for r in audit.since(since, user=WORKER_USER) if r.resource == "secrets"]
 
 
 def instance_ref(namespace: str, node_class: NodeClassSpec) -> InstanceRef:
@@ -105,26 +112,29 @@ def failure(fn: Any, arg: Any) -> ApplicationError:
 
 
 def test_an_endpoint_not_allowed_is_refused_before_the_secret_or_the_call(
-    kube_api_client, core, kubeapi, namespace, listener
+    worker_api_client, core, audit, namespace, serve_tenant, listener
 ) -> None:
     credential(core, namespace, "hcloud-token-of-the-namespace")
-    acts = ComputeActivities(kube_api_client, Tenancy())
-    since = kubeapi.audit_mark()
+    serve_tenant(namespace)  # the worker may read it: it must not
+    acts = ComputeActivities(worker_api_client, Tenancy())
+    since = audit.mark()
     err = failure(acts.get_instance, instance_ref(namespace, hetzner_class(listener.url)))
     assert err.type == "InvalidConfiguration" and err.non_retryable
     assert err.details == (ENDPOINT_NOT_ALLOWED,)
     assert "spec.hetzner.endpoint" in err.message
     assert "CLOUDBURST_ALLOWED_ENDPOINTS[hetzner]" in err.message
-    assert listener.hits == [] and secret_reads(kubeapi, since) == []
+    assert listener.hits == [] and secret_reads(audit, since) == []
 
 
 def test_an_allowed_endpoint_gets_the_call(
-    kube_api_client, core, kubeapi, namespace, listener
+    worker_api_client, core, namespace, serve_tenant, listener
 ) -> None:
-    """The same NodeClass once the operator allows the address: the token goes there."""
+    """The same NodeClass once the operator allows the address: the token goes there (read
+    with what `cloudburst tenant-rbac` grants the worker)."""
     credential(core, namespace, "hcloud-token-of-the-namespace")
+    serve_tenant(namespace)
     tenancy = Tenancy(allowed_endpoints={"hetzner": (listener.url,)})
-    acts = ComputeActivities(kube_api_client, tenancy)
+    acts = ComputeActivities(worker_api_client, tenancy)
     with pytest.raises(Exception):  # noqa: B017 - the listener is no Hetzner
         ActivityEnvironment().run(
             acts.get_instance, instance_ref(namespace, hetzner_class(f"{listener.url}/v1"))
@@ -133,22 +143,25 @@ def test_an_allowed_endpoint_gets_the_call(
     assert listener.hits[0][2]["authorization"] == "Bearer hcloud-token-of-the-namespace"
 
 
-def test_a_namespace_not_served_is_refused_unread(kube_api_client, core, kubeapi, namespace):
+def test_a_namespace_not_served_is_refused_unread(worker_api_client, core, audit, namespace):
+    """Not served, so not granted either (an operator runs `cloudburst tenant-rbac` for the
+    namespaces it lists): a read would be refused, and logged."""
     credential(core, namespace, "hcloud-token-of-the-namespace")
-    acts = ComputeActivities(kube_api_client, Tenancy(namespaces=frozenset({"team-a"})))
-    since = kubeapi.audit_mark()
+    acts = ComputeActivities(worker_api_client, Tenancy(namespaces=frozenset({"team-a"})))
+    since = audit.mark()
     err = failure(acts.delete_instance, instance_ref(namespace, hetzner_class(None)))
     # Deletion retries every error (a VM must not outlive its claim), visibly.
     assert err.type == "InvalidConfiguration" and not err.non_retryable
     assert f"namespace {namespace} is not one this Cloudburst serves" in err.message
     assert "CLOUDBURST_TENANT_NAMESPACES" in err.message and err.details == (NAMESPACE_NOT_SERVED,)
-    assert secret_reads(kubeapi, since) == []
+    assert secret_reads(audit, since) == []
 
 
 def test_planning_asks_no_fake_cloud_the_operator_does_not_allow(
-    kube_api_client, core, kubeapi, namespace, listener
+    worker_api_client, core, audit, namespace, serve_tenant, listener
 ) -> None:
     credential(core, namespace, "fake-cloud-token")
+    serve_tenant(namespace)
     node_class = NodeClassSpec.model_validate(
         {
             "fake": {
@@ -166,67 +179,78 @@ def test_planning_asks_no_fake_cloud_the_operator_does_not_allow(
         namespace=namespace,
         node_class=node_class,
     )
-    acts = PlanningActivities(kube_api_client, config=PlanningConfig(), tenancy=Tenancy())
-    since = kubeapi.audit_mark()
+    acts = PlanningActivities(worker_api_client, config=PlanningConfig(), tenancy=Tenancy())
+    since = audit.mark()
     err = failure(acts.plan_capacity, request)
     assert err.type == "InvalidConfiguration" and "spec.fake.endpoint" in err.message
-    assert listener.hits == [] and secret_reads(kubeapi, since) == []
+    assert listener.hits == [] and secret_reads(audit, since) == []
 
 
-def test_orphan_gc_skips_what_it_may_not_reach(listener: Listener) -> None:
+def test_orphan_gc_skips_what_it_may_not_reach(
+    worker_api_client,
+    kube_api_client,
+    core,
+    audit,
+    unique,
+    serve_tenant: Callable[[str], None],
+    listener: Listener,
+) -> None:
     """Every NodeClass in the cluster is listed, and only served ones with allowed
-    endpoints and own-namespace Secrets get their credential read and their cloud called."""
-    with KubeApiServer(port=0) as server:
-        api = server.api_client()
-        core = client.CoreV1Api(api)
-        custom = client.CustomObjectsApi(api)
-        for ns in ("team-a", "team-b", "other"):
-            core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=ns)))
-            credential(core, ns, f"token-of-{ns}")
+    endpoints and own-namespace Secrets get their credential read and their cloud called.
 
-        def node_class(ns: str, name: str, block: dict[str, Any]) -> None:
-            custom.create_namespaced_custom_object(
-                "cloudburst.io",
-                "v1alpha1",
-                ns,
-                "nodeclasses",
-                {
-                    "apiVersion": "cloudburst.io/v1alpha1",
-                    "kind": "NodeClass",
-                    "metadata": {"name": name, "namespace": ns},
-                    "spec": {"fake": block, "join": {"hostApiServer": "https://10.0.0.1:6443"}},
-                },
-            )
+    The cluster is the session's: other tests' NodeClasses are listed too, so what is checked
+    is what became of this test's, in namespaces of its own."""
+    team_a, team_b, other = (f"{ns}-{unique}" for ns in ("team-a", "team-b", "other"))
+    custom = client.CustomObjectsApi(kube_api_client)
+    for ns in (team_a, team_b, other):
+        create_namespace(core, ns)
+        credential(core, ns, f"token-of-{ns}")
+    for ns in (team_a, team_b):  # what an operator serving them grants the worker
+        serve_tenant(ns)
 
-        ref = {"name": "creds", "key": "token"}
-        allowed = f"{listener.url}/allowed"
-        node_class("team-a", "good", {"endpoint": allowed, "apiTokenSecretRef": ref})
-        node_class(
-            "team-a", "elsewhere", {"endpoint": f"{listener.url}/evil", "apiTokenSecretRef": ref}
+    def node_class(ns: str, name: str, block: dict[str, Any]) -> None:
+        custom.create_namespaced_custom_object(
+            "cloudburst.io",
+            "v1alpha1",
+            ns,
+            "nodeclasses",
+            {
+                "apiVersion": "cloudburst.io/v1alpha1",
+                "kind": "NodeClass",
+                "metadata": {"name": name, "namespace": ns},
+                "spec": {"fake": block, "join": {"hostApiServer": "https://10.0.0.1:6443"}},
+            },
         )
-        node_class(
-            "team-a",
-            "cross",
-            {"endpoint": allowed, "apiTokenSecretRef": {**ref, "namespace": "team-b"}},
-        )
-        node_class("other", "unserved", {"endpoint": allowed, "apiTokenSecretRef": ref})
-        tenancy = Tenancy(
-            namespaces=frozenset({"team-a", "team-b"}), allowed_endpoints={"fake": (allowed,)}
-        )
-        since = server.audit_mark()
-        inventory = ActivityEnvironment().run(
-            GcActivities(api, tenancy).collect_orphans, OrphanGcInput(cluster_id="c")
-        )
-        reads = {(r.namespace, r.name) for r in server.audit(after=since) if r.verb == "get"}
-        assert reads == {("team-a", "creds")}
-        assert {p for _, p, _ in listener.hits} <= {"/allowed/v1/instances", "/allowed/instances"}
-        assert {h[2]["authorization"] for h in listener.hits} == {"Bearer token-of-team-a"}
-        assert [s.node_class_name for s in inventory.scopes] == ["good"]
-        errors = " | ".join(inventory.errors)
-        assert "team-a/elsewhere fake: EndpointNotAllowed" in errors
-        assert "other/unserved fake: NamespaceNotServed" in errors
-        assert "team-a/cross: invalid" in errors
-        api.close()
+
+    ref = {"name": "creds", "key": "token"}
+    allowed = f"{listener.url}/allowed"
+    node_class(team_a, "good", {"endpoint": allowed, "apiTokenSecretRef": ref})
+    node_class(team_a, "elsewhere", {"endpoint": f"{listener.url}/evil", "apiTokenSecretRef": ref})
+    node_class(
+        team_a, "cross", {"endpoint": allowed, "apiTokenSecretRef": {**ref, "namespace": team_b}}
+    )
+    node_class(other, "unserved", {"endpoint": allowed, "apiTokenSecretRef": ref})
+    tenancy = Tenancy(
+        namespaces=frozenset({team_a, team_b}), allowed_endpoints={"fake": (allowed,)}
+    )
+    since = audit.mark()
+    inventory = ActivityEnvironment().run(
+        GcActivities(worker_api_client, tenancy).collect_orphans, OrphanGcInput(cluster_id="c")
+    )
+    mine = {team_a, team_b, other}
+    reads = {
+        (r.namespace, r.name)
+        for r in audit.since(since, user=WORKER_USER)
+        if r.verb == "get" and r.namespace in mine
+    }
+    assert reads == {(team_a, "creds")}
+    assert {p for _, p, _ in listener.hits} <= {"/allowed/v1/instances", "/allowed/instances"}
+    assert {h[2]["authorization"] for h in listener.hits} == {f"Bearer token-of-{team_a}"}
+    assert [s.node_class_name for s in inventory.scopes if s.namespace in mine] == ["good"]
+    errors = " | ".join(inventory.errors)
+    assert f"{team_a}/elsewhere fake: EndpointNotAllowed" in errors
+    assert f"{other}/unserved fake: NamespaceNotServed" in errors
+    assert f"{team_a}/cross: invalid" in errors
 
 
 @pytest.mark.parametrize(
@@ -260,7 +284,7 @@ def test_url_parts_refuses_what_could_hide_a_host() -> None:
 
 
 def test_bootstrap_for_an_offering_not_allowed_mints_nothing(
-    kube_api_client, core, kubeapi, namespace, listener
+    worker_api_client, audit, namespace, listener
 ) -> None:
     """Refused in prepare_bootstrap, a claim fails before it launches anything: no token, no
     script, no VM for its cleanup to look for behind the refused endpoint."""
@@ -270,9 +294,9 @@ def test_bootstrap_for_an_offering_not_allowed_mints_nothing(
             "join": {"hostApiServer": "https://10.0.0.1:6443"},
         }
     )
-    since = kubeapi.audit_mark()
+    since = audit.mark()
     err = failure(
-        BootstrapActivities(kube_api_client, Tenancy()).prepare_bootstrap,
+        BootstrapActivities(worker_api_client, Tenancy()).prepare_bootstrap,
         BootstrapInput(
             claim_name="burst-refused",
             namespace=namespace,
@@ -283,5 +307,5 @@ def test_bootstrap_for_an_offering_not_allowed_mints_nothing(
         ),
     )
     assert err.type == "InvalidConfiguration" and err.details == (ENDPOINT_NOT_ALLOWED,)
-    assert [r for r in kubeapi.audit(after=since) if r.resource == "secrets"] == []
+    assert secret_reads(audit, since) == []
     assert listener.hits == []

@@ -49,8 +49,8 @@ def test_the_simulator_wheel_holds_the_simulator_and_its_data(
     checkout: Path, tmp_path: Path
 ) -> None:
     files = wheel_files(checkout / "simulator", tmp_path)
-    assert "sim/kubeapi/server.py" in files
-    assert "sim/kubeapi/builtin_schemas.json" in files
-    assert "sim/kubeapi/crds/cloudburst.io_nodepools.yaml" in files
+    assert "sim/controlplane/cluster.py" in files
+    assert "sim/controlplane/stages/pod-ready.yaml" in files
+    assert "sim/controlplane/crds/cloudburst.io_nodepools.yaml" in files
     assert "sim/clouds/price_fixtures/digitalocean.json" in files
     assert [f for f in files if f.split("/", 1)[0] in ("api", "cli", "worker", "workflows")] == []

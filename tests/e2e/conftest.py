@@ -15,7 +15,7 @@ from kubernetes import client as k8s
 from temporalio.client import Client
 
 from sim.cluster import SimulatedCluster
-from tests.conftest import SecretRecorder, control_plane
+from tests.conftest import SecretRecorder
 from tests.e2e.harness import Stack, stack_on
 from tests.histories import export, export_dir, session_histories
 
@@ -36,8 +36,7 @@ async def histories_handed_over(
     yield
     directory = export_dir()
     if directory is not None:
-        # Named for the control plane too: `make test` runs two sessions of workers.
-        session = f"{control_plane()}-{os.environ.get('PYTEST_XDIST_WORKER', 'main')}"
+        session = os.environ.get("PYTEST_XDIST_WORKER", "main")
         histories = await session_histories(temporal_client)
         export(directory, session, histories, secrets_recorded.values)
 

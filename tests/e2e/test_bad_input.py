@@ -11,10 +11,8 @@ from __future__ import annotations
 import copy
 import logging
 import random
-import secrets
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from functools import partial
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,29 +20,18 @@ import pytest_asyncio
 from kubernetes import client as k8s
 from pydantic import ValidationError
 from temporalio.api.enums.v1 import EventType
-from temporalio.client import Client
 
 from api import NodePool
 from api.messages import claim_task_queue
-from sim.cluster import SimulatedCluster
-from sim.kubeapi import KubeApiServer
-from sim.kubeapi.resources import PODS
-from tests.conftest import no_cluster_in_the_fast_lane
 from tests.e2e.harness import (
-    CLUSTER_ID,
     Stack,
     delete_cloudburst_object,
     eventually,
-    in_process_worker,
     in_thread,
     make_pool,
-    new_task_queue,
     pool_pod,
-    running_trigger,
-    running_watcher,
     serving,
 )
-from worker.settings import Settings
 
 
 @pytest_asyncio.fixture(loop_scope="session")
@@ -297,100 +284,3 @@ async def test_many_broken_pools_harm_nothing(
     await in_thread(stack.core.delete_namespaced_pod, "steady-0", "default")
     for name in stored:
         await in_thread(delete_cloudburst_object, stack.kube, "nodepools", name)
-
-
-@pytest.fixture(scope="module")
-def planting_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimulatedCluster]:
-    """The emulator, whose store takes what Kubernetes' own API server refuses to store or
-    serve: the only way to hand the trigger a pod an older server let through."""
-    no_cluster_in_the_fast_lane()
-    cluster = SimulatedCluster(
-        boot_delay_s=0.3, ready_delay_s=0.3, cloud_token=secrets.token_hex(16)
-    ).start()
-    try:
-        yield cluster
-    finally:
-        cluster.stop()
-
-
-async def test_a_malformed_pending_pod_never_stops_the_trigger(
-    temporal_client: Client, planting_cluster: SimulatedCluster, tmp_path: Path
-) -> None:
-    """Pending pods stored before the API server checked (planted: no admission) — one with a
-    quantity nothing can read, one with a field of the wrong type, which no model of a pod
-    can hold — are skipped when the trigger lists and watches pods; the others are served.
-
-    On the emulator: Kubernetes' own API server neither stores such a pod nor serves one
-    stored by hand in etcd (it fails the whole list), so this input exists only there."""
-    from cli.devstack import seed_sample_resources
-    from worker.kube_client import kube_api_client
-
-    sim_cluster = planting_cluster
-    kubeconfig = sim_cluster.write_kubeconfig(tmp_path / "kubeconfig")
-    kube = kube_api_client(Settings(kubeconfig=kubeconfig))
-    seed_sample_resources(kube, sim_cluster, ttl=3)
-    assert isinstance(sim_cluster.kube, KubeApiServer)
-    make_pool(kube, "sturdy")
-    sim_cluster.kube.store.create(
-        PODS,
-        "default",
-        {
-            "metadata": {"name": "a-sturdy-misshapen"},  # listed first
-            "spec": {
-                "nodeSelector": {"test-pool": "sturdy"},
-                "tolerations": "all of them",
-                "containers": [{"name": "app", "image": "busybox"}],
-            },
-            "status": {"phase": "Pending"},
-        },
-    )
-    sim_cluster.kube.store.create(
-        PODS,
-        "default",
-        {
-            "metadata": {"name": "a-sturdy-unreadable"},  # listed first
-            "spec": {
-                "nodeSelector": {"test-pool": "sturdy"},
-                "containers": [
-                    {
-                        "name": "app",
-                        "image": "busybox",
-                        "resources": {"requests": {"cpu": "1.5.3Gi"}},
-                    }
-                ],
-            },
-            "status": {
-                "phase": "Pending",
-                "conditions": [
-                    {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}
-                ],
-            },
-        },
-    )
-    core = k8s.CoreV1Api(kube)
-    await in_thread(core.create_namespaced_pod, "default", pool_pod("sturdy-0", "sturdy"))
-    queue = new_task_queue()
-    settings = Settings(
-        kubeconfig=kubeconfig,
-        task_queue=queue,
-        cluster_id=CLUSTER_ID,
-        allowed_endpoints=sim_cluster.endpoints(),
-    )
-    stack = Stack(temporal_client, kube, sim_cluster, queue, settings)
-    # Started after both pods exist: its first list meets the unreadable one.
-    async with (
-        in_process_worker(stack),
-        running_watcher(temporal_client, kube),
-        running_trigger(stack),
-    ):
-        await eventually(
-            lambda: in_thread(core.read_namespaced_pod, "sturdy-0", "default"),
-            lambda pod: pod.status.phase == "Running",
-            timeout_s=90,
-        )
-    await in_thread(core.delete_namespaced_pod, "sturdy-0", "default")
-    await in_thread(core.delete_namespaced_pod, "a-sturdy-unreadable", "default")
-    # Its answer is the pod, which the client's model cannot hold either.
-    await in_thread(
-        core.delete_namespaced_pod, "a-sturdy-misshapen", "default", _preload_content=False
-    )

@@ -15,7 +15,6 @@ import pytest
 from temporalio.client import WorkflowHistory
 from temporalio.worker import Replayer
 
-from tests.conftest import control_plane
 from worker.main import workflow_runner
 from worker.payload_codec import DATA_CONVERTER
 from workflows.registry import WORKFLOWS
@@ -38,7 +37,6 @@ async def test_a_short_soak_leaks_nothing_and_every_history_replays(tmp_path: Pa
             "--seed", "7",
             "--histories", str(histories),
             "--json",
-            "--control-plane", control_plane(),
         ],
         cwd=ROOT,
         capture_output=True,

@@ -9,13 +9,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.conftest import control_plane
-
 
 def test_dr_drill_fails_over_from_hetzner_to_scaleway() -> None:
     cli = Path(sys.executable).parent / "cloudburst"
     result = subprocess.run(
-        [str(cli), "demo", "--scenario", "dr", "--json", "--control-plane", control_plane()],
+        [str(cli), "demo", "--scenario", "dr", "--json"],
         capture_output=True,
         text=True,
         timeout=400,
@@ -32,7 +30,7 @@ def test_dr_drill_fails_over_from_hetzner_to_scaleway() -> None:
 def test_spot_drill_brings_the_interrupted_workload_back_on_a_replacement() -> None:
     cli = Path(sys.executable).parent / "cloudburst"
     result = subprocess.run(
-        [str(cli), "demo", "--scenario", "spot", "--json", "--control-plane", control_plane()],
+        [str(cli), "demo", "--scenario", "spot", "--json"],
         capture_output=True,
         text=True,
         timeout=400,
@@ -56,8 +54,6 @@ def test_a_burst_fills_the_machines_on_premises_first_and_the_cloud_takes_the_re
             "--pods",
             "20",
             "--json",
-            "--control-plane",
-            control_plane(),
         ],
         capture_output=True,
         text=True,

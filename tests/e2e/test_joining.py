@@ -38,8 +38,6 @@ from tests.e2e.harness import (
 
 @pytest.fixture
 def plane(sim_cluster: SimulatedCluster) -> KubernetesControlPlane:
-    if not isinstance(sim_cluster.kube, KubernetesControlPlane):
-        pytest.skip("joins through CSRs are Kubernetes' own (CLOUDBURST_CONTROL_PLANE=emulator)")
     return sim_cluster.kube
 
 
@@ -98,7 +96,7 @@ async def test_a_kubelet_identity_cannot_modify_another_node(
             name, handle = await start_test_claim(stack, "restricted")
             await wait_for_phase(handle, NodeClaimPhase.READY)
             assert sim_cluster.kubelets is not None
-            kubelet = as_node(sim_cluster.kubelets.node_kubeconfigs[name])  # type: ignore[attr-defined]
+            kubelet = as_node(sim_cluster.kubelets.node_kubeconfigs[name])
             own = await in_thread(kubelet.read_node, name)  # the Node authorizer lets it read
             assert own.metadata.name == name
             with pytest.raises(k8s.ApiException) as refused:

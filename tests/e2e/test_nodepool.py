@@ -21,7 +21,6 @@ from api.messages import claim_task_queue, claim_workflow_id
 from api.nodepool.messages import PoolStatus, pool_workflow_id
 from api.quantity import cpu_millis, format_cpu
 from sim.cluster import SimulatedCluster
-from tests.conftest import control_plane
 from tests.e2e.harness import (
     FAST,
     Stack,
@@ -728,8 +727,6 @@ def test_burst_demo_end_to_end() -> None:
             "--pods",
             "12",
             "--json",
-            "--control-plane",
-            control_plane(),
         ],
         capture_output=True,
         text=True,

@@ -27,7 +27,6 @@ from api import NodeClaimPhase, labels
 from cli.devstack import CREDENTIAL_KEY, credential_secret, standin_offering
 from sim.clouds import KNOWN_STANDINS
 from sim.cluster import SimulatedCluster
-from tests.conftest import control_plane
 from tests.e2e.harness import (
     Stack,
     eventually,
@@ -222,8 +221,6 @@ def test_demo_lifecycle_through_hetzner_exits_0() -> None:
             "--provider",
             "hetzner",
             "--json",
-            "--control-plane",
-            control_plane(),
         ],
         cwd=REPO,
         capture_output=True,

@@ -10,8 +10,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import control_plane
-
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -21,8 +19,7 @@ def test_three_claims_ready_idle_and_gone() -> None:
         [sys.executable, str(ROOT / "bench" / "scale.py"), "--claims", "3",
          "--idle-minutes", "0.2", "--empty-ttl", "2", "--json",
          # As a large cluster deploys it: the pools on a worker of their own.
-         "--pool-workers", "1", "--pool-task-timeout", "3",
-         "--control-plane", control_plane()],
+         "--pool-workers", "1", "--pool-task-timeout", "3"],
         cwd=ROOT,
         capture_output=True,
         text=True,

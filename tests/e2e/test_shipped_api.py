@@ -7,8 +7,7 @@ Everything here is read from the shipped YAML, not from the models that generate
 a field or a column added later is checked without touching this module, and a CEL rule
 added without a case in `REFUSALS` fails `test_each_cel_rule_refuses_with_its_message`.
 
-Only on the real control plane (CLOUDBURST_CONTROL_PLANE=kubernetes, the default): the
-emulator is not what is being proven. Each test works in a namespace of its own, deleted
+Each test works in a namespace of its own, deleted
 afterwards, so the module runs beside the other end-to-end tests on the session's cluster.
 """
 
@@ -108,8 +107,6 @@ class Kubectl:
 
 @pytest.fixture(scope="module")
 def plane(sim_cluster: SimulatedCluster) -> KubernetesControlPlane:
-    if not isinstance(sim_cluster.kube, KubernetesControlPlane):
-        pytest.skip("proves the shipped API on Kubernetes' own API server, not on the emulator")
     return sim_cluster.kube
 
 

@@ -20,8 +20,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import control_plane
-
 ROOT = Path(__file__).resolve().parents[2]
 FROM_ENV = "CLOUDBURST_UPGRADE_FROM"
 _RELEASE = re.compile(r"^## (?P<version>\d+\.\d+\.\d+)\b", re.M)
@@ -62,7 +60,6 @@ def test_a_roll_from_the_last_release_and_back_breaks_nothing() -> None:
             "--from", ref,
             "--order", "worker-first",
             "--json",
-            "--control-plane", control_plane(),
         ],
         cwd=ROOT,
         capture_output=True,

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
-from kubernetes import client
+from kubernetes.utils import parse_quantity
 
 from activities.providers.base import (
     FatalError,
@@ -19,11 +20,18 @@ from activities.providers.base import (
 from activities.providers.hetzner import HetznerProvider
 from api import labels as L
 from sim.cloud import FakeCloud
+from sim.clouds.base import BootableCloud
 from sim.clouds.hetzner import HetznerStandin
-from sim.kubeapi import KubeApiServer
-from sim.kubelet import Kubelets, instance_key
+from sim.controlplane.cluster import MANAGED_LABEL, KubernetesControlPlane
 from tests.providers.harness_hetzner import block
-from tests.sim.test_kubelet import ca_hash, make_token, raw, user_data, wait_for
+from tests.providers.joining import (
+    JOIN_S,
+    join_user_data,
+    joining_machines,
+    raw,
+    read_node,
+    wait_for,
+)
 
 TOKEN = secrets.token_hex(32)
 
@@ -180,55 +188,44 @@ def test_catalog_has_prices_and_arch(provider: HetznerProvider) -> None:
     assert "fsn1" in types["cx22"].regions
 
 
-# ---- the simulated kubelets boot a Hetzner VM ----------------------------------------------
+# ---- a Hetzner VM joins Kubernetes' own control plane ---------------------------------------
 
 
 def test_kubelets_boot_a_vm_from_the_hetzner_standin(
-    cloud: HetznerStandin, provider: HetznerProvider
+    cloud: HetznerStandin,
+    provider: HetznerProvider,
+    kube_control_plane: KubernetesControlPlane,
+    tmp_path: Path,
 ) -> None:
-    server = KubeApiServer()
-    server.start()
-    kubelets = Kubelets(
-        server.api_client(), [FakeCloud(boot_delay_s=0.05), cloud], ready_delay_s=0.2, poll_s=0.05
-    )
-    kubelets.start()
-    try:
-        core = client.CoreV1Api(server.api_client())
-        data = user_data(make_token(core), ca_hash(core), "nc-hz-node")
+    clouds: list[FakeCloud | BootableCloud] = [FakeCloud(boot_delay_s=0.05), cloud]
+    with joining_machines(kube_control_plane, clouds, tmp_path / "machines", ["nc-hz-node"]) as (
+        core,
+        kubelets,
+    ):
+        data = join_user_data(core, "nc-hz-node")
         inst = provider.create(spec("nc-hz-node", instance_type="cax21", user_data=data))
         native = split_instance_id(inst.id)[2]
-
-        def node() -> dict[str, Any] | None:
-            try:
-                return raw(core.read_node, "nc-hz-node")
-            except client.ApiException:
-                return None
-
-        n = wait_for(node)
+        n = wait_for(lambda: read_node(core, "nc-hz-node"), JOIN_S)
         assert n["spec"]["providerID"] == f"hetzner:///nbg1/{native}"
-        assert n["status"]["capacity"]["cpu"] == "4"
-        assert n["status"]["capacity"]["memory"] == f"{8 * 1024 * 1024}Ki"
+        assert parse_quantity(n["status"]["capacity"]["cpu"]) == 4
+        assert parse_quantity(n["status"]["capacity"]["memory"]) == 8 * 1024**3
         labels = n["metadata"]["labels"]
         assert labels["kubernetes.io/arch"] == "arm64"
         assert labels["node.kubernetes.io/instance-type"] == "cax21"
         assert labels["topology.kubernetes.io/region"] == "nbg1"
-        # The kubelet records the join just after the Node is created: look until it has.
-        assert wait_for(lambda: kubelets.node_for(instance_key("hetzner", native))) == "nc-hz-node"
+        # The machine is known by its cloud and native id (the fake cloud's VMs by the id
+        # alone); the join is recorded just after the Node is created: look until it is.
+        assert wait_for(lambda: kubelets.node_for(f"hetzner/{native}")) == "nc-hz-node"
 
         def ready() -> bool:
-            conds = (node() or {}).get("status", {}).get("conditions") or []
-            return any(c["type"] == "Ready" and c["status"] == "True" for c in conds)
+            conds = (read_node(core, "nc-hz-node") or {}).get("status", {}).get("conditions")
+            return any(c["type"] == "Ready" and c["status"] == "True" for c in conds or [])
 
-        wait_for(ready)
-        # The VM goes away at Hetzner: the node loses its kubelet.
+        wait_for(ready, JOIN_S)
+        # The VM goes away at Hetzner: the machine is lost, and KWOK no longer keeps its Node
+        # (whose Lease then lapses: Ready=Unknown is the node lifecycle controller's, ~20 s on).
         provider.delete(inst.id)
-
-        def unknown() -> bool:
-            conds = (node() or {}).get("status", {}).get("conditions") or []
-            return any(c["type"] == "Ready" and c["status"] == "Unknown" for c in conds)
-
-        wait_for(unknown)
+        wait_for(
+            lambda: MANAGED_LABEL not in raw(core.read_node, "nc-hz-node")["metadata"]["labels"]
+        )
         assert kubelets.join_failures == {}
-    finally:
-        kubelets.stop()
-        server.stop()

@@ -5,10 +5,11 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
-from kubernetes import client
+from kubernetes.utils import parse_quantity
 from scaleway.instance.v1 import ServerAction
 
 from activities.providers.base import (
@@ -22,10 +23,9 @@ from activities.providers.base import (
 from activities.providers.scaleway import ScalewayProvider
 from api import labels as L
 from sim.clouds.scaleway import ZONES, ScalewayStandin, new_secret_key
-from sim.kubeapi import KubeApiServer
-from sim.kubelet import Kubelets
+from sim.controlplane.cluster import KubernetesControlPlane
 from tests.providers.harness_scaleway import block
-from tests.sim.test_kubelet import ca_hash, make_token, raw, user_data, wait_for
+from tests.providers.joining import JOIN_S, join_user_data, joining_machines, read_node, wait_for
 
 SECRET = new_secret_key()
 
@@ -208,34 +208,23 @@ def test_catalog(provider: ScalewayProvider) -> None:
 
 
 def test_kubelets_boot_a_scaleway_vm_with_its_zone(
-    cloud: ScalewayStandin, provider: ScalewayProvider
+    cloud: ScalewayStandin,
+    provider: ScalewayProvider,
+    kube_control_plane: KubernetesControlPlane,
+    tmp_path: Path,
 ) -> None:
-    server = KubeApiServer()
-    server.start()
-    kubelets = Kubelets(server.api_client(), [cloud], ready_delay_s=0.1, poll_s=0.05)
-    kubelets.start()
-    try:
-        core = client.CoreV1Api(server.api_client())
-        data = user_data(make_token(core), ca_hash(core), "nc-scw-node")
-        inst = provider.create(spec("nc-scw-node", user_data=data))
-
-        def node() -> dict[str, Any] | None:
-            try:
-                return raw(core.read_node, "nc-scw-node")
-            except client.ApiException:
-                return None
-
-        n = wait_for(node)
+    with joining_machines(
+        kube_control_plane, [cloud], tmp_path / "machines", ["nc-scw-node"], ready_delay_s=0.1
+    ) as (core, kubelets):
+        inst = provider.create(spec("nc-scw-node", user_data=join_user_data(core, "nc-scw-node")))
+        n = wait_for(lambda: read_node(core, "nc-scw-node"), JOIN_S)
         assert n["spec"]["providerID"] == f"scaleway:///fr-par/{native(inst.id)}"
         labels = n["metadata"]["labels"]
         assert labels["topology.kubernetes.io/zone"] == "fr-par-1"
         assert labels["topology.kubernetes.io/region"] == "fr-par"
-        assert n["status"]["capacity"]["cpu"] == "2"
+        assert parse_quantity(n["status"]["capacity"]["cpu"]) == 2
         time.sleep(0.1)
         assert kubelets.join_failures == {}
-    finally:
-        kubelets.stop()
-        server.stop()
 
 
 def test_servers_in_every_zone_are_listed_and_deleted(

@@ -29,8 +29,7 @@ from sim.cloud.state import CloudError, FakeCloud
 
 # A cloud's API takes a burst of new connections; socketserver's default listen backlog of
 # 5 dropped the 7th of a burst's create calls whenever the accept loop lagged, and the
-# client's kernel sent it again a second later (TCP's first SYN retry). The Kubernetes API
-# emulator has the same (`sim/kubeapi/server.py`).
+# client's kernel sent it again a second later (TCP's first SYN retry).
 LISTEN_BACKLOG = 256
 
 

@@ -35,8 +35,8 @@ CACHE_HOME = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / 
 BIN_OVERRIDE = "CLOUDBURST_CONTROL_PLANE_BIN"
 GO_MISSING = (
     "Kubernetes' control plane is built from its Go modules and this machine has no `go`: "
-    "install Go 1.26 or newer (https://go.dev/dl/) and put it on PATH, or run with "
-    "`--control-plane emulator`"
+    "install Go 1.26 or newer (https://go.dev/dl/) and put it on PATH (the first build takes "
+    "about 8 minutes on 2 cores, later ones reuse it)"
 )
 
 

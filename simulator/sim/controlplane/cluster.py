@@ -50,7 +50,6 @@ import yaml
 from sim.controlplane.binaries import control_plane_binaries, release
 from sim.controlplane.kubeadm_init import kubeadm_init_objects
 from sim.controlplane.pki import ClientIdentity, ClusterPki
-from sim.kubeapi.server import AuditRecord
 
 log = logging.getLogger(__name__)
 
@@ -65,8 +64,8 @@ START_TIMEOUT_S = 90.0
 STOP_GRACE_S = 3.0
 # Set: a stopped control plane's directory (its components' logs, the audit log) is kept.
 KEEP_LOGS = "CLOUDBURST_KEEP_CONTROL_PLANE_LOGS"
-# The CRDs as shipped (deploy/base/crds, which sim/kubeapi/crds links to).
-CRDS = Path(__file__).resolve().parents[1] / "kubeapi" / "crds"
+# The CRDs as shipped (deploy/base/crds, which sim/controlplane/crds links to).
+CRDS = Path(__file__).resolve().parent / "crds"
 # KWOK stages of our own (pod-ready: KWOK's, fixed), beside those the build copies from KWOK.
 OUR_STAGES = Path(__file__).resolve().parent / "stages"
 
@@ -91,6 +90,19 @@ class _Process:
             return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
         except OSError:
             return ""
+
+
+@dataclass(frozen=True)
+class AuditRecord:
+    """One resource request, as the API server's audit log (and RBAC) sees it."""
+
+    seq: int  # 1, 2, ...: its place in the log
+    verb: str  # get, list, watch, create, update, patch, delete, deletecollection
+    group: str  # "" for the core group
+    resource: str  # plural, with "/subresource" when there is one
+    namespace: str | None  # None: all namespaces, or a cluster-scoped resource
+    name: str
+    user: str = ""  # who asked
 
 
 class ControlPlaneError(RuntimeError):

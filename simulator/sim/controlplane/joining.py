@@ -1,6 +1,6 @@
 """Machines that join Kubernetes' own control plane as `kubeadm join` and the kubelet do.
 
-`JoiningKubelets` boots the same clouds as the emulator's `Kubelets` (sim/kubelet.py), and for
+`JoiningKubelets` boots the clouds `Kubelets` reads (sim/kubelet.py), and for
 each running VM does, with nothing but what the VM's user data carries:
 
 1. **Discovery** (kubeadm's token discovery): read `kube-public/cluster-info` anonymously from
@@ -56,9 +56,10 @@ from sim.kubelet import (
     Kubelets,
     _Joined,
     ca_cert_hash,
+    call,
     check_node_labels,
+    parse_join_config,
 )
-from sim.scheduler import call
 
 log = logging.getLogger(__name__)
 
@@ -166,8 +167,6 @@ class JoiningKubelets(Kubelets):
             if detail is None:
                 return
             user_data = str(detail.get("user_data") or "")
-            from sim.kubelet import parse_join_config
-
             config = parse_join_config(user_data)
             check_node_labels(config.node_labels)
             tailnet_ip = self._join_tailnet(iid, user_data, config.node_name)
@@ -374,12 +373,6 @@ class JoiningKubelets(Kubelets):
         return path
 
     # ---- what KWOK and the node lifecycle controller do here -------------------------------
-
-    def _keep_lease(self, j: _Joined, now: float) -> None:
-        """KWOK renews a managed Node's Lease."""
-
-    def _run_pods(self) -> None:
-        """KWOK runs the pods bound to a managed Node."""
 
     def _set_ready(self, j: _Joined) -> None:
         """The kubelet is up: KWOK takes the Node over (Ready, its Lease, its pods)."""

@@ -15,11 +15,10 @@ needs (kubeadm's `phases/bootstraptoken/node` and `phases/bootstraptoken/cluster
 
 from __future__ import annotations
 
+import base64
 from typing import Any
 
 import yaml
-
-from sim.kubeapi.pki import cluster_info_kubeconfig
 
 Obj = dict[str, Any]
 NODE_TOKEN_GROUP = "system:bootstrappers:kubeadm:default-node-token"
@@ -165,3 +164,25 @@ def kubeadm_init_objects(server_url: str, ca_pem: str, release: str) -> list[Obj
             "kube-system", "kubeadm:kubelet-config", "kubelet-config", NODE_TOKEN_GROUP, NODES_GROUP
         ),
     ]
+
+
+def cluster_info_kubeconfig(server: str, ca_pem: str) -> str:
+    """The `kubeconfig` key of `kube-public/cluster-info`, shaped exactly like kubeadm's."""
+    doc: dict[str, Any] = {
+        "apiVersion": "v1",
+        "clusters": [
+            {
+                "cluster": {
+                    "certificate-authority-data": base64.b64encode(ca_pem.encode()).decode(),
+                    "server": server,
+                },
+                "name": "",
+            }
+        ],
+        "contexts": None,
+        "current-context": "",
+        "kind": "Config",
+        "preferences": {},
+        "users": None,
+    }
+    return yaml.safe_dump(doc, sort_keys=False)
