@@ -7,7 +7,7 @@ orphan GC before it removes a VM). Async: only they get the worker's client.
 Why not child workflows: Temporal records each child's start in the parent's history under
 the parent's lock, one after another, and the pool's next workflow task waits behind them:
 in a 1,000-pod burst a pool starting children sat 0.3-0.8 s on each round whose claims were
-still starting while new demand waited (docs/benchmarks-history.md, "Tenth pass").
+still starting while new demand waited (docs/benchmarks-history.md, "Burst").
 Started from here, a claim is its own workflow from the first (a child would be abandoned by
 its pool at the pool's next continue-as-new anyway, and reports by signal), the pool records one
 activity for a whole round, and its next round goes on while Temporal creates the claims.

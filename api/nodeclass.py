@@ -658,7 +658,7 @@ class NodeClass(CamelModel):
 
     @model_validator(mode="after")
     def _secrets_in_own_namespace(self) -> NodeClass:
-        """A NodeClass reads Secrets of its own namespace only (ARCHITECTURE.md rule 7).
+        """A NodeClass reads Secrets of its own namespace only (a namespace is a trust boundary: docs/security.md).
 
         The CRD cannot say so (a CEL rule does not see `metadata.namespace`): the trigger
         refuses such a class with `Ready=False` `InvalidSpec`, and the activities refuse the

@@ -4,7 +4,7 @@ A provider Cloudburst does not ship (KubeVirt, Terraform, a homelab's machines) 
 HTTP server that answers these messages; NodeClass `spec.plugin.endpoint` points at it and
 `activities/providers/plugin.py` calls it. These models are the one source of the contract:
 `api/plugin_contract.schema.json` (JSON Schema 2020-12) is generated from them
-(`write_schema`; tests/providers/test_plugin_contract.py checks it is current and rewrites it
+(`write_schema`; tests/unit/test_plugin_contract.py checks it is current and rewrites it
 with CLOUDBURST_UPDATE_GOLDEN=1);
 docs/providers.md ("Plug-in providers") says what each operation must do.
 

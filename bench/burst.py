@@ -7,7 +7,7 @@
 
 `--topology split` (the default) runs what a cluster runs, each its own OS process on free
 local ports (bench/chaos.py's helpers): the Temporal dev server on a sqlite file, the
-simulated cluster (`python -m sim`: API server, scheduler, kubelets, fake cloud), and
+simulated cluster (`python -m sim`: Kubernetes' own control plane, kubelets, fake cloud), and
 `--triggers` x `cloudburst trigger` and `--workers` x `cloudburst worker` (with
 `--pool-workers N`, N more as `cloudburst worker --queues pools` and the `--workers` as
 `--queues claims`: a Deployment of each). One NodePool on
@@ -23,7 +23,7 @@ CLOUDBURST_POOL_TASK_TIMEOUT_S), `--pool-sticky-timeout S` the pool workers' sti
 timeout (CLOUDBURST_STICKY_QUEUE_TIMEOUT_S): together, what a crash of the pool's worker costs.
 
 Per pod it reports, from its creation (the bench's clock, before the create call):
-  unschedulable   the simulator's scheduler set PodScheduled=False/Unschedulable (a watch)
+  unschedulable   kube-scheduler set PodScheduled=False/Unschedulable (a watch)
   signalled       the pool's `demand` signal carrying the pod (the pool's history)
   planned         the `plan_capacity` activity that planned it completed (the history)
   claim started   the claim whose node it runs on started (that claim's history)

@@ -7,7 +7,7 @@ Temporal refused a task because a signal came in as it closed a run) replays the
 whole history before it decides anything new. That replay has to fit in the pool's
 workflow task timeout (`CLOUDBURST_POOL_TASK_TIMEOUT_S`), beside whatever else the worker
 is doing. Default histories: the pools of the committed replay corpus
-(`tests/replay/histories/nodepool-*`), the largest a run of a pool of 3,000 claims. Each is
+(`tests/replay/histories/nodepool-*`), the largest a chaos soak's pool. Each is
 replayed `--repeat` times with today's workflow code, in this process, one at a time;
 prints the median wall and CPU seconds per replay and per workflow task. Asserts nothing
 (exits 1 only if a history no longer replays).

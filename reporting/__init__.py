@@ -3,5 +3,5 @@
 
 These have side effects (Kubernetes API calls, OpenTelemetry instruments), so they are not
 for workflow code: a workflow records an Event through the `record_events` activity. The
-layering (docs/architecture.md) is api → cluster → reporting → workflows/activities →
-worker/trigger → cli; workflows import none of it."""
+layering (docs/architecture.md) is api → cluster → reporting → workflows / activities →
+worker / trigger → explain → cli; workflows import none of it."""

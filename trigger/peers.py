@@ -11,7 +11,7 @@ signal is a billed action on Temporal Cloud and a workflow task of the claim's.
 Demand is not shared: every trigger sends every pool its pending pods, and the pool plans
 the first copy to arrive (the second names nothing new). Sharing it was measured: each
 pool then waits on one trigger, the slower of two at any moment, and a 1,000-pod burst's
-decisions came later (docs/benchmarks-history.md "Seventeenth pass").
+decisions came later (docs/benchmarks-history.md "Burst").
 
 A trigger that stops releases its Lease; one that dies stops renewing it, and within the
 duration the others see it gone, take its nodes and tell each of their claims its node's

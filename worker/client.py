@@ -114,7 +114,9 @@ def _read(path: Path | None, setting: str) -> bytes | None:
 
 
 async def register_search_attributes(client: Client, namespace: str) -> None:
-    """Add our search attributes if missing; safe to repeat (see TEMPORAL.md's dev-server trap)."""
+    """Add our search attributes if missing; safe to repeat. Registered here, at every start,
+    because a dev server restarted on an existing db file ignores new `--search-attribute`
+    flags, and a workflow started with an unregistered attribute fails."""
     existing = await client.operator_service.list_search_attributes(
         ListSearchAttributesRequest(namespace=namespace)
     )

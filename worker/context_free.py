@@ -5,7 +5,7 @@ Why: for every payload sequence a workflow task decodes or encodes, the SDK (tem
 `_CommandAwareDataConverter`) asks the workflow instance which serialization context and
 which external-store context apply, and the sandboxed instance answers each question by
 compiling and running a snippet inside the sandbox. In a 1,000-pod burst that was a fifth of
-the claims' worker's CPU and a tenth of the pools' (`docs/benchmarks-history.md`, thirteenth pass).
+the claims' worker's CPU and a tenth of the pools' (docs/benchmarks-history.md "Burst").
 
 The answers only matter to a converter with a part that takes a context
 (`WithSerializationContext`: payload converter, codec, failure converter) or with external

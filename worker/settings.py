@@ -138,10 +138,10 @@ class Settings(BaseSettings):
         ge=1,
         description="Activities a workflow task's completion may start on this worker at "
         "once (eager execution: Temporal hands them back in its answer, no task queue "
-        "between), from the activity slots above. The SDK's default, 3, left the fourth of "
-        "a pool's round (a plan beside the previous round's claim starts, Events and status) "
-        "to the task queue, where it waited 0.1-1.3 s in a burst "
-        '(docs/benchmarks-history.md "Eighteenth pass").',
+        "between), from the activity slots above. A pool's round can start four (a plan "
+        "beside the previous round's claim starts, Events and status): with the SDK's "
+        "default, 3, the fourth went through the task queue and waited there 0.1-1.3 s in a "
+        'burst (docs/benchmarks-history.md "Burst").',
     )
     max_cached_workflows: int = Field(
         default=100,
@@ -172,7 +172,7 @@ class Settings(BaseSettings):
         "at once; the SDK's default (5 polls, a fifth of them shared) is one poll there, "
         "which took a burst's first tasks one round trip at a time: up to 1.1-1.8 s from a "
         "claim's start to its first task, 0.5-0.9 s with these "
-        '(docs/benchmarks-history.md "Fourteenth pass").',
+        '(docs/benchmarks-history.md "Burst").',
     )
     sticky_queue_timeout_s: float = Field(
         default=5.0,

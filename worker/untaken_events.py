@@ -9,7 +9,7 @@ task before, answers the query, and keeps the result cached; the real task that 
 brings only the signals after them. Live, the workflow ran two rounds (the first on a stale
 clock) where a replay of the same history runs one: the commands come in another order and
 the workflow loops on nondeterminism errors for good (`docs/repro/`,
-`tests/worker/test_untaken_events.py`).
+`tests/workflows/test_untaken_events.py`).
 
 Such an activation is recognisable: it is not a replay, its history is longer than the last
 activation's, yet its clock did not move — every workflow task starts with an event of its own

@@ -6,7 +6,7 @@ reached the new worker with a history ending in signals no task had taken, the T
 Python SDK (temporalio 1.35) ran the workflow on them with the clock of the *previous* task,
 while a replay sees the true one. A decision of the form "is `now` past this deadline?" could
 then go one way live and the other way on replay: a nondeterminism error, and the workflow
-looped on failed workflow tasks for good (`../shared/repro/`,
+looped on failed workflow tasks for good (docs/repro/README.md,
 `tests/workflows/test_stale_clock.py`). The worker now refuses such activations
 (`worker/untaken_events.py`); deciding by alarms keeps decisions free of the clock anyway.
 

@@ -7,9 +7,9 @@
 - Tags `cloudburst.io/*` (EC2 allows `/` and `.` in keys) plus `Name` on the instance and its
   volumes (`TagSpecifications`); `list_owned` filters on them with `describe_instances`.
 - User data as text: boto3 base64-encodes `UserData` for RunInstances as the API wants.
-- Errors are classified on `ClientError` codes (PROVIDERS.md table). SDK retries are off
-  (`max_attempts=1`): the activity retry policy owns backoff, so a throttled call surfaces as
-  `RetryableError` instead of sleeping inside the activity.
+- Errors are classified on `ClientError` codes (`_CAPACITY_CODES`, `_OUTAGE_CODES`, … below).
+  SDK retries are off (`max_attempts=1`): the activity retry policy owns backoff, so a
+  throttled call surfaces as `RetryableError` instead of sleeping inside the activity.
 - Credentials: the Secret value is JSON `{"aws_access_key_id", "aws_secret_access_key"[,
   "aws_session_token"]}`; without a Secret reference the worker's own identity through
   boto3's default chain (environment, EKS Pod Identity, IRSA web identity, instance

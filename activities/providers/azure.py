@@ -11,7 +11,7 @@
 - User data: `osProfile.customData`, base64 (what cloud-init on Azure reads).
 - Errors are classified on the ARM error code (`e.error.code`), not on the exception class:
   quota and `SkuNotAvailable` arrive as `ResourceExistsError` (any 409), allocation failures
-  inside the operation as a plain `HttpResponseError` (PROVIDERS.md, Azure trap). SDK retries
+  inside the operation as a plain `HttpResponseError` (an Azure SDK trap). SDK retries
   are off (`retry_total=0`): throttling surfaces as `RetryableError` with Retry-After, and the
   activity retry policy owns backoff.
 - Credentials: the Secret value is JSON `{"tenant_id", "client_id", "client_secret"[,

@@ -4,7 +4,7 @@
   long-running operations are polled by us with `ZoneOperationsClient.wait` on the same
   endpoint: `insert()`/`delete()` return an `ExtendedOperation` whose poller is a separately
   built client that ignores `client_options` (it would call the real API), so we use
-  `insert_unary`/`delete_unary` (PROVIDERS.md, GCP trap).
+  `insert_unary`/`delete_unary` (a GCP SDK trap).
 - Idempotent create: the instance name is the claim name (names are unique per zone) and
   `request_id` is a UUID5 of the claim and the offering (zone, machine type) — a retry of the
   same offering gets the same operation back; a different offering after a capacity failure

@@ -6,7 +6,7 @@
 - Labels are the canonical `cloudburst.io/...` keys as they are (Hetzner allows a prefix).
 - User data goes as `user_data` (cloud-init; Hetzner's limit is 32 KiB, checked up front).
 - Owned VMs: `servers.get_all(label_selector="cloudburst.io/managed=true,cloudburst.io/cluster=<id>")`.
-- Errors by `APIException.code` (PROVIDERS.md): `resource_unavailable`,
+- Errors by `APIException.code` (Hetzner Cloud API's error codes): `resource_unavailable`,
   `resource_limit_exceeded`, `placement_error`, `unavailable`/503 → capacity (next offering);
   `rate_limit_exceeded` → retryable; `unauthorized`, `forbidden`, `invalid_input` → fatal;
   `not_found` → gone. Outages during get/list/delete are retryable rather than capacity.

@@ -1,6 +1,6 @@
 """Scaleway Instances through the official `scaleway` SDK (Instance v1 + Block Storage v1).
 
-The traps of PROVIDERS.md, handled here:
+The Scaleway API's traps, handled here:
 
 - Create has no user-data field: the server is created STOPPED, its `cloud-init` user data
   is set (`set_server_user_data`), and only then is it powered on — cloud-init reads user

@@ -36,6 +36,9 @@ BOTH = sorted([STAYING, CRASHING])
 # Long enough that a loaded CI machine never misses three renewals of a live trigger (it
 # would take the other's nodes for a moment and tell about some twice), short for the test.
 LEASE_S = 6
+# Past kube-scheduler's longest back-off (podMaxBackoffSeconds, 10 s): the node empties only
+# after its pod had every chance to be bound.
+EMPTY_TTL_S = 12
 
 
 async def _pods(stack: Stack, pool: str) -> list[k8s.V1Pod]:
@@ -118,7 +121,7 @@ async def test_two_triggers_tell_each_node_once_and_take_over_a_crashed_ones_nod
                 assert len(pools) < 10, node_of
                 pool = f"replicas-{len(pools)}"
                 pools.append(pool)
-                make_pool(stack.kube, pool, empty_ttl=2)
+                make_pool(stack.kube, pool, empty_ttl=EMPTY_TTL_S)
                 await _create_pod(stack, pool, f"{pool}-pod")
                 [pod] = await eventually(
                     lambda pool=pool: _pods(stack, pool),  # type: ignore[misc]

@@ -173,7 +173,7 @@ def test_long_claim_names_give_a_valid_token() -> None:
     assert client_token("short") == "short"
 
 
-# ---- error classification (PROVIDERS.md table) ------------------------------------------------
+# ---- error classification ---------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(

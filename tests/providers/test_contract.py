@@ -32,7 +32,7 @@ CLUSTER = "ct-cluster"
 POOL = "burst"
 GONE_TIMEOUT_S = 30.0
 
-# The error class each injected failure must surface as (PROVIDERS.md, errors table).
+# The error class each injected failure must surface as (activities/providers/base.py's error classes).
 EXPECTED_ERRORS: dict[str, type[ProviderError]] = {
     "capacity": CapacityError,
     "quota": CapacityError,

@@ -1,4 +1,4 @@
-"""DigitalOcean traps (PROVIDERS.md): the endpoint on every call, errors told apart by message."""
+"""DigitalOcean's API traps: the endpoint on every call, errors told apart by message."""
 
 from __future__ import annotations
 

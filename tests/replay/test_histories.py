@@ -165,7 +165,7 @@ def handed_over_histories() -> tuple[list[WorkflowHistory], set[str]]:
 
 
 def recorded_histories() -> list[WorkflowHistory]:
-    """The committed corpus; the largest runs (a pool of 3,000 claims) are kept gzipped."""
+    """The committed corpus: JSON, or gzipped JSON for a run too large to keep plain."""
     paths = sorted([*RECORDED.glob("*.json"), *RECORDED.glob("*.json.gz")])
     return [
         WorkflowHistory.from_json(

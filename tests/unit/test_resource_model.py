@@ -13,14 +13,12 @@ from api.problems import summary
 from api.quantity import cpu_millis, format_cpu, format_memory, memory_bytes
 from cli.manifests import load_manifests
 
-SEED_EXAMPLE = Path(__file__).parents[3] / "shared" / "examples" / "dr-example.yaml"
+SEED_EXAMPLE = Path(__file__).parents[1] / "fixtures" / "dr-example.yaml"
 FIXTURES = Path(__file__).parent / "manifests"
 
 
 @pytest.fixture
 def seed_example() -> Path:
-    if not SEED_EXAMPLE.exists():
-        pytest.skip("shared/examples is not beside this checkout")
     return SEED_EXAMPLE
 
 

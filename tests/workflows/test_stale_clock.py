@@ -4,10 +4,11 @@ After a worker dies, a query (`pools describe`, the Web UI) can reach a new work
 history ending in signals no task has taken; the SDK (temporalio 1.35) runs the workflow on
 them with the clock of the task *before*, while a replay of the same history sees the true
 time. A decision "is now past the deadline?" taken there goes one way live and the other on
-replay — what froze `nodepool-default-lane-b` in a nondeterminism loop
-(`tests/replay/histories/nodepool-lane-b-stale-clock.json`). The product's worker refuses
-such activations (`worker/untaken_events.py`, `test_untaken_events.py`); this probe runs on
-the SDK's plain runner, to show that the alarms alone keep a decision deterministic.
+replay — what froze `nodepool-default-lane-b` in a nondeterminism loop (its history:
+`git show a147c42:tests/replay/histories/nodepool-lane-b-stale-clock.json`). The product's
+worker refuses such activations (`worker/untaken_events.py`,
+`tests/workflows/test_untaken_events.py`); this probe runs on the SDK's plain runner, to show
+that the alarms alone keep a decision deterministic.
 
 The probe takes the same decision both ways under exactly those conditions: decided by
 alarm, its history replays; decided by the clock, it does not. If the second half ever
