@@ -34,6 +34,7 @@ from kubernetes.client.exceptions import ApiException
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from activities.claim_authority import ClaimAuthority, ClaimNotAuthorised
 from activities.credentials import read_secret_value
 from activities.kube import MERGE_PATCH, STARTUP_TAINT, is_not_found
 from activities.tailscale import MintedKey, open_api, reusable_key
@@ -507,6 +508,7 @@ class BootstrapActivities:
         self.api_client = api_client
         self.core = client.CoreV1Api(api_client)
         self.tenancy = tenancy or Tenancy()
+        self.authority = ClaimAuthority(api_client, self.tenancy)
         self.handoff = handoff
         self._ca_hash_ttl_s = ca_hash_ttl.total_seconds()
         # (hash, when read on the monotonic clock)
@@ -534,6 +536,28 @@ class BootstrapActivities:
         is written before the token Secret is created, so a retry finds the token it may
         reuse (and creating the token Secret again is a harmless 409).
         """
+        # What the cluster authorises (activities/claim_authority.py): the NodeClaim behind
+        # the claim, its NodeClass as the cluster has it (the Secrets it names, its endpoints),
+        # its labels and taints; nothing is read, minted or created for a claim without one.
+        warrant = self.authority.warrant(input.namespace, input.claim_name, input.claim_uid)
+        try:
+            node_labels = warrant.node_labels(input.labels)
+            taints = warrant.node_taints(input.taints)
+        except ClaimNotAuthorised as refusal:
+            raise self.authority.refused(str(refusal)) from None
+        if input.offering is not None and not warrant.allows_offering(input.offering):
+            raise self.authority.refused(
+                f"{input.offering.key} is not among NodeClaim {input.namespace}/"
+                f"{input.claim_name}'s offerings"
+            )
+        input = input.model_copy(
+            update={
+                "node_class": warrant.node_class,
+                "node_pool": warrant.node_pool,
+                "labels": node_labels,
+                "taints": taints,
+            }
+        )
         spec = input.node_class
         # Nothing is read, minted or sent for a namespace or an endpoint the operator does not
         # allow: the Tailscale API's, and the provider's this script is for. Refused here, the

@@ -18,6 +18,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.bootstrap import ScriptHandoff, read_user_data
+from activities.claim_authority import REFUSED, ClaimAuthority
 from activities.credentials import read_provider_credential
 from activities.heartbeat import heartbeating, heartbeats_itself
 from activities.providers import provider_class
@@ -60,6 +61,7 @@ class ComputeActivities:
         self._core = k8s.CoreV1Api(api_client)
         self._tenancy = tenancy or Tenancy()
         self._handoff = handoff
+        self._authority = ClaimAuthority(api_client, self._tenancy)
 
     def activities(self) -> list[Callable[..., Any]]:
         return [self.create_instance, self.get_instance, self.delete_instance]
@@ -67,21 +69,33 @@ class ComputeActivities:
     @activity.defn(name="create_instance")
     @heartbeats_itself
     def create_instance(self, input: CreateInstanceInput) -> InstanceInfo:
+        """Launch the claim's VM, as the cluster authorises it: the NodeClaim's pool and
+        offerings, the NodeClass (its credential and endpoint) read from the cluster."""
         offering = input.offering
+        warrant = self._authority.warrant(input.namespace, input.claim_name, input.claim_uid)
+        if not warrant.allows_offering(offering):
+            log.warning("claim %s/%s refused: %s", input.namespace, input.claim_name, offering.key)
+            raise ApplicationError(
+                f"{REFUSED}: {offering.key} is not among NodeClaim "
+                f"{input.namespace}/{input.claim_name}'s offerings",
+                type=INVALID_CONFIGURATION,
+                non_retryable=True,
+            )
+        node_class = warrant.node_class
         with _classified():
-            provider = self._provider(offering.provider, input.namespace, input.node_class)
-        block = input.node_class.provider_block(offering.provider)
+            provider = self._provider(offering.provider, input.namespace, node_class)
+        block = node_class.provider_block(offering.provider)
         spec = InstanceSpec(
             name=input.claim_name,
             cluster_id=input.cluster_id,
-            node_pool=input.node_pool,
+            node_pool=warrant.node_pool,
             region=offering.region,
             zone=offering.zone,
             instance_type=offering.instance_type,
             image=block.image,
             user_data=read_user_data(self._core, input.bootstrap, self._handoff),
             labels=labels.ownership_labels(
-                input.claim_name, node_pool=input.node_pool, cluster_id=input.cluster_id
+                input.claim_name, node_pool=warrant.node_pool, cluster_id=input.cluster_id
             ),
             capacity_type=offering.capacity_type,
         )
@@ -100,11 +114,12 @@ class ComputeActivities:
         log.info("instance %s ready for claim %s", instance.id, input.claim_name)
         # Counted once the activity has its VM: a retry that finds it again after a crash
         # between create and completion is the only double count, and it is rare.
-        metrics.record_claim_created(input.node_pool, offering.provider)
+        metrics.record_claim_created(warrant.node_pool, offering.provider)
         return _info(instance)
 
     @activity.defn(name="get_instance")
     def get_instance(self, ref: InstanceRef) -> InstanceInfo | None:
+        self._authority.require_own_workflow(ref.namespace, ref.claim_name)
         with _classified():
             provider = self._provider(ref.provider, ref.namespace, ref.node_class)
             instance = self._find(provider, ref)
@@ -119,6 +134,7 @@ class ComputeActivities:
         would leave a VM that costs money to the orphan GC, while an operator can fix the
         credential or the NodeClass during the retries.
         """
+        self._authority.require_own_workflow(ref.namespace, ref.claim_name)
         with (
             heartbeating(details=lambda: f"deleting VM of {ref.claim_name}"),
             _classified(retry_everything=True),

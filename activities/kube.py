@@ -22,6 +22,7 @@ from kubernetes.client.exceptions import ApiException
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from activities.claim_authority import ClaimAuthority, ClaimNotAuthorised
 from activities.heartbeat import (
     heartbeating,
     heartbeats_itself,
@@ -35,6 +36,7 @@ from cluster.interruption import interruption_notice
 from cluster.node_identity import is_claims_node, stranger_message
 from cluster.pods import is_do_not_disrupt, is_left_alone
 from cluster.responses import discard
+from cluster.tenancy import Tenancy
 
 log = logging.getLogger(__name__)
 
@@ -88,10 +90,11 @@ def _aware(value: datetime) -> datetime:
 class KubeActivities:
     """Activities on Nodes and their pods. One instance per worker; thread-safe."""
 
-    def __init__(self, api_client: client.ApiClient) -> None:
+    def __init__(self, api_client: client.ApiClient, tenancy: Tenancy) -> None:
         self.api_client = api_client
         self.core = client.CoreV1Api(api_client)
         self.policy = client.PolicyV1Api(api_client)
+        self._authority = ClaimAuthority(api_client, tenancy)
 
     def activities(self) -> list[Callable[..., Any]]:
         return [
@@ -143,7 +146,21 @@ class KubeActivities:
         own taints, so a claim taint it left out (a tenant's, which keeps other namespaces'
         pods away) is put back here. Other labels and taints are kept; running it again
         changes nothing.
+
+        What it applies is what the cluster authorises (`activities/claim_authority.py`): the
+        NodeClaim's labels and taints, a tenant's marks those of the claim's own namespace;
+        a label or taint asked beyond them refuses the whole call, and nothing is applied.
         """
+        if input.namespace is None:
+            raise self._authority.refused(
+                f"labelling node {input.node_name} was asked without its claim's namespace"
+            )
+        warrant = self._authority.warrant(input.namespace, input.node_name, input.claim_uid)
+        try:
+            wanted_labels = warrant.node_labels(input.labels)
+            wanted_taints = warrant.node_taints(input.taints)
+        except ClaimNotAuthorised as refusal:
+            raise self._authority.refused(str(refusal)) from None
 
         def patch(node: client.V1Node) -> dict[str, Any]:
             taints = list((node.spec.taints if node.spec else None) or [])
@@ -151,10 +168,10 @@ class KubeActivities:
             present = {(t.key, t.effect) for t in kept}
             missing = [
                 client.V1Taint(key=t.key, value=t.value, effect=t.effect)
-                for t in input.taints
+                for t in wanted_taints
                 if (t.key, t.effect) not in present and t.key != STARTUP_TAINT
             ]
-            body: dict[str, Any] = {"metadata": {"labels": dict(input.labels)}}
+            body: dict[str, Any] = {"metadata": {"labels": wanted_labels}}
             if len(kept) != len(taints) or missing:
                 body = _merge(body, self._taints_patch(node, [*kept, *missing]))
             return body

@@ -1,6 +1,8 @@
 """The custom resources mirror their workflows, so `kubectl get nodeclaims,nodepools` works.
 
-The workflows stay the source of truth. The resource carries a finalizer, so that a
+The workflows stay the source of truth of the status; the resource itself is made by whoever
+started the claim (the pool's `start_claim_workflows`, an operator's `cloudburst claims
+create`), never here. It carries a finalizer, so that a
 `kubectl delete nodeclaim` becomes a scale-down request (the node watcher sees the deletion
 timestamp and signals the workflow) instead of losing track of a running VM.
 """
@@ -17,8 +19,6 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from api import labels
-from api._base import OwnerReference
-from api.claims import pool_owner
 from api.errors import KUBE_CONFLICT
 from api.events import ObjectRef
 from api.messages import MirrorInput, MirrorResult
@@ -54,21 +54,27 @@ class MirrorActivities:
             current = self._read(namespace, name)
             if current is not None:
                 self._release(namespace, name, current, delete=not input.keep)
-            if input.keep:
-                self._forget_older_failures(namespace, claim.spec.node_pool, name)
+                # Only a claim with its NodeClaim replaces its pool's last failure: one the
+                # cluster has not (started by whoever reaches Temporal) touches no other.
+                if input.keep:
+                    self._forget_older_failures(namespace, claim.spec.node_pool, name)
         else:
             # No read first: a claim shows itself at every step of its life, and a burst
-            # starts hundreds of claims at once (the API server's load, and the claim's
-            # first step). The status write answers with the resource, or 404 if it is gone.
-            if input.new:
-                self._create(input)
+            # starts hundreds of claims at once. The status write answers with the resource,
+            # or 404 if it is not there: the mirror never creates one (who made the claim
+            # did, and that object is what authorises it: activities/claim_authority.py).
             current = self._patch_status(namespace, name, claim.status)
-            if current is None:
-                # Gone while the claim lives (deleted without its finalizer), or never
-                # shown (its first showing failed): shown again, as the claim is.
-                self._create(input)
-                current = self._patch_status(namespace, name, claim.status)
         uid = current.get("metadata", {}).get("uid") if current else None
+        if uid is None:
+            # No NodeClaim in the cluster to say it of: a claim nothing authorised (whoever
+            # reaches Temporal may start one in any namespace) writes no Events there.
+            if input.events:
+                log.warning(
+                    "NodeClaim %s/%s is not in the cluster: its Events go unwritten",
+                    namespace,
+                    name,
+                )
+            return MirrorResult()
         for event in input.events:
             regarding = ObjectRef(
                 kind="NodeClaim",
@@ -155,37 +161,6 @@ class MirrorActivities:
                 return None
             raise
         return patched
-
-    def _create(self, input: MirrorInput) -> None:
-        """Create the resource without its status (a subresource); there already is fine."""
-        claim = input.claim
-        namespace = claim.metadata.namespace
-        body = claim.model_dump(mode="json", exclude_none=True, exclude={"status"})
-        metadata: dict[str, Any] = {
-            "name": claim.metadata.name,
-            "namespace": namespace,
-            "labels": claim.metadata.labels,
-            "finalizers": [labels.TERMINATION_FINALIZER],
-        }
-        # Its pool's workflow names the owner (the pool's uid, as the trigger last saw it);
-        # a claim started before pools knew their uid reads the pool.
-        owners = claim.metadata.owner_references or self._pool_owner(
-            namespace, claim.spec.node_pool
-        )
-        if owners:
-            metadata["ownerReferences"] = [owner.model_dump(exclude_none=True) for owner in owners]
-        body["metadata"] = metadata
-        try:
-            self._custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body)
-        except ApiException as err:
-            if err.status != 409:
-                raise
-
-    def _pool_owner(self, namespace: str, pool: str) -> list[OwnerReference]:
-        found = self._read_pool(namespace, pool)
-        if found is None:
-            return []  # a claim of a pool that is gone still gets its mirror
-        return [pool_owner(pool, found["metadata"]["uid"])]
 
     def _release(self, namespace: str, name: str, current: dict[str, Any], *, delete: bool) -> None:
         finalizers = [

@@ -160,6 +160,10 @@ class ScaleDownResult(BaseModel):
 
 
 class BootstrapInput(BaseModel):
+    """What a claim asks its first-boot script to be. The activity renders what the cluster
+    authorises (`activities/claim_authority.py`): the NodeClass read from the cluster, not
+    `node_class`; `labels` and `taints` only as far as they are its NodeClaim's."""
+
     claim_name: str
     namespace: str
     node_pool: str
@@ -168,6 +172,7 @@ class BootstrapInput(BaseModel):
     labels: dict[str, str] = {}
     taints: list[Taint] = []
     offering: Offering | None = None
+    claim_uid: str | None = None  # the NodeClaim object's, from the claim's start
 
 
 class BootstrapRefs(BaseModel):
@@ -189,6 +194,10 @@ class BootstrapRefs(BaseModel):
 
 
 class CreateInstanceInput(BaseModel):
+    """What a claim asks to launch. The activity launches only what the cluster authorises
+    (`activities/claim_authority.py`): the NodeClaim `namespace/claim_name` (of `claim_uid`
+    when given), its pool, and the NodeClass read from the cluster, not `node_class`."""
+
     claim_name: str
     namespace: str
     node_pool: str
@@ -197,6 +206,7 @@ class CreateInstanceInput(BaseModel):
     offering: Offering
     cluster_id: str
     bootstrap: BootstrapRefs
+    claim_uid: str | None = None  # the NodeClaim object's, from the claim's start
 
 
 class InstanceInfo(BaseModel):
@@ -252,11 +262,19 @@ class TailnetDeviceRemoval(BaseModel):
 
 
 class LabelNodeInput(BaseModel):
+    """What a claim asks its node to carry. The activity applies only what the cluster
+    authorises: the labels and taints of the NodeClaim `namespace/node_name` (a tenant's
+    marks those of its own namespace), the ownership labels, and labels of what the VM is
+    that match one of its offerings; anything else asked is refused."""
+
     node_name: str
     instance_id: str | None = None  # as in NodeRef
     labels: dict[str, str]
     # The claim's taints: put back if the node registered without them.
     taints: list[Taint] = []
+    # The claim's namespace and NodeClaim uid; a request without its namespace is refused.
+    namespace: str | None = None
+    claim_uid: str | None = None
 
 
 class DrainInput(BaseModel):
@@ -322,7 +340,6 @@ class MirrorInput(BaseModel):
     # With `remove`: drop the finalizer but leave the resource, Failed, for people to read;
     # it replaces the pool's previous failed one (and goes with its pool).
     keep: bool = False
-    # The claim's first showing: the resource most likely does not exist yet, so it is
-    # created without being read first (one API call fewer per claim; an existing one is
-    # a 409, then updated as usual).
+    # The claim's first showing (histories record it; the resource is made before the claim
+    # starts, so the mirror writes its status alike either way).
     new: bool = False

@@ -101,6 +101,7 @@ async def _lifecycle(
     report.claim = claim.metadata.name
     handle = await start_claim(
         stack.temporal,
+        stack.api_client,
         context,
         claim,
         task_queue=stack.settings.task_queue,

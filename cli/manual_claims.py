@@ -1,7 +1,9 @@
-"""Manual claims: read the pool and class from the cluster, check the offering, start the workflow."""
+"""Manual claims: read the pool and class from the cluster, check the offering, create the
+NodeClaim object, start the workflow."""
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 import string
 from dataclasses import dataclass
@@ -15,6 +17,7 @@ from temporalio.client import Client, WorkflowHandle
 from temporalio.common import SearchAttributePair, TypedSearchAttributes, WorkflowIDReusePolicy
 from temporalio.exceptions import ApplicationError
 
+from activities.claim_authority import ClaimNotAuthorised, create_nodeclaim
 from activities.credentials import read_secret_value
 from activities.planning.catalog import Catalog
 from activities.providers.base import ProviderError
@@ -207,6 +210,7 @@ def build_claim(context: PoolContext, offerings: list[Offering], name: str) -> N
 
 async def start_claim(
     client: Client,
+    api_client: k8s.ApiClient,
     context: PoolContext,
     claim: NodeClaim,
     *,
@@ -215,7 +219,38 @@ async def start_claim(
     timings: ClaimTimings | None = None,
     task_timeout: timedelta | None = None,
 ) -> WorkflowHandle[NodeClaimWorkflow, NodeClaimStatus]:
-    """`task_timeout`: the claim's workflow task timeout (the operator's
+    """Create the claim's NodeClaim object with `api_client`'s rights (what authorises the
+    claim: activities/claim_authority.py; tenants may not create NodeClaims), then start its
+    workflow (`start_workflow_for`). Raises `ClaimError` for an object of that name another
+    pool owns or a pool without a uid; Kubernetes' refusal (403) as `ApiException`."""
+    try:
+        uid, _ = await asyncio.to_thread(create_nodeclaim, k8s.CustomObjectsApi(api_client), claim)
+    except ClaimNotAuthorised as refusal:
+        raise ClaimError(str(refusal)) from None
+    owned = claim.model_copy(update={"metadata": claim.metadata.model_copy(update={"uid": uid})})
+    return await start_workflow_for(
+        client,
+        context,
+        owned,
+        task_queue=task_queue,
+        cluster_id=cluster_id,
+        timings=timings,
+        task_timeout=task_timeout,
+    )
+
+
+async def start_workflow_for(
+    client: Client,
+    context: PoolContext,
+    claim: NodeClaim,
+    *,
+    task_queue: str,
+    cluster_id: str,
+    timings: ClaimTimings | None = None,
+    task_timeout: timedelta | None = None,
+) -> WorkflowHandle[NodeClaimWorkflow, NodeClaimStatus]:
+    """The claim's workflow alone, as `start_claim` starts it once its NodeClaim exists.
+    `task_timeout`: the claim's workflow task timeout (the operator's
     CLOUDBURST_CLAIM_TASK_TIMEOUT_S, as for a pool's claims); None: Temporal's default."""
     join = context.node_class.spec.join
     timings = timings or ClaimTimings(registration_timeout_s=join.registration_timeout_seconds)

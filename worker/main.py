@@ -61,8 +61,8 @@ def build_activities(api_client: k8s.ApiClient, tenancy: Tenancy) -> list[Callab
     scripts = ScriptHandoff()  # from a claim's bootstrap to its create call, on one worker
     return [
         *BootstrapActivities(api_client, tenancy, handoff=scripts).activities(),
-        *ClaimWorkflowActivities(api_client).activities(),
-        *KubeActivities(api_client).activities(),
+        *ClaimWorkflowActivities(api_client, tenancy).activities(),
+        *KubeActivities(api_client, tenancy).activities(),
         *ComputeActivities(api_client, tenancy, handoff=scripts).activities(),
         *EventActivities(api_client).activities(),
         *GcActivities(api_client, tenancy).activities(),

@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 from typing import Annotated
 
 import typer
+from kubernetes.client.exceptions import ApiException
 from rich.live import Live
 from rich.table import Table
 from rich.text import Text
@@ -176,6 +177,7 @@ def claims_create(
         client = await connect_or_exit(settings)
         await start_claim(
             client,
+            api_client,
             context,
             claim,
             task_queue=settings.task_queue,
@@ -189,6 +191,16 @@ def claims_create(
         if err.status == RPCStatusCode.ALREADY_EXISTS:
             raise fail(f"a NodeClaim named {claim.metadata.name} already exists") from None
         raise
+    except ClaimError as err:
+        raise fail(str(err)) from None
+    except ApiException as err:
+        if err.status != 403:
+            raise
+        raise fail(
+            f"creating NodeClaim {namespace}/{claim.metadata.name} was refused (403): a claim "
+            "made by hand needs `create` on nodeclaims there, which the cluster's edit role "
+            'does not give (docs/security.md, "Authority from the cluster")'
+        ) from None
     stdout_console().print(
         Text.assemble(
             "NodeClaim ",

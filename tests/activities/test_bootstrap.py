@@ -37,6 +37,7 @@ from api.nodepool import Taint
 from sim.controlplane.cluster import AuditRecord, KubernetesControlPlane
 from sim.controlplane.kubeadm_init import cluster_info_kubeconfig
 from sim.controlplane.pki import ClusterPki
+from tests.activities.claims import authorise_bootstrap, authorise_claim, run_bootstrap
 from tests.activities.conftest import (
     WORKER_NAMESPACE,
     WORKER_USER,
@@ -107,7 +108,23 @@ def acts(kube_api_client: client.ApiClient) -> BootstrapActivities:
     return BootstrapActivities(kube_api_client)
 
 
+# Who makes the objects that authorise a claim (the NodeClass, NodePool and NodeClaim a
+# bootstrap is for): the cluster's admin, whichever identity the activity runs as.
+_admin: list[client.ApiClient] = []
+
+
+@pytest.fixture(autouse=True)
+def objects_made_by(kube_api_client: client.ApiClient) -> Iterator[None]:
+    _admin.append(kube_api_client)
+    yield
+    _admin.clear()
+
+
 def run(fn: Any, arg: Any) -> Any:
+    """`fn` as a claim's workflow runs it; a bootstrap for a claim the cluster stands behind
+    (its objects made from `arg`)."""
+    if isinstance(arg, BootstrapInput):
+        return run_bootstrap(_admin[0], fn, arg)
     return ActivityEnvironment().run(fn, arg)
 
 
@@ -257,12 +274,16 @@ def test_offering_labels_are_registered(acts, core, namespace, unique):
     }
 
 
-def test_unrenderable_configuration_mints_no_token(acts, core, namespace, unique):
+def test_labels_beyond_the_nodeclaims_mint_no_token(acts, core, namespace, unique):
+    """A label the claim's NodeClaim lacks (here one no node could carry) is refused before
+    anything is rendered, read or minted."""
     claim = f"burst-{unique}"
-    bad = make_input(namespace, claim, labels={"bad key!": "x"})
+    authorised, _ = authorise_bootstrap(_admin[0], make_input(namespace, claim))
+    bad = make_input(namespace, claim, labels={"bad key!": "x"}, claim_uid=authorised.uid)
     with pytest.raises(ApplicationError) as info:
-        run(acts.prepare_bootstrap, bad)
+        authorised.env().run(acts.prepare_bootstrap, bad)
     assert info.value.type == "InvalidConfiguration"
+    assert "bad key!=x" in str(info.value) and "not authorised by the cluster" in str(info.value)
     assert token_secrets(core, claim) == []
 
 
@@ -415,10 +436,18 @@ def test_a_script_written_again_on_another_worker_is_read_from_its_secret(
     first, second = (
         Offering(provider="hetzner", region="fsn1", instance_type=kind) for kind in ("cx22", "cx32")
     )
-    run(
-        BootstrapActivities(kube_api_client, handoff=here).prepare_bootstrap,
-        make_input(namespace, claim, offering=first),
+    # The claim's NodeClaim names both offerings, in order.
+    asked = make_input(namespace, claim, offering=first)
+    authorise_claim(
+        kube_api_client,
+        namespace,
+        claim,
+        labels={"team": "ml"},
+        taints=list(asked.taints),
+        offerings=[first, second],
+        node_class=asked.node_class.model_dump(mode="json", by_alias=True, exclude_none=True),
     )
+    run(BootstrapActivities(kube_api_client, handoff=here).prepare_bootstrap, asked)
     elsewhere: BootstrapRefs = run(
         BootstrapActivities(kube_api_client, handoff=ScriptHandoff()).prepare_bootstrap,
         make_input(namespace, claim, offering=second),

@@ -27,6 +27,7 @@ from sim.cloud import FakeCloud
 from sim.controlplane.cluster import KubernetesControlPlane
 from sim.controlplane.joining import JoiningKubelets
 from sim.tailscale import TailnetStandin
+from tests.activities.claims import AuthorisedClaim, authorise_claim, run_bootstrap
 
 STARTUP = {"key": STARTUP_TAINT, "value": "true", "effect": "NoExecute"}
 
@@ -62,7 +63,7 @@ def taints_of(core: client.CoreV1Api, name: str) -> list[dict[str, Any]]:
 
 @pytest.fixture
 def kube_acts(kube_api_client: client.ApiClient) -> KubeActivities:
-    return KubeActivities(kube_api_client)
+    return KubeActivities(kube_api_client, Tenancy())
 
 
 @pytest.fixture
@@ -87,41 +88,61 @@ def register_node(
     )
 
 
-def labelled(name: str, new: dict[str, str], instance_id: str | None = None) -> LabelNodeInput:
-    return LabelNodeInput(
-        node_name=name, instance_id=instance_id or f"fake/sim-1/{name}", labels=new
+def label(
+    acts: KubeActivities,
+    claim: AuthorisedClaim,
+    new: dict[str, str],
+    instance_id: str | None = None,
+) -> None:
+    """The claim's label call, for a claim the cluster stands behind."""
+    asked = LabelNodeInput(
+        node_name=claim.name,
+        instance_id=instance_id or f"fake/sim-1/{claim.name}",
+        labels=new,
+        namespace=claim.namespace,
+        claim_uid=claim.uid,
     )
+    claim.env().run(acts.label_node, asked)
 
 
-def test_label_node_lifts_the_startup_taint_and_keeps_others(kube_acts, core, make_node, unique):
+def test_label_node_lifts_the_startup_taint_and_keeps_others(
+    kube_acts, core, make_node, unique, namespace, kube_api_client
+):
     name = f"n-{unique}"
     other = {"key": "gpu", "value": "true", "effect": "NoSchedule"}
     make_node(name, [other, STARTUP, {"key": "dedicated", "effect": "NoExecute"}])
+    claim = authorise_claim(kube_api_client, namespace, name)
     new = {labels.NODEPOOL: "burst", labels.PROVIDER: "fake"}
+    owned = labels.ownership_labels(name, namespace=namespace, node_pool="burst")
 
-    run(kube_acts.label_node, labelled(name, new))
+    label(kube_acts, claim, new)
     assert taints_of(core, name) == [other, {"key": "dedicated", "effect": "NoExecute"}]
-    assert core.read_node(name).metadata.labels == {"existing": "yes", **new}
+    assert core.read_node(name).metadata.labels == {"existing": "yes", **new, **owned}
 
-    run(kube_acts.label_node, labelled(name, new))  # idempotent
+    label(kube_acts, claim, new)  # idempotent
     assert taints_of(core, name) == [other, {"key": "dedicated", "effect": "NoExecute"}]
-    assert core.read_node(name).metadata.labels == {"existing": "yes", **new}
+    assert core.read_node(name).metadata.labels == {"existing": "yes", **new, **owned}
 
 
-def test_label_node_when_the_startup_taint_is_the_only_one(kube_acts, core, make_node, unique):
+def test_label_node_when_the_startup_taint_is_the_only_one(
+    kube_acts, core, make_node, unique, namespace, kube_api_client
+):
     name = f"n-{unique}"
     make_node(name, [STARTUP])
-    run(kube_acts.label_node, labelled(name, {"a": "b"}))
+    label(kube_acts, authorise_claim(kube_api_client, namespace, name, labels={"a": "b"}), {})
     assert taints_of(core, name) == []
 
 
-def test_label_node_without_startup_taint_leaves_taints_alone(kube_acts, core, make_node, unique):
+def test_label_node_without_startup_taint_leaves_taints_alone(
+    kube_acts, core, make_node, unique, namespace, kube_api_client
+):
     name = f"n-{unique}"
     other = {"key": "gpu", "value": "true", "effect": "NoSchedule"}
     make_node(name, [other])
-    run(kube_acts.label_node, labelled(name, {"a": "b"}))
+    label(kube_acts, authorise_claim(kube_api_client, namespace, name, labels={"a": "b"}), {})
     assert taints_of(core, name) == [other]
-    assert core.read_node(name).metadata.labels == {"existing": "yes", "a": "b"}
+    owned = labels.ownership_labels(name, namespace=namespace, node_pool="burst")
+    assert core.read_node(name).metadata.labels == {"existing": "yes", "a": "b", **owned}
 
 
 # --- a machine joins with the real script ---------------------------------------------------
@@ -188,7 +209,8 @@ def boot(sim: Sim, claim: str, spec: dict[str, Any]) -> str:
     tenancy = Tenancy(
         allowed_endpoints={"tailscale": (sim.tailnet.url,), "fake": (node_class.fake.endpoint,)}
     )
-    refs = run(
+    refs = run_bootstrap(
+        sim.api,
         BootstrapActivities(sim.api, tenancy).prepare_bootstrap,
         BootstrapInput(
             claim_name=claim,
@@ -261,9 +283,13 @@ def test_a_vm_booted_with_the_script_joins(sim: Sim, tailscale: str, unique: str
         assert internal_ip == devices[0]["addresses"][0]
 
     # What the claim does once the node is Ready: sync labels, lift the startup taint.
-    run(
-        KubeActivities(sim.api).label_node,
-        labelled(claim, {labels.PROVIDER: "fake"}, instance_id("fake", "sim-2", iid)),
+    gpu = Taint(key="gpu", value="true", effect="NoSchedule")
+    authorised = authorise_claim(sim.api, sim.namespace, claim, labels={"team": "ml"}, taints=[gpu])
+    label(
+        KubeActivities(sim.api, Tenancy()),
+        authorised,
+        {labels.PROVIDER: "fake"},
+        instance_id("fake", "sim-2", iid),
     )
     assert taints_of(sim.core, claim) == [{"key": "gpu", "value": "true", "effect": "NoSchedule"}]
 

@@ -27,6 +27,7 @@ from api.nodeclass import NodeClassSpec
 from cluster.tenancy import Tenancy
 from sim.clouds.ovh import OvhStandin
 from sim.clouds.scaleway import ScalewayStandin, new_secret_key
+from tests.activities.claims import claims_env
 
 CLUSTER = "c1"
 SECRET = "cloud-creds"
@@ -131,10 +132,30 @@ def ref(cloud: Cloud, namespace: str, claim: str, instance_id: str | None) -> In
     )
 
 
-def failure(fn: Any, arg: Any) -> ApplicationError:
+def run(fn: Any, r: InstanceRef) -> Any:
+    """The activity as the claim's own workflow runs it (it acts for no other)."""
+    return claims_env(r.namespace, r.claim_name).run(fn, r)
+
+
+def failure(fn: Any, r: InstanceRef) -> ApplicationError:
     with pytest.raises(ApplicationError) as caught:
-        ActivityEnvironment().run(fn, arg)
+        run(fn, r)
     return caught.value
+
+
+def test_a_vm_is_looked_up_and_deleted_only_for_its_claims_own_workflow(
+    acts: ComputeActivities, core: client.CoreV1Api, namespace: str, scaleway: Cloud
+) -> None:
+    """Whoever starts a workflow of another id with this claim's name in its input reaches
+    neither its VM nor its Secret. (Fails on the activities that took the input's word.)"""
+    put_secret(core, namespace, scaleway.credential)
+    vm = scaleway.make_vm("nc-theirs")
+    r = ref(scaleway, namespace, "nc-theirs", vm.id)
+    for fn in (acts.get_instance, acts.delete_instance):
+        with pytest.raises(ApplicationError) as refused:
+            ActivityEnvironment().run(fn, r)
+        assert refused.value.non_retryable and "not authorised by the cluster" in str(refused.value)
+    assert scaleway.exists(vm)
 
 
 def test_delete_with_an_expired_credential_retries_until_it_is_fixed(
@@ -153,7 +174,7 @@ def test_delete_with_an_expired_credential_retries_until_it_is_fixed(
 
     # The operator rotates the Secret; the activity's next attempt deletes the VM.
     put_secret(core, namespace, cloud.credential)
-    ActivityEnvironment().run(acts.delete_instance, r)
+    run(acts.delete_instance, r)
     assert cloud.standin.peek(split_instance_id(vm.id)[2]) is None
 
 
@@ -169,7 +190,7 @@ def test_delete_without_the_credentials_secret_retries(
     assert cloud.exists(vm)
 
     put_secret(core, namespace, cloud.credential)
-    ActivityEnvironment().run(acts.delete_instance, r)
+    run(acts.delete_instance, r)
     assert cloud.standin.peek(split_instance_id(vm.id)[2]) is None
 
 
@@ -194,7 +215,7 @@ def test_get_still_fails_at_once_on_a_fatal_error(
     err = failure(acts.get_instance, r)
     assert err.type == PROVIDER_FATAL and err.non_retryable, err
     put_secret(core, namespace, scaleway.credential)
-    info = ActivityEnvironment().run(acts.get_instance, r)
+    info = run(acts.get_instance, r)
     assert info is not None and info.instance_id == vm.id
 
 
@@ -209,10 +230,10 @@ def test_delete_by_label_finds_the_vm_in_any_zone(
     assert split_instance_id(par2.id)[1] == "fr-par-2"
     assert split_instance_id(ams.id)[1] == "nl-ams-1"
 
-    ActivityEnvironment().run(acts.delete_instance, ref(scaleway, namespace, "nc-par2", None))
+    run(acts.delete_instance, ref(scaleway, namespace, "nc-par2", None))
     assert scaleway.standin.peek(split_instance_id(par2.id)[2]) is None
     assert scaleway.exists(ams)  # another claim's VM stays
 
-    ActivityEnvironment().run(acts.delete_instance, ref(scaleway, namespace, "nc-ams", None))
+    run(acts.delete_instance, ref(scaleway, namespace, "nc-ams", None))
     assert scaleway.standin.peek(split_instance_id(ams.id)[2]) is None
     assert scaleway.standin.volumes() == []

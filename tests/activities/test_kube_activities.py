@@ -26,6 +26,9 @@ from activities.kube import MERGE_PATCH, KubeActivities
 from api import labels
 from api._base import SecretKeyRef
 from api.messages import DrainInput, DrainResult, LabelNodeInput, NodeRef, NodeState
+from api.nodepool import Taint
+from cluster.tenancy import Tenancy
+from tests.activities.claims import AuthorisedClaim, authorise_claim
 
 # --- helpers: build the world the activities act on -------------------------------------
 
@@ -177,7 +180,7 @@ def drain_input(node: str, force_in_s: float, **kw: Any) -> DrainInput:
 
 @pytest.fixture
 def acts(kube_api_client: client.ApiClient) -> KubeActivities:
-    return KubeActivities(kube_api_client)
+    return KubeActivities(kube_api_client, Tenancy())
 
 
 @pytest.fixture
@@ -230,32 +233,91 @@ def test_read_secret_value(core, namespace):
 # --- label / cordon / delete -------------------------------------------------------------
 
 
-def test_label_node_merges_and_is_idempotent(acts, core, node):
-    new = {labels.NODEPOOL: "burst", labels.PROVIDER: "fake"}
-    run(
-        acts.label_node,
-        LabelNodeInput(node_name=node, instance_id=ref(node).instance_id, labels=new),
+def label(claim: AuthorisedClaim, node: str, labels_: dict[str, str], **kw: Any) -> None:
+    acts = kw.pop("acts")
+    asked = LabelNodeInput(
+        node_name=node,
+        instance_id=ref(node).instance_id,
+        labels=labels_,
+        namespace=claim.namespace,
+        claim_uid=claim.uid,
+        **kw,
     )
-    run(
-        acts.label_node,
-        LabelNodeInput(node_name=node, instance_id=ref(node).instance_id, labels=new),
-    )
+    claim.env().run(acts.label_node, asked)
+
+
+def test_label_node_merges_and_is_idempotent(acts, core, node, namespace, kube_api_client):
+    claim = authorise_claim(kube_api_client, namespace, node, labels={"team": "blue"})
+    asked = {"team": "blue", labels.PROVIDER: "fake"}
+    label(claim, node, asked, acts=acts)
+    label(claim, node, asked, acts=acts)
     got = core.read_node(node).metadata.labels
-    assert got == {"existing": "yes", **new}
+    owned = labels.ownership_labels(node, namespace=namespace, node_pool="burst")
+    assert got == {"existing": "yes", **asked, **owned}
 
 
-def test_label_missing_node_is_node_not_found(acts, unique):
+def test_label_missing_node_is_node_not_found(acts, unique, namespace, kube_api_client):
+    claim = authorise_claim(kube_api_client, namespace, f"ghost-{unique}")
     with pytest.raises(ApplicationError) as info:
-        run(
-            acts.label_node,
-            LabelNodeInput(
-                node_name=f"ghost-{unique}",
-                instance_id=ref(f"ghost-{unique}").instance_id,
-                labels={"a": "b"},
-            ),
-        )
+        label(claim, f"ghost-{unique}", {}, acts=acts)
     assert info.value.type == "NodeNotFound"
     assert info.value.non_retryable
+
+
+def test_labels_and_taints_the_nodeclaim_lacks_are_refused_and_nothing_is_applied(
+    acts, core, node, namespace, kube_api_client
+):
+    """A claim's message is no authority over its node: a label or taint beyond its NodeClaim's
+    (another tenant's mark among them), or a VM label of an instance type it was not made for,
+    refuses the call and the node is left as it was. (Fails on the label call that applied
+    whatever its input said.)"""
+    claim = authorise_claim(kube_api_client, namespace, node)
+    before = core.read_node(node)
+    for asked, taints_ in (
+        ({labels.TENANT_LABEL: "team-b"}, []),
+        ({labels.NODEPOOL_NAMESPACE: "team-b"}, []),
+        ({labels.INSTANCE_TYPE: "fk-huge"}, []),
+        ({}, [Taint(key="gpu", value="true", effect="NoSchedule")]),
+    ):
+        with pytest.raises(ApplicationError) as refused:
+            label(claim, node, asked, acts=acts, taints=taints_)
+        assert refused.value.type == "InvalidConfiguration" and refused.value.non_retryable
+        assert "not authorised by the cluster" in str(refused.value)
+    after = core.read_node(node)
+    assert after.metadata.labels == before.metadata.labels
+    assert taints(after.spec) == taints(before.spec)
+
+
+def test_a_tenants_node_gets_its_own_namespaces_marks(core, node, namespace, kube_api_client):
+    """The tenant marks are the worker's, from its tenancy and the claim's namespace: a node
+    of a tenant's claim carries them even when the message left them out."""
+    acts = KubeActivities(kube_api_client, Tenancy(namespaces=frozenset({namespace})))
+    claim = authorise_claim(kube_api_client, namespace, node)
+    label(claim, node, {}, acts=acts)
+    got = core.read_node(node)
+    assert got.metadata.labels[labels.TENANT_LABEL] == namespace
+    assert ("cloudburst.io/tenant", "NoSchedule") in taints(got.spec)
+
+
+def test_a_claim_without_its_nodeclaim_or_of_another_workflow_is_refused(
+    acts, core, node, namespace, kube_api_client
+):
+    """No NodeClaim object, one of another uid, or an activity run for another workflow: the
+    node is not touched. (Fails on the label call that read nothing from the cluster.)"""
+    before = core.read_node(node).metadata.labels
+    unauthorised = AuthorisedClaim(namespace, node, "burst", "no-such-uid", "no-pool")
+    with pytest.raises(ApplicationError) as missing:
+        label(unauthorised, node, {}, acts=acts)
+    assert f"no NodeClaim {namespace}/{node}" in str(missing.value)
+    claim = authorise_claim(kube_api_client, namespace, node)
+    with pytest.raises(ApplicationError) as other_uid:
+        label(unauthorised, node, {}, acts=acts)
+    assert "is not the one this claim was started for" in str(other_uid.value)
+    asked = LabelNodeInput(node_name=node, labels={}, namespace=namespace, claim_uid=claim.uid)
+    with pytest.raises(ApplicationError) as elsewhere:
+        ActivityEnvironment().run(acts.label_node, asked)
+    assert "runs for workflow 'test'" in str(elsewhere.value)
+    assert core.read_node(node).metadata.labels == before
 
 
 def test_cordon_taints_once_and_keeps_other_taints(acts, core, node):
@@ -494,11 +556,12 @@ def stranger(core: client.CoreV1Api, unique: str, made_nodes: list[str]) -> str:
 
 
 def test_a_stranger_of_the_claims_name_is_neither_labelled_cordoned_nor_deleted(
-    acts, core, stranger
+    acts, core, stranger, namespace, kube_api_client
 ):
     before = core.read_node(stranger)
+    claim = authorise_claim(kube_api_client, namespace, stranger)
     with pytest.raises(ApplicationError):
-        run(acts.label_node, LabelNodeInput(**ref(stranger).model_dump(), labels={"a": "b"}))
+        label(claim, stranger, {}, acts=acts)
     run(acts.cordon_node, ref(stranger))
     run(acts.delete_node, ref(stranger))
     after = core.read_node(stranger)  # still there, untouched

@@ -8,6 +8,7 @@ from typing import Any
 from kubernetes import client
 from temporalio.testing import ActivityEnvironment
 
+from activities.claim_authority import create_nodeclaim
 from activities.mirror import GROUP, PLURAL, VERSION, MirrorActivities
 from api import labels
 from api.claims import pool_owner
@@ -78,17 +79,28 @@ def launched(namespace: str, name: str) -> KubeEvent:
     )
 
 
-def test_first_showing_creates_the_resource_with_its_status_and_finalizer(
+def made(custom: client.CustomObjectsApi, namespace: str, name: str) -> NodeClaim:
+    """The claim, its NodeClaim object made as its pool's start activity makes it (owned by
+    the pool `burst`)."""
+    pool_uid = create_pool(custom, namespace)
+    shown = claim(namespace, name, NodeClaimPhase.PROVISIONING)
+    shown.metadata.owner_references = [pool_owner("burst", pool_uid)]
+    create_nodeclaim(custom, shown)
+    return shown
+
+
+def test_first_showing_writes_the_status_of_the_resource_made_before_the_claim(
     kube_api_client, audit, namespace, unique
 ):
     acts, custom = MirrorActivities(kube_api_client), client.CustomObjectsApi(kube_api_client)
     name = f"burst-{unique}"
+    made(custom, namespace, name)
     since = audit.mark()
 
     show(acts, MirrorInput(claim=claim(namespace, name, NodeClaimPhase.PROVISIONING), new=True))
 
-    # Created, then its status written: nothing read first.
-    assert claim_requests(audit, since, 2) == ["create", "patch"]
+    # Its status written: nothing read or created.
+    assert claim_requests(audit, since, 1) == ["patch"]
     shown = resource(custom, namespace, name)
     assert shown["status"]["phase"] == "Provisioning"
     assert labels.TERMINATION_FINALIZER in shown["metadata"]["finalizers"]
@@ -99,6 +111,7 @@ def test_a_later_showing_is_one_status_write_and_its_events_name_the_resource(
 ):
     acts, custom = MirrorActivities(kube_api_client), client.CustomObjectsApi(kube_api_client)
     name = f"burst-{unique}"
+    made(custom, namespace, name)
     show(acts, MirrorInput(claim=claim(namespace, name, NodeClaimPhase.PROVISIONING), new=True))
     since = audit.mark()
 
@@ -119,92 +132,36 @@ def test_a_later_showing_is_one_status_write_and_its_events_name_the_resource(
     ]
 
 
-def test_a_resource_deleted_under_a_live_claim_is_shown_again(kube_api_client, namespace, unique):
+def test_the_mirror_never_makes_the_resource_that_authorises_a_claim(
+    kube_api_client, audit, namespace, unique
+):
+    """A claim's own activity creates no NodeClaim: not at its first showing (a claim started
+    by whoever reaches Temporal would make its own authority), nor when someone stripped the
+    finalizer and deleted it under a live claim. (Fails on the mirror that created one.)"""
     acts, custom = MirrorActivities(kube_api_client), client.CustomObjectsApi(kube_api_client)
-    name = f"burst-{unique}"
-    show(acts, MirrorInput(claim=claim(namespace, name, NodeClaimPhase.PROVISIONING), new=True))
-    # Someone strips the finalizer and deletes it: the claim (and its VM) still live.
+    forged = f"burst-{unique}"
+    since = audit.mark()
+    result = ActivityEnvironment().run(
+        acts.sync_nodeclaim,
+        MirrorInput(claim=claim(namespace, forged, NodeClaimPhase.PROVISIONING), new=True),
+    )
+    assert result.uid is None
+    assert "create" not in claim_requests(audit, since, 1)
+
+    name = f"burst-{unique}-live"
+    made(custom, namespace, name)
     custom.patch_namespaced_custom_object(
         GROUP, VERSION, namespace, PLURAL, name, {"metadata": {"finalizers": []}}
     )
     custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
-
-    show(acts, MirrorInput(claim=claim(namespace, name, NodeClaimPhase.READY)))
-
-    shown = resource(custom, namespace, name)
-    assert shown["status"]["phase"] == "Ready"
-    assert labels.TERMINATION_FINALIZER in shown["metadata"]["finalizers"]
-
-
-def test_a_first_showing_retried_after_it_landed_updates_the_resource(
-    kube_api_client, namespace, unique
-):
-    acts, custom = MirrorActivities(kube_api_client), client.CustomObjectsApi(kube_api_client)
-    name = f"burst-{unique}"
-    first = MirrorInput(claim=claim(namespace, name, NodeClaimPhase.PROVISIONING), new=True)
-    show(acts, first)
-    uid = resource(custom, namespace, name)["metadata"]["uid"]
-
-    # The worker died after the create: the retry finds the resource there (a 409).
-    show(acts, first.model_copy(update={"claim": claim(namespace, name, NodeClaimPhase.JOINING)}))
-
-    shown = resource(custom, namespace, name)
-    assert (shown["metadata"]["uid"], shown["status"]["phase"]) == (uid, "Joining")
-
-
-def owned_claim(namespace: str, name: str, pool_uid: str) -> NodeClaim:
-    """A claim as its pool's workflow starts it: owned by the pool's uid it was told."""
-    made = claim(namespace, name, NodeClaimPhase.PROVISIONING)
-    made.metadata.owner_references = [pool_owner("burst", pool_uid)]
-    return made
-
-
-def test_claims_owned_by_their_pool_show_without_reading_it(
-    kube_api_client, audit, namespace, unique
-):
-    acts, custom = MirrorActivities(kube_api_client), client.CustomObjectsApi(kube_api_client)
-    pool_uid = create_pool(custom, namespace)
-    names = [f"burst-{unique}-{n}" for n in range(5)]
-    since = audit.mark()
-
-    for name in names:
-        show(acts, MirrorInput(claim=owned_claim(namespace, name, pool_uid), new=True))
-
-    assert [r for r in audit.since(since) if r.resource == "nodepools"] == []
-    # Deleting the pool deletes its claims' resources (the garbage collector's work).
-    assert [owner_uids(custom, namespace, name) for name in names] == [[pool_uid]] * 5
-
-
-def test_a_claim_owned_by_a_pool_created_again_is_not_owned_by_the_new_one(
-    kube_api_client, namespace, unique
-):
-    """The owner is the pool the claim was planned by: one deleted meanwhile takes its claim
-    with it (the garbage collector), never hands it to the pool now under its name."""
-    acts, custom = MirrorActivities(kube_api_client), client.CustomObjectsApi(kube_api_client)
-    old_uid = create_pool(custom, namespace)
-    custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, "nodepools", "burst")
-    new_uid = create_pool(custom, namespace)
-    name = f"burst-{unique}"
-
-    show(acts, MirrorInput(claim=owned_claim(namespace, name, old_uid), new=True))
-
-    assert owner_uids(custom, namespace, name) == [old_uid] != [new_uid]
-
-
-def test_a_claim_without_its_owner_reads_the_pool_there_now(
-    kube_api_client, audit, namespace, unique
-):
-    """A claim started before pools knew their uid (an older pool workflow's)."""
-    acts, custom = MirrorActivities(kube_api_client), client.CustomObjectsApi(kube_api_client)
-    pool_uid = create_pool(custom, namespace)
-    name = f"burst-{unique}"
-    since = audit.mark()
-
-    show(acts, MirrorInput(claim=claim(namespace, name, NodeClaimPhase.PROVISIONING), new=True))
-
-    def pool_verbs(records: list[AuditRecord]) -> list[str]:
-        return [r.verb for r in records if r.resource == "nodepools"]
-
-    pool_reads = pool_verbs(audit.since(since, until=lambda found: len(pool_verbs(found)) >= 1))
-    assert pool_reads == ["get"]
-    assert owner_uids(custom, namespace, name) == [pool_uid]
+    shown = ActivityEnvironment().run(
+        acts.sync_nodeclaim, MirrorInput(claim=claim(namespace, name, NodeClaimPhase.READY))
+    )
+    assert shown.uid is None
+    for gone in (forged, name):
+        try:
+            resource(custom, namespace, gone)
+        except client.ApiException as err:
+            assert err.status == 404
+        else:
+            raise AssertionError(f"NodeClaim {gone} was made")

@@ -19,6 +19,7 @@ from api.messages import BootstrapInput, BootstrapRefs, TailnetDeviceRef
 from api.nodeclass import NodeClassSpec
 from cluster.tenancy import Tenancy
 from sim.tailscale import TailnetStandin
+from tests.activities.claims import run_bootstrap
 from tests.activities.conftest import WORKER_NAMESPACE
 
 
@@ -57,16 +58,15 @@ def bootstrap(
     node_class: NodeClassSpec,
 ) -> BootstrapRefs:
     acts = BootstrapActivities(kube_api_client, tenancy)
-    return ActivityEnvironment().run(
-        acts.prepare_bootstrap,
-        BootstrapInput(
-            claim_name=claim,
-            namespace=namespace,
-            node_pool="burst",
-            node_class_name="default",
-            node_class=node_class,
-        ),
+    asked = BootstrapInput(
+        claim_name=claim,
+        namespace=namespace,
+        node_pool="burst",
+        node_class_name="default",
+        node_class=node_class,
     )
+    refs: BootstrapRefs = run_bootstrap(kube_api_client, acts.prepare_bootstrap, asked)
+    return refs
 
 
 def auth_key_in(script: str) -> str:

@@ -32,6 +32,7 @@ from api.planning import PlanRequest
 from cluster.tenancy import ENDPOINT_NOT_ALLOWED, NAMESPACE_NOT_SERVED, Tenancy, url_parts
 from sim.clouds.base import Request, Response, StandinHTTPServer
 from sim.controlplane.cluster import AuditRecord
+from tests.activities.claims import authorise_bootstrap, claims_env
 from tests.activities.conftest import WORKER_USER, AuditLog, create_namespace
 
 
@@ -106,8 +107,14 @@ def instance_ref(namespace: str, node_class: NodeClassSpec) -> InstanceRef:
 
 
 def failure(fn: Any, arg: Any) -> ApplicationError:
+    """`fn`'s error, run as a claim's own workflow runs it when `arg` names a claim."""
+    env = (
+        claims_env(arg.namespace, arg.claim_name)
+        if isinstance(arg, InstanceRef)
+        else ActivityEnvironment()
+    )
     with pytest.raises(ApplicationError) as caught:
-        ActivityEnvironment().run(fn, arg)
+        env.run(fn, arg)
     return caught.value
 
 
@@ -136,9 +143,8 @@ def test_an_allowed_endpoint_gets_the_call(
     tenancy = Tenancy(allowed_endpoints={"hetzner": (listener.url,)})
     acts = ComputeActivities(worker_api_client, tenancy)
     with pytest.raises(Exception):  # noqa: B017 - the listener is no Hetzner
-        ActivityEnvironment().run(
-            acts.get_instance, instance_ref(namespace, hetzner_class(f"{listener.url}/v1"))
-        )
+        asked = instance_ref(namespace, hetzner_class(f"{listener.url}/v1"))
+        claims_env(namespace, asked.claim_name).run(acts.get_instance, asked)
     assert listener.hits
     assert listener.hits[0][2]["authorization"] == "Bearer hcloud-token-of-the-namespace"
 
@@ -284,7 +290,7 @@ def test_url_parts_refuses_what_could_hide_a_host() -> None:
 
 
 def test_bootstrap_for_an_offering_not_allowed_mints_nothing(
-    worker_api_client, audit, namespace, listener
+    worker_api_client, kube_api_client, audit, namespace, listener
 ) -> None:
     """Refused in prepare_bootstrap, a claim fails before it launches anything: no token, no
     script, no VM for its cleanup to look for behind the refused endpoint."""
@@ -294,9 +300,8 @@ def test_bootstrap_for_an_offering_not_allowed_mints_nothing(
             "join": {"hostApiServer": "https://10.0.0.1:6443"},
         }
     )
-    since = audit.mark()
-    err = failure(
-        BootstrapActivities(worker_api_client, Tenancy()).prepare_bootstrap,
+    claim, asked = authorise_bootstrap(
+        kube_api_client,
         BootstrapInput(
             claim_name="burst-refused",
             namespace=namespace,
@@ -306,6 +311,10 @@ def test_bootstrap_for_an_offering_not_allowed_mints_nothing(
             offering=Offering(provider="fake", region="sim-1", instance_type="fk-small"),
         ),
     )
+    since = audit.mark()
+    with pytest.raises(ApplicationError) as refused:
+        claim.env().run(BootstrapActivities(worker_api_client, Tenancy()).prepare_bootstrap, asked)
+    err = refused.value
     assert err.type == "InvalidConfiguration" and err.details == (ENDPOINT_NOT_ALLOWED,)
     assert secret_reads(audit, since) == []
     assert listener.hits == []

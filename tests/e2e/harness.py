@@ -239,6 +239,7 @@ async def start_test_claim(
     claim = build_claim(context, offerings or [fake_offering()], new_claim_name(pool))
     handle = await start_claim(
         stack.temporal,
+        stack.kube,
         context,
         claim,
         task_queue=stack.task_queue,

@@ -9,9 +9,11 @@ from kubernetes import client as k8s
 from temporalio.client import Client
 from temporalio.testing import ActivityEnvironment
 
+from activities.claim_authority import delete_nodeclaim
 from activities.claim_workflows import ClaimWorkflowActivities
 from api.claims import pool_owner
 from api.messages import ClaimStarts, claim_workflow_id
+from cluster.tenancy import Tenancy
 from tests.activities.test_claim_workflows import runs_of, start
 
 
@@ -43,7 +45,7 @@ async def test_claims_of_a_nodepool_gone_from_the_cluster_are_not_started(
     owned.input.claim.metadata.owner_references = [pool_owner(pool, uid)]
     stale = start(pool, "fffff", f"{pool}-claims")
     stale.input.claim.metadata.owner_references = [pool_owner(pool, "an-older-pools-uid")]
-    starter = ClaimWorkflowActivities(kube)
+    starter = ClaimWorkflowActivities(kube, Tenancy())
     run = ActivityEnvironment(client=temporal_client).run
     try:
         refused = await run(starter.start_claim_workflows, ClaimStarts(starts=[stale]))
@@ -62,3 +64,4 @@ async def test_claims_of_a_nodepool_gone_from_the_cluster_are_not_started(
     await temporal_client.get_workflow_handle(
         claim_workflow_id("default", f"{pool}-eeeee")
     ).terminate()
+    delete_nodeclaim(custom, "default", f"{pool}-eeeee")

@@ -180,6 +180,7 @@ async def test_gc_removes_orphans_and_leaves_live_claims_alone(stack: Stack) -> 
         live = claim.metadata.name
         handle = await start_claim(
             stack.temporal,
+            stack.kube,
             context,
             claim,
             task_queue=stack.task_queue,

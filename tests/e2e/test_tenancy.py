@@ -36,11 +36,23 @@ from temporalio.client import Client, WorkflowFailureError
 from api import NodeClaimPhase, NodeClass, NodePool, labels
 from api._base import ObjectMeta
 from api.gc import OrphanGcInput, OrphanGcReport
-from api.messages import ScaleDownRequest, claim_workflow_id
+from api.messages import (
+    NodeClaimInput,
+    ScaleDownRequest,
+    claim_task_queue,
+    claim_workflow_id,
+)
 from api.nodeclass import NodeClassSpec
 from api.nodepool.messages import PoolStatus, pool_workflow_id
 from cli.devstack import CLOUD_TOKEN_SECRET
-from cli.manual_claims import PoolContext, build_claim, load_pool, new_claim_name, start_claim
+from cli.manual_claims import (
+    PoolContext,
+    build_claim,
+    load_pool,
+    new_claim_name,
+    start_claim,
+    start_workflow_for,
+)
 from cluster.tenancy import NODE_SELECTOR_ANNOTATION, tenant_namespace_annotations
 from sim.clouds.base import Request, Response, StandinHTTPServer
 from sim.cluster import SimulatedCluster
@@ -301,7 +313,8 @@ async def test_a_namespace_editor_cannot_reach_another_namespaces_secret(
         stack.settings.tenancy().node_spec(TEAM_A, pool.spec),
     )
     claim = build_claim(context, [fake_offering()], new_claim_name(exfil))
-    handle = await start_claim(
+    # Started as whoever reaches Temporal starts one: no NodeClaim object behind it.
+    handle = await start_workflow_for(
         stack.temporal,
         context,
         claim,
@@ -311,7 +324,9 @@ async def test_a_namespace_editor_cannot_reach_another_namespaces_secret(
     )
     with pytest.raises(WorkflowFailureError) as failed:
         await asyncio.wait_for(handle.result(), timeout=60)
-    assert "spec.fake.endpoint" in str(failed.value.cause)
+    # Refused before anything of the class is looked at: no NodeClaim of the worker's is
+    # behind a claim started by hand (and the class's refused endpoint would refuse it next).
+    assert "not authorised by the cluster: there is no NodeClaim" in str(failed.value.cause)
     status = await handle.query(NodeClaimWorkflow.status)
     assert status.phase == NodeClaimPhase.FAILED
     assert status.failure_reason == "InvalidConfiguration"
@@ -699,6 +714,7 @@ async def test_a_node_registered_under_a_claims_name_by_another_machine_is_not_a
         claim = build_claim(context, [fake_offering()], name)
         handle = await start_claim(
             stack.temporal,
+            stack.kube,
             context,
             claim,
             task_queue=stack.task_queue,
@@ -777,3 +793,99 @@ async def test_a_shared_pool_serves_the_namespaces_its_selector_selects(stack: S
             await delete_pod(stack, namespace, "app")
         await delete_pool(stack, operator, shared)
         await delete_pool(stack, TEAM_A, sneaky)
+
+
+async def started_input(stack: Stack, namespace: str, name: str) -> NodeClaimInput:
+    """A claim's start input as whoever reaches Temporal reads it from its history."""
+    handle = stack.temporal.get_workflow_handle(claim_workflow_id(namespace, name))
+    history = await handle.fetch_history()
+    started = history.events[0].workflow_execution_started_event_attributes
+    [found] = await stack.temporal.data_converter.decode(started.input.payloads, [NodeClaimInput])
+    assert isinstance(found, NodeClaimInput)
+    return found
+
+
+def forged(copied: NodeClaimInput, namespace: str, name: str, **spec: Any) -> NodeClaimInput:
+    """`copied` as a script rewrites it: another namespace and name, any spec fields."""
+    claim = copied.claim.model_copy(deep=True)
+    claim.metadata.namespace, claim.metadata.name = namespace, name
+    claim.spec = claim.spec.model_copy(update=spec)
+    return copied.model_copy(update={"claim": claim, "pool_workflow_id": None})
+
+
+async def test_a_claim_started_by_whoever_reaches_temporal_launches_and_marks_nothing(
+    stack: Stack, sim_cluster: SimulatedCluster
+) -> None:
+    """Issue #53: a script that reaches Temporal copies a legitimate claim's start input from
+    history and starts claims of its own: (1) in A's namespace with B's tenant label and taint
+    (B's pods would run on a machine A controls); (2) in B's namespace with B's NodeClass
+    (a VM on B's credential that nothing of B's asked for). Neither gets a VM or a node: no
+    NodeClaim object of the worker's is behind them, and each ends Failed saying so. A's own
+    claim meanwhile is untouched. (Fails on the activities that took the input as authority:
+    both VMs launched, the first node marked B's.)"""
+    suffix = uuid.uuid4().hex[:5]
+    a_pool, b_pool = f"own-{suffix}", f"theirs-{suffix}"
+    await as_tenant(stack, TEAM_A)
+    await as_tenant(stack, TEAM_B)
+    for namespace, pool in ((TEAM_A, a_pool), (TEAM_B, b_pool)):
+        await fake_cloud_class(stack, namespace, pool)
+        await create(
+            stack,
+            plain_pool(namespace, pool, template={"labels": {"test-pool": pool}}),
+            "nodepools",
+        )
+    try:
+        await plain_pod(stack, TEAM_A, f"a-{suffix}", {"test-pool": a_pool})
+        node = await bound_node(stack, TEAM_A, f"a-{suffix}")
+        legit = str(node.metadata.name)
+        copied = await started_input(stack, TEAM_A, legit)
+        assert copied.claim.metadata.uid  # the worker's NodeClaim object's
+
+        b_marks = {**copied.claim.spec.labels, labels.TENANT_LABEL: TEAM_B}
+        b_taint = copied.claim.spec.taints[0].model_copy(update={"value": TEAM_B})
+        attempts = {
+            (TEAM_A, f"{a_pool}-forged1"): forged(
+                copied, TEAM_A, f"{a_pool}-forged1", labels=b_marks, taints=[b_taint]
+            ),
+            (TEAM_B, f"{b_pool}-forged2"): forged(
+                copied.model_copy(update={"node_class_name": b_pool}),
+                TEAM_B,
+                f"{b_pool}-forged2",
+                node_pool=b_pool,
+                node_class=b_pool,
+            ),
+        }
+        for (namespace, name), claim_input in attempts.items():
+            handle = await stack.temporal.start_workflow(
+                "NodeClaimWorkflow",
+                claim_input,
+                id=claim_workflow_id(namespace, name),
+                task_queue=claim_task_queue(stack.task_queue),
+            )
+            with pytest.raises(WorkflowFailureError):
+                await asyncio.wait_for(handle.result(), timeout=60)
+            status = await stack.temporal.get_workflow_handle_for(
+                NodeClaimWorkflow.run, claim_workflow_id(namespace, name)
+            ).query(NodeClaimWorkflow.status)
+            assert status.phase == NodeClaimPhase.FAILED
+            assert status.failure_reason == "InvalidConfiguration"
+            assert "not authorised by the cluster" in str(status.failure_message)
+            assert f"no NodeClaim {namespace}/{name} in the cluster" in str(status.failure_message)
+            # No VM was asked for, no node joined, no NodeClaim was made for it.
+            assert name not in sim_cluster.cloud.create_times()
+            with pytest.raises(k8s.ApiException) as no_node:
+                await in_thread(stack.core.read_node, name)
+            assert no_node.value.status == 404
+            assert name not in {c["metadata"]["name"] for c in await nodeclaims(stack, namespace)}
+
+        # A's own claim and node are as they were: Ready, A's marks only.
+        own = await stack.temporal.get_workflow_handle_for(
+            NodeClaimWorkflow.run, claim_workflow_id(TEAM_A, legit)
+        ).query(NodeClaimWorkflow.status)
+        assert own.phase == NodeClaimPhase.READY
+        now = await in_thread(stack.core.read_node, legit)
+        assert now.metadata.labels[labels.TENANT_LABEL] == TEAM_A
+    finally:
+        await delete_pod(stack, TEAM_A, f"a-{suffix}")
+        for namespace, pool in ((TEAM_A, a_pool), (TEAM_B, b_pool)):
+            await delete_pool(stack, namespace, pool)

@@ -19,7 +19,6 @@ from typing import Any
 import pytest
 from kubernetes import client as k8s
 from temporalio.exceptions import ApplicationError
-from temporalio.testing import ActivityEnvironment
 
 from activities.compute import ComputeActivities
 from activities.providers.aws import AwsProvider
@@ -31,6 +30,7 @@ from api.nodeclass import AwsClass, AzureClass, GcpClass, NodeClassSpec
 from cluster.tenancy import Tenancy
 from sim.clouds.aws import AwsStandin
 from sim.clouds.gcp import GcpStandin
+from tests.activities.claims import claims_env
 from tests.tls_material import make_tls_files
 
 JOIN = {"hostApiServer": "https://10.0.0.1:6443"}
@@ -101,7 +101,7 @@ def test_no_identity_fails_the_claim_as_invalid_configuration(
             node_class=spec,
         )
         with pytest.raises(ApplicationError) as caught:
-            ActivityEnvironment().run(acts.get_instance, ref)
+            claims_env(ref.namespace, ref.claim_name).run(acts.get_instance, ref)
         assert caught.value.type == "InvalidConfiguration" and caught.value.non_retryable
         assert "IRSA" in str(caught.value)
 

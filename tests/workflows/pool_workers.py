@@ -13,9 +13,34 @@ from temporalio.client import Client, WorkflowHandle
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Worker
 
-from activities.claim_workflows import ClaimWorkflowActivities
+from activities.claim_workflows import (
+    STARTED,
+    STARTED_BEFORE,
+    ClaimWorkflowActivities,
+    start_claim_workflow,
+)
 from activities.heartbeat import HeartbeatInterceptor
-from api.messages import claim_task_queue, claim_workflow_id
+from api.messages import ClaimStarts, ClaimStartsResult, claim_task_queue, claim_workflow_id
+from cluster.tenancy import Tenancy
+
+
+@activity.defn(name="start_claim_workflows")
+async def start_claim_workflows_without_a_cluster(batch: ClaimStarts) -> ClaimStartsResult:
+    """The pool's start activity without its cluster half (the fast lane has no cluster: no
+    NodePool to read, no NodeClaim object to create): each claim's workflow started as the
+    worker starts it (`start_claim_workflow`)."""
+    refused: dict[str, str] = {}
+    for item in batch.starts:
+        outcome = await start_claim_workflow(activity.client(), item)
+        if outcome not in (STARTED, STARTED_BEFORE):
+            refused[item.input.claim.metadata.name] = outcome
+    return ClaimStartsResult(refused=refused)
+
+
+def claim_starter_activities() -> list[Callable[..., Any]]:
+    """The claims' start and look activities as the fast lane runs them."""
+    looks = ClaimWorkflowActivities(k8s.ApiClient(), Tenancy()).claim_workflow_states
+    return [start_claim_workflows_without_a_cluster, looks]
 
 
 @contextlib.asynccontextmanager
@@ -31,11 +56,7 @@ async def pool_workers(
     given = {_name(fn) for fn in activities}
     activities = [
         *activities,
-        *(
-            fn
-            for fn in ClaimWorkflowActivities(k8s.ApiClient()).activities()
-            if _name(fn) not in given
-        ),
+        *(fn for fn in claim_starter_activities() if _name(fn) not in given),
     ]
     async with contextlib.AsyncExitStack() as running:
         for task_queue in (queue, claim_task_queue(queue)):

@@ -41,8 +41,14 @@ with workflow.unsafe.imports_passed_through():
         PoolStatus,
     )
     from api.planning import Plan, PlannedNode, PlanRequest, PodDemand, Resources
+    from cluster.tenancy import Tenancy
     from tests.e2e.harness import eventually
-    from tests.workflows.pool_workers import end_claims, pool_workers, started_claim
+    from tests.workflows.pool_workers import (
+        claim_starter_activities,
+        end_claims,
+        pool_workers,
+        started_claim,
+    )
     from tests.workflows.test_nodepool_races import record_events, specs, sync_nodepool_status
     from workflows.nodepool import NodePoolWorkflow
 
@@ -400,7 +406,7 @@ async def test_a_burst_of_600_nodes_starts_its_claims_in_batches_and_runs(
             plan_capacity,
             record_events,
             sync_nodepool_status,
-            *ClaimWorkflowActivities(k8s.ApiClient()).activities(),
+            *claim_starter_activities(),
         ],
         interceptors=[HeartbeatInterceptor()],  # as deployed
     ):
@@ -619,7 +625,9 @@ class GatedClaimStates:
         if self.closed:
             self.at_gate.set()
             await self.opened.wait()
-        return await ClaimWorkflowActivities(k8s.ApiClient()).claim_workflow_states(input)
+        return await ClaimWorkflowActivities(k8s.ApiClient(), Tenancy()).claim_workflow_states(
+            input
+        )
 
 
 async def test_a_failure_reported_while_the_look_forgets_its_claim_still_counts(

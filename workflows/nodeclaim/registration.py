@@ -114,6 +114,8 @@ async def _label_node(state: ClaimState) -> None:
                 labels.KARPENTER_CAPACITY_TYPE: capacity_type,
             },
             taints=spec.taints,
+            namespace=state.namespace,
+            claim_uid=state.input.claim.metadata.uid,
         ),
         start_to_close_timeout=KUBE_CALL,
         heartbeat_timeout=QUICK_HEARTBEAT,
