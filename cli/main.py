@@ -297,6 +297,7 @@ def dev(
 
 Try, in another shell:
   export KUBECONFIG={kubeconfig}
+  export CLOUDBURST_PAYLOAD_KEYRING_FILE={stack.settings.payload_keyring_file}
   .venv/bin/cloudburst claims create --pool {SAMPLE_POOL} --offering {offering}
   .venv/bin/cloudburst claims list
   .venv/bin/cloudburst claims describe <NAME>

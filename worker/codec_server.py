@@ -101,6 +101,7 @@ def codec_app(
     *,
     keyring: Keyring | None = None,
     accept_unsealed: bool = False,
+    tokenless_dev: bool = False,
     max_concurrent: int = MAX_CONCURRENT,
     max_waiting: int = MAX_WAITING,
     wait_s: float = WAIT_S,
@@ -108,8 +109,9 @@ def codec_app(
 ) -> web.Application:
     """The codec server; its bounds are keywords so that tests can make them small. With a
     keyring it seals and opens, and serves only requests carrying its token: `token_file`
-    is required, and while that file is not there every request is refused."""
-    if keyring is not None and token_file is None:
+    is required, and while that file is not there every request is refused. `tokenless_dev`:
+    `cloudburst dev`'s, on the loopback address, whose Web UI cannot send a token."""
+    if keyring is not None and token_file is None and not tokenless_dev:
         raise ValueError(
             "a codec server holding payload keys needs a token file: without one, whoever "
             "reaches it could have payloads sealed and read every history"
