@@ -28,8 +28,7 @@ def create(
         str | None,
         typer.Option(
             "--id",
-            help="the key's id, 1-64 of [A-Za-z0-9._-] (default: today's date and a random "
-            "suffix)",
+            help="the key's id, 1-64 of [A-Za-z0-9._-] (default: today's date and a random suffix)",
         ),
     ] = None,
 ) -> None:

@@ -143,6 +143,7 @@ def test_without_a_keyring_nothing_is_sealed() -> None:
         ("bad/id AAAA", "a key id is 1-64"),
         (f"{new_key_line('k')}\n{new_key_line('k')}", "line 2: key id 'k' appears twice"),
     ],
+    ids=["empty", "comment-only", "not-base64", "short", "bad-id", "twice"],
 )
 def test_a_keyring_that_cannot_serve_says_which_line(text: str, says: str) -> None:
     with pytest.raises(KeyringError, match=says):

@@ -34,6 +34,7 @@ from temporalio.client import (
     WorkflowHandle,
     WorkflowUpdateFailedError,
 )
+from temporalio.converter import DataConverter
 from temporalio.exceptions import ApplicationError
 
 from api import NodeClaimPhase
@@ -60,12 +61,18 @@ README_INPUT = '{"reason": "done", "requested_by": "temporal-cli"}'
 
 def sealed_client(client: Client) -> Client:
     """`client`'s connection, with the processes' sealing converter."""
-    return Client(**{**client.config(), "data_converter": data_converter(KEYRING)})
+    return _with_converter(client, data_converter(KEYRING))
 
 
 def unsealed_client(client: Client) -> Client:
     """The same connection without a key: what whoever reaches Temporal has."""
-    return Client(**{**client.config(), "data_converter": DATA_CONVERTER})
+    return _with_converter(client, DATA_CONVERTER)
+
+
+def _with_converter(client: Client, converter: DataConverter) -> Client:
+    config = client.config()
+    config["data_converter"] = converter
+    return Client(**config)
 
 
 @pytest_asyncio.fixture(loop_scope="session")
