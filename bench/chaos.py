@@ -59,7 +59,8 @@ from api import search_attributes
 from api.errors import QUERY_REFUSED_DURING_TAKEOVER as REFUSAL
 from api.nodepool.messages import pool_workflow_id
 from cli.devstack import free_port, temporal_cli
-from worker.payload_codec import DATA_CONVERTER
+from worker.client import payload_converter
+from worker.settings import Settings
 from workflows.nodeclaim import NodeClaimWorkflow
 from workflows.nodepool import NodePoolWorkflow
 
@@ -402,7 +403,8 @@ async def connect(topology: Topology) -> Client:
         try:
             return await Client.connect(
                 f"127.0.0.1:{topology.temporal_port}",
-                data_converter=DATA_CONVERTER,
+                # Sealed as the topology's processes are, when they have a keyring.
+                data_converter=payload_converter(Settings()),
                 runtime=runtime,
             )
         except RuntimeError as err:

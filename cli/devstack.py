@@ -52,6 +52,7 @@ from worker.client import connect_temporal
 from worker.codec_server import codec_app
 from worker.kube_client import kube_api_client
 from worker.main import run_worker
+from worker.payload_codec import Keyring, new_key_line
 from worker.settings import CONFIG_MAP, RELEASE, Settings
 from workflows.nodeclaim import NodeClaimWorkflow
 
@@ -132,6 +133,7 @@ class EmbeddedStack:
 @contextlib.asynccontextmanager
 async def embedded_stack(options: StackOptions) -> AsyncIterator[EmbeddedStack]:
     options.state_dir.mkdir(parents=True, exist_ok=True)
+    keyring_file = dev_payload_keys(options)
     server = _start_temporal(options)
     cluster = SimulatedCluster(
         boot_delay_s=options.boot_delay_s,
@@ -145,7 +147,10 @@ async def embedded_stack(options: StackOptions) -> AsyncIterator[EmbeddedStack]:
     )
     stop = asyncio.Event()
     tasks: list[asyncio.Task[Any]] = []
-    codec = web.AppRunner(codec_app(_ui_origins(options)))
+    # On the loopback address without a token: the dev Web UI cannot send one.
+    codec = web.AppRunner(
+        codec_app(_ui_origins(options), keyring=Keyring.from_file(keyring_file), tokenless_dev=True)
+    )
     try:
         if options.ui_port is not None:
             await codec.setup()
@@ -164,6 +169,7 @@ async def embedded_stack(options: StackOptions) -> AsyncIterator[EmbeddedStack]:
             kubeconfig=kubeconfig,
             cluster_id=options.cluster_id,
             allowed_endpoints=cluster.endpoints(),
+            payload_keyring_file=keyring_file,
         )
         if options.tenants:
             tenants = list(dict.fromkeys(["default", *options.tenants]))
@@ -423,6 +429,24 @@ def _ui_origins(options: StackOptions) -> list[str]:
     if options.ui_port is None:
         return []
     return [f"http://{host}:{options.ui_port}" for host in ("127.0.0.1", "localhost")]
+
+
+def dev_payload_keys(options: StackOptions) -> Path:
+    """The dev stack's payload keyring (`<state dir>/payload-keyring`), made on its first
+    start and kept with Temporal's db: its processes seal with it, and so does the CLI given
+    `CLOUDBURST_PAYLOAD_KEYRING_FILE=<it>`. A db written before it holds payloads no key
+    sealed, which its processes refuse: moved aside, as a db of another release is."""
+    keyring = options.state_dir / "payload-keyring"
+    if keyring.exists():
+        return keyring
+    db = options.state_dir / "temporal.db"
+    if options.persistent and db.exists():
+        aside = db.with_name("temporal.db.unsealed")
+        db.replace(aside)
+        log.warning("Temporal's dev state predates payload keys: kept aside in %s", aside)
+    keyring.touch(mode=0o600)
+    keyring.write_text(new_key_line("dev") + "\n")
+    return keyring
 
 
 def keep_state_of_this_release(state_dir: Path) -> Path:

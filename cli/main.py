@@ -53,6 +53,7 @@ class _CloudburstCommands(LazyGroup):
         "bootstrap": "cli.commands.bootstrap:bootstrap_app",
         "catalog": "cli.commands.catalog:catalog_app",
         "explain": "cli.commands.explain:explain_app",
+        "payload-key": "cli.commands.payload_key:payload_key_app",
     }
 
 
@@ -142,6 +143,7 @@ def trigger(
     from trigger.nodes import NodeWatcher
     from trigger.peers import TriggerPeers, group_label
     from trigger.pending import BatchWindows, PendingPodTrigger
+    from worker.client import announce_payload_keys
     from worker.health import serving_health
     from worker.kube_client import kube_api_client
 
@@ -149,6 +151,7 @@ def trigger(
 
     async def main(stop: asyncio.Event) -> None:
         client = await connect_or_exit(settings)
+        announce_payload_keys(settings)
         api_client = kube_api_client(settings)
         # Triggers side by side share the nodes they tell claims about (no leader).
         peers = TriggerPeers(
@@ -294,6 +297,7 @@ def dev(
 
 Try, in another shell:
   export KUBECONFIG={kubeconfig}
+  export CLOUDBURST_PAYLOAD_KEYRING_FILE={stack.settings.payload_keyring_file}
   .venv/bin/cloudburst claims create --pool {SAMPLE_POOL} --offering {offering}
   .venv/bin/cloudburst claims list
   .venv/bin/cloudburst claims describe <NAME>
@@ -407,10 +411,12 @@ def codec_server(
         ),
     ] = None,
 ) -> None:
-    """Serve Temporal's codec protocol for our compressed payloads: point the Web UI
-    (TEMPORAL_CODEC_ENDPOINT) or `temporal workflow show --codec-endpoint` at it."""
+    """Serve Temporal's codec protocol for our compressed and sealed payloads: point the Web
+    UI (TEMPORAL_CODEC_ENDPOINT) or `temporal workflow show|signal --codec-endpoint` at it.
+    With payload keys ($CLOUDBURST_PAYLOAD_KEYRING_FILE) it requires its token."""
     from aiohttp import web
 
+    from worker.client import TemporalConfigError, payload_keyring
     from worker.codec_server import TokenFileError, announce_token, codec_app
     from worker.logs import configure_logging
 
@@ -421,11 +427,26 @@ def codec_server(
         raise fail(f"--token-file {token_file}: no such file")
     path = token_file or settings.codec_token_file
     try:
-        announce_token(path)
+        keyring = payload_keyring(settings)
+    except TemporalConfigError as err:
+        raise fail(str(err)) from None
+    if keyring is not None and path is None:
+        raise fail(
+            "CLOUDBURST_PAYLOAD_KEYRING_FILE is set but no token: a codec server holding the "
+            "payload keys must require one (--token-file or CLOUDBURST_CODEC_TOKEN_FILE)"
+        )
+    try:
+        announce_token(path, sealing=keyring is not None)
     except TokenFileError as err:
         setting = "--token-file" if token_file else "CLOUDBURST_CODEC_TOKEN_FILE"
         raise fail(f"{setting}: {err}") from None
-    web.run_app(codec_app(cors_origin or [], path), host=host, port=port, print=None)
+    app = codec_app(
+        cors_origin or [],
+        path,
+        keyring=keyring,
+        accept_unsealed=settings.payload_accept_unsealed,
+    )
+    web.run_app(app, host=host, port=port, print=None)
 
 
 @app.command()

@@ -37,12 +37,14 @@ from sim.cluster import SimulatedCluster
 from sim.controlplane import pinned_release
 from sim.controlplane.binaries import ControlPlaneUnavailable
 from sim.controlplane.cluster import KubernetesControlPlane
-from worker.payload_codec import DATA_CONVERTER
+from tests.payload_keys import KEYRING_FILE, SEALED_CONVERTER
 
 TEMPORAL_CLI = Path(sys.executable).parent / "temporal"
 # Workers started by tests (in-process or as `cloudburst worker`) must not fetch the real
 # clouds' prices when their schedule is created; the tests of the price schedule opt in.
 os.environ.setdefault("CLOUDBURST_PRICES_ENABLED", "false")
+# Every process of the suite seals its payloads, as a deployment does (tests/payload_keys.py).
+os.environ.setdefault("CLOUDBURST_PAYLOAD_KEYRING_FILE", str(KEYRING_FILE))
 # hypothesis is imported up front: otherwise its pytest plugin imports it while printing the
 # summary of a run that never used it, which trips a CPython 3.11.7 bug in `ast.parse`.
 
@@ -52,7 +54,7 @@ async def temporal_env() -> AsyncIterator[WorkflowEnvironment]:
     env = await WorkflowEnvironment.start_local(
         dev_server_existing_path=str(TEMPORAL_CLI),
         search_attributes=list(search_attributes.ALL),
-        data_converter=DATA_CONVERTER,
+        data_converter=SEALED_CONVERTER,
         dev_server_log_level="error",
     )
     try:
@@ -69,7 +71,7 @@ async def skipping_env() -> AsyncIterator[WorkflowEnvironment]:
         ts_config=TimeSkippingConfig(enabled=False),
         dev_server_existing_path=str(TEMPORAL_CLI),
         search_attributes=list(search_attributes.ALL),
-        data_converter=DATA_CONVERTER,
+        data_converter=SEALED_CONVERTER,
         dev_server_log_level="error",
         dev_server_extra_args=[
             "--dynamic-config-value",

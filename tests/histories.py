@@ -16,7 +16,12 @@ import json
 import os
 from pathlib import Path
 
+from google.protobuf import json_format
+from temporalio.api.common.v1 import Payload
 from temporalio.client import Client, WorkflowHistory
+
+from tests.payload_keys import KEYRING
+from worker.payload_codec import decompressed, opened
 
 EXPORT_DIR_ENV = "CLOUDBURST_E2E_HISTORIES"
 
@@ -69,13 +74,14 @@ def exported(directory: Path) -> tuple[list[WorkflowHistory], set[str]]:
 
 
 def history_text(history: WorkflowHistory) -> str:
-    """The history as text with every payload decoded (payload data is base64 in JSON)."""
+    """The history as text with every payload decoded: opened and inflated as our processes
+    read it (payload data is base64 in JSON)."""
     parts = [json.dumps(history.to_json_dict())]
 
     def walk(node: object) -> None:
         if isinstance(node, dict):
             if "data" in node and "metadata" in node and isinstance(node["data"], str):
-                parts.append(base64.b64decode(node["data"]).decode(errors="replace"))
+                parts.append(_opened(node).decode(errors="replace"))
             for child in node.values():
                 walk(child)
         elif isinstance(node, list):
@@ -84,3 +90,13 @@ def history_text(history: WorkflowHistory) -> str:
 
     walk(history.to_json_dict())
     return "\n".join(parts)
+
+
+def _opened(node: dict[str, object]) -> bytes:
+    """A payload's data as our processes read it: opened with the suite's key (an unsealed one
+    as it is), inflated."""
+    try:
+        payload = json_format.ParseDict(node, Payload(), ignore_unknown_fields=True)
+    except json_format.ParseError:
+        return base64.b64decode(str(node["data"]))
+    return decompressed(opened(payload, KEYRING, accept_unsealed=True)).data

@@ -15,11 +15,12 @@ from temporalio.api.operatorservice.v1 import (
     ListSearchAttributesRequest,
 )
 from temporalio.client import Client
+from temporalio.converter import DataConverter
 from temporalio.runtime import Runtime
 from temporalio.service import TLSConfig
 
 from api import search_attributes
-from worker.payload_codec import DATA_CONVERTER
+from worker.payload_codec import Keyring, KeyringError, data_converter
 from worker.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -38,10 +39,38 @@ def client_options(settings: Settings) -> dict[str, Any]:
         "namespace": settings.temporal_namespace,
         "api_key": _api_key(settings),
         "tls": tls,
-        "data_converter": DATA_CONVERTER,
+        "data_converter": payload_converter(settings),
         "interceptors": telemetry.client_interceptors() if telemetry else [],
     }
     return options
+
+
+def payload_converter(settings: Settings) -> DataConverter:
+    """The data converter sealing with the configured keyring (`worker/payload_codec.py`)."""
+    return data_converter(payload_keyring(settings), settings.payload_accept_unsealed)
+
+
+def payload_keyring(settings: Settings) -> Keyring | None:
+    if settings.payload_keyring_file is None:
+        return None
+    try:
+        return Keyring.from_file(settings.payload_keyring_file)
+    except KeyringError as err:
+        raise TemporalConfigError(f"CLOUDBURST_PAYLOAD_KEYRING_FILE: {err}") from None
+
+
+def announce_payload_keys(settings: Settings) -> None:
+    """Say at a worker's or trigger's start whether its payloads are sealed."""
+    if settings.payload_keyring_file is None:
+        log.warning(
+            "payloads are not sealed (CLOUDBURST_PAYLOAD_KEYRING_FILE unset): whoever reaches "
+            'Temporal may start and signal workflows (docs/security.md, "Payload keys")'
+        )
+    elif settings.payload_accept_unsealed:
+        log.warning(
+            "payloads are sealed, and unsealed ones still read (CLOUDBURST_PAYLOAD_ACCEPT_UNSEALED"
+            "): turn it off once the workflows started before the keyring have closed"
+        )
 
 
 def _telemetry() -> Any:

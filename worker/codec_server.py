@@ -8,8 +8,12 @@ The protocol (Temporal's samples-go `codec-server/protocol.md`): POST `.../decod
 last part of the path counts, so the server may sit under any prefix. The browser calls it
 from the UI's origin, so those origins (`cors_origins`) get CORS answers.
 
-It holds no key (anyone can inflate zlib) and shows a caller only what the caller sends
-it, but it spends memory and CPU on that, so:
+Without payload keys it holds no secret (anyone can inflate zlib) and shows a caller only
+what the caller sends it. With them (`CLOUDBURST_PAYLOAD_KEYRING_FILE`, worker/payload_codec.py)
+it opens sealed payloads for the UI and `temporal workflow show`, and seals what
+`temporal workflow signal|start --codec-endpoint` sends: whoever may call it can read every
+history and act as our processes, so it then refuses to run without a token, and refuses every
+request while the token's file is not there. Either way it spends memory and CPU, so:
 
 - **A bearer token**, when `token_file` is set (`cloudburst codec-server --token-file`,
   or `CLOUDBURST_CODEC_TOKEN_FILE`): every request but a CORS preflight (which browsers send
@@ -51,7 +55,7 @@ from google.protobuf import json_format
 from google.protobuf.message import DecodeError
 from temporalio.api.common.v1 import Payload, Payloads
 
-from worker.payload_codec import LargePayloadCodec, PayloadTooLarge
+from worker.payload_codec import Keyring, LargePayloadCodec, PayloadTooLarge, SealingCodec
 
 log = logging.getLogger(__name__)
 
@@ -95,13 +99,28 @@ def codec_app(
     cors_origins: Sequence[str] = (),
     token_file: Path | None = None,
     *,
+    keyring: Keyring | None = None,
+    accept_unsealed: bool = False,
+    tokenless_dev: bool = False,
     max_concurrent: int = MAX_CONCURRENT,
     max_waiting: int = MAX_WAITING,
     wait_s: float = WAIT_S,
     turn_timeout_s: float = TURN_TIMEOUT_S,
 ) -> web.Application:
-    """The codec server; its bounds are keywords so that tests can make them small."""
-    codec = LargePayloadCodec(max_decoded_bytes=MAX_DECODED_BYTES)
+    """The codec server; its bounds are keywords so that tests can make them small. With a
+    keyring it seals and opens, and serves only requests carrying its token: `token_file`
+    is required, and while that file is not there every request is refused. `tokenless_dev`:
+    `cloudburst dev`'s, on the loopback address, whose Web UI cannot send a token."""
+    if keyring is not None and token_file is None and not tokenless_dev:
+        raise ValueError(
+            "a codec server holding payload keys needs a token file: without one, whoever "
+            "reaches it could have payloads sealed and read every history"
+        )
+    codec: LargePayloadCodec | SealingCodec = (
+        SealingCodec(keyring, accept_unsealed, max_decoded_bytes=MAX_DECODED_BYTES)
+        if keyring is not None
+        else LargePayloadCodec(max_decoded_bytes=MAX_DECODED_BYTES)
+    )
     allowed = set(cors_origins)
     token = BearerToken(token_file) if token_file is not None else None
     turns = _Turns(max_concurrent, max_waiting, wait_s)
@@ -129,6 +148,8 @@ def codec_app(
         except TokenFileError as err:
             log.error("refusing every request: the token file cannot serve: %s", err)
             return _refused(503, "the codec server cannot use its token file")
+        if expected is None and keyring is not None:
+            return _refused(503, "the codec server's token file is not there yet")
         if expected is None or token.accepts(request.headers.get(hdrs.AUTHORIZATION), expected):
             return await handler(request)
         return _refused(
@@ -182,13 +203,16 @@ def codec_app(
     return app
 
 
-def announce_token(path: Path | None) -> None:
+def announce_token(path: Path | None, sealing: bool = False) -> None:
     """Log whether requests need a token, as the server starts. Raises TokenFileError when
     the file is there but cannot serve, so that the server does not start."""
     if path is None:
         log.warning("no bearer token configured: every request is served")
     elif BearerToken(path).expected() is None:
-        log.warning("no token at %s: every request is served until it appears", path)
+        if sealing:
+            log.warning("no token at %s: every request is refused until it appears", path)
+        else:
+            log.warning("no token at %s: every request is served until it appears", path)
     else:
         log.info("requests must carry the bearer token in %s", path)
 

@@ -37,6 +37,7 @@ from activities.planning.prices import PriceActivities
 from activities.tailscale import TailscaleActivities
 from cluster.tenancy import Tenancy
 from worker.client import (
+    announce_payload_keys,
     client_options,
     connect_temporal,
     register_search_attributes,
@@ -153,6 +154,7 @@ async def run_worker(
     # Settings that cannot work are refused first, before any connection is opened (an API
     # key without TLS would cross the network in cleartext).
     client_options(settings)
+    announce_payload_keys(settings)
     api_client = kube_api_client(settings)
     # Before anything reaches Temporal: a release older than one that already ran here would
     # fail the workflow tasks the newer one advanced, without end (worker/release_guard.py).

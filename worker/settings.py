@@ -104,6 +104,21 @@ class Settings(BaseSettings):
         description="A file holding the API key, re-read on every connect so that a mounted "
         "Secret can rotate it; wins over `temporal_api_key`.",
     )
+    payload_keyring_file: Path | None = Field(
+        default=None,
+        description="A file (a mounted Secret) of payload keys, one a line: `<key-id> <32 "
+        "random bytes, base64>` (`cloudburst payload-key create` prints one). The first "
+        "seals every payload this process writes (AES-256-GCM), every one opens; a payload "
+        'none opens is refused (docs/security.md, "Payload keys"). Read at start. Unset: '
+        "nothing sealed, every payload read as it is.",
+    )
+    payload_accept_unsealed: bool = Field(
+        default=False,
+        description="With a keyring, still read payloads no key sealed, as they are: for the "
+        "histories written before the keyring, while those workflows drain (docs/security.md, "
+        '"Payload keys"). Off: a signal carrying one is dropped, a workflow started with '
+        "one fails.",
+    )
 
     # --- Kubernetes -----------------------------------------------------------------------
     kubeconfig: Path | None = Field(

@@ -165,10 +165,12 @@ def test_temporal_cloud_credentials_go_to_every_worker_and_not_the_codec_server(
         assert volumes["temporal"]["secret"]["optional"] is False, name
     codec = by_name["cloudburst-codec-server"]["spec"]["template"]["spec"]
     assert codec["automountServiceAccountToken"] is False
-    # Its one Secret is its own optional token's, never Temporal's credentials.
+    # Its Secrets are its own optional token's and the payload keys, never Temporal's
+    # credentials.
     secrets = [v["secret"] for v in codec.get("volumes", []) if "secret" in v]
-    assert [(s["secretName"], s["optional"]) for s in secrets] == [
-        ("cloudburst-codec-server-token", True)
+    assert sorted((s["secretName"], s["optional"]) for s in secrets) == [
+        ("cloudburst-codec-server-token", True),
+        ("cloudburst-payload-keys", False),
     ]
     assert "--cors-origin" in codec["containers"][0]["args"]
 
@@ -220,3 +222,36 @@ def _bytes(quantity: str) -> int:
         if quantity.endswith(suffix):
             return int(quantity.removesuffix(suffix)) * factor
     return int(quantity)
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_every_process_holding_temporal_payloads_mounts_the_required_payload_keys(
+    rendered: dict[str, list[dict[str, Any]]], overlay: str
+) -> None:
+    """The worker(s), the trigger and the codec server seal and open with the keyring the
+    Secret `cloudburst-payload-keys` holds (docs/security.md "Payload keys"): mounted, not
+    optional (no process runs without sealing), where `CLOUDBURST_PAYLOAD_KEYRING_FILE` says."""
+    [config] = [
+        o
+        for o in rendered[overlay]
+        if o["kind"] == "ConfigMap" and o["metadata"]["name"] == "cloudburst-config"
+    ]
+    holders = ("cloudburst-worker", "cloudburst-pool-worker", "cloudburst-trigger")
+    for name, deployment in _deployments(rendered[overlay]).items():
+        if name not in (*holders, "cloudburst-codec-server"):
+            continue
+        pod = deployment["spec"]["template"]["spec"]
+        path = _env(deployment).get("CLOUDBURST_PAYLOAD_KEYRING_FILE") or config["data"].get(
+            "CLOUDBURST_PAYLOAD_KEYRING_FILE"
+        )
+        assert path, name
+        [volume] = [
+            v
+            for v in pod["volumes"]
+            if v.get("secret", {}).get("secretName") == ("cloudburst-payload-keys")
+        ]
+        assert volume["secret"]["optional"] is False, name
+        [mount] = [m for m in pod["containers"][0]["volumeMounts"] if m["name"] == volume["name"]]
+        assert mount["readOnly"] is True
+        [item] = volume["secret"]["items"]
+        assert f"{mount['mountPath']}/{item['path']}" == path, name

@@ -15,8 +15,8 @@ import pytest
 from temporalio.client import WorkflowHistory
 from temporalio.worker import Replayer
 
+from tests.payload_keys import REPLAY_CONVERTER
 from worker.main import workflow_runner
-from worker.payload_codec import DATA_CONVERTER
 from workflows.registry import WORKFLOWS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -54,8 +54,8 @@ async def test_a_short_soak_leaks_nothing_and_every_history_replays(tmp_path: Pa
     assert any(p.name.startswith("nodeclaim_") for p in recorded), recorded
     replayer = Replayer(
         workflows=WORKFLOWS,
-        data_converter=DATA_CONVERTER,
-        workflow_runner=workflow_runner(DATA_CONVERTER),  # as the workers run them
+        data_converter=REPLAY_CONVERTER,
+        workflow_runner=workflow_runner(REPLAY_CONVERTER),  # as the workers run them
     )
     failures = {}
     for path in recorded:

@@ -27,10 +27,11 @@ from temporalio.client import Client
 
 from api.nodepool.messages import NodePoolInput, PoolState
 from tests.conftest import TEMPORAL_CLI
+from tests.payload_keys import KEYRING
 from tests.workflows.test_history_bound import pods
 from tests.workflows.test_nodepool_races import specs
 from worker.codec_server import MAX_DECODED_BYTES, MAX_REQUEST_BYTES, codec_app
-from worker.payload_codec import COMPRESS_OVER, ENCODING
+from worker.payload_codec import COMPRESS_OVER, ENCODING, SEALED
 from workflows.nodepool import NodePoolWorkflow
 
 UI = "http://127.0.0.1:8233"
@@ -104,24 +105,26 @@ async def test_the_cli_shows_a_large_pools_state_as_json_through_the_codec_serve
         task_queue=f"nobody-{uuid.uuid4()}",
     )
     try:
+        # What the UI shows without the codec server: sealed (tests/payload_keys.py), small.
         raw = await _started_input(temporal_address, pool_id)
-        assert _encoding(raw) == ENCODING  # what the UI shows without the codec server
+        assert _encoding(raw) == SEALED
         assert len(base64.b64decode(raw["data"])) < COMPRESS_OVER
-
+        # A codec server without the keys shows nothing more.
         shown = await _started_input(temporal_address, pool_id, "--codec-endpoint", codec_url)
-        assert _encoding(shown) == b"json/plain"
-        state = json.loads(base64.b64decode(shown["data"]))["state"]
-        assert set(state["pending"]) == {pod.uid for pod in waiting}
+        assert _encoding(shown) == SEALED
 
-        # Through a server that needs its token: the CLI sends it with --codec-auth. (Without
-        # it, the CLI asks again until its 10 s deadline: the 401 is checked below.)
-        async with serving(codec_app([UI], token_file)) as guarded:
+        # Through one holding the keys, which needs its token: the CLI sends it with
+        # --codec-auth. (Without it, the CLI asks again until its 10 s deadline: the 401 is
+        # checked below.)
+        async with serving(codec_app([UI], token_file, keyring=KEYRING)) as guarded:
             shown = await _started_input(
                 temporal_address,
                 pool_id,
                 *("--codec-endpoint", guarded, "--codec-auth", f"Bearer {TOKEN}"),
             )
             assert _encoding(shown) == b"json/plain"
+            state = json.loads(base64.b64decode(shown["data"]))["state"]
+            assert set(state["pending"]) == {pod.uid for pod in waiting}
     finally:
         await handle.terminate("test over")
 

@@ -30,7 +30,7 @@ from tests.e2e.harness import (
     wait_for_phase,
     workload_pod,
 )
-from worker.payload_codec import DATA_CONVERTER
+from tests.payload_keys import SEALED_CONVERTER
 from workflows.nodeclaim import NodeClaimWorkflow
 from workflows.nodepool import NodePoolWorkflow
 
@@ -41,7 +41,7 @@ async def short_history_env() -> AsyncIterator[WorkflowEnvironment]:
     env = await WorkflowEnvironment.start_local(
         dev_server_existing_path=str(TEMPORAL_CLI),
         search_attributes=list(search_attributes.ALL),
-        data_converter=DATA_CONVERTER,
+        data_converter=SEALED_CONVERTER,
         dev_server_log_level="error",
         dev_server_extra_args=[
             "--dynamic-config-value",

@@ -38,8 +38,8 @@ from tests.e2e.harness import (
     wait_for_phase,
 )
 from tests.histories import EXPORT_DIR_ENV, export_dir, exported, history_text, session_histories
+from tests.payload_keys import REPLAY_CONVERTER
 from worker.main import workflow_runner
-from worker.payload_codec import DATA_CONVERTER
 from worker.settings import Settings
 from workflows.nodeclaim import NodeClaimWorkflow
 from workflows.registry import WORKFLOWS
@@ -126,8 +126,8 @@ async def test_histories_replay_with_current_code(temporal_client: Client) -> No
     # The workers' own runner: the histories replay as the deployed workers would run them.
     replayer = Replayer(
         workflows=WORKFLOWS,
-        data_converter=DATA_CONVERTER,
-        workflow_runner=workflow_runner(DATA_CONVERTER),
+        data_converter=REPLAY_CONVERTER,
+        workflow_runner=workflow_runner(REPLAY_CONVERTER),
     )
     results = await replayer.replay_workflows(_iterate(histories), raise_on_replay_failure=False)
     failures = {

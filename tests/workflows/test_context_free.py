@@ -21,15 +21,17 @@ from temporalio.converter import (
 from temporalio.worker import Worker, WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
+from tests.payload_keys import KEYRING
 from tests.workflows.echo_probe import WRAPPING, EchoProbe, unwrap
 from worker.context_free import ContextFreeRunner, ignores_contexts, runner_for
-from worker.payload_codec import COMPRESS_OVER, DATA_CONVERTER, ENCODING
+from worker.payload_codec import COMPRESS_OVER, DATA_CONVERTER, ENCODING, opened
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
 
 async def _echo_payloads(client: Client, runner: WorkflowRunner, text: str) -> list[Payload]:
-    """The payloads EchoProbe's history holds, run by a worker with `runner`."""
+    """The payloads EchoProbe's history holds, run by a worker with `runner`: opened (the
+    suite's processes seal theirs, each with a nonce of its own), not inflated."""
     queue = f"echo-{uuid.uuid4().hex[:8]}"
     async with Worker(
         client, task_queue=queue, workflows=[EchoProbe], activities=[unwrap], workflow_runner=runner
@@ -48,7 +50,7 @@ async def _echo_payloads(client: Client, runner: WorkflowRunner, text: str) -> l
             payloads += event.marker_recorded_event_attributes.details["result"].payloads
         elif event.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED:
             payloads += event.workflow_execution_completed_event_attributes.result.payloads
-    return payloads
+    return [opened(payload, KEYRING, accept_unsealed=False) for payload in payloads]
 
 
 async def test_the_worker_writes_the_payloads_the_sandbox_would(

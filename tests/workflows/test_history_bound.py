@@ -26,10 +26,11 @@ with workflow.unsafe.imports_passed_through():
     from api.nodepool.messages import DemandUpdate, NodePoolInput, NodePoolStatusUpdate, PoolState
     from api.planning import Plan, PlanRequest, PodDemand, Resources, Toleration
     from tests.e2e.harness import eventually
+    from tests.payload_keys import KEYRING
     from tests.workflows.pool_workers import pool_workers
     from tests.workflows.test_nodepool_bursts import StandInClaim
     from tests.workflows.test_nodepool_races import record_events, specs, sync_nodepool_status
-    from worker.payload_codec import ENCODING
+    from worker.payload_codec import ENCODING, opened
     from workflows.history import HARD_HISTORY_EVENTS, HISTORY_BYTES
     from workflows.nodepool import NodePoolWorkflow
 
@@ -246,14 +247,17 @@ async def test_a_pool_past_temporals_blob_limit_runs_and_continues_as_new(
             e.HasField("workflow_task_timed_out_event_attributes") for e in history.events
         )
         started = history.events[0].workflow_execution_started_event_attributes
-        assert started.input.payloads[0].metadata["encoding"] == ENCODING
+        # Compressed, then sealed with the suite's key (tests/payload_keys.py).
+        assert opened(started.input.payloads[0], KEYRING, False).metadata["encoding"] == ENCODING
         assert started.input.payloads[0].ByteSize() < 2**20
         signals = [
             e.workflow_execution_signaled_event_attributes
             for e in history.events
             if e.HasField("workflow_execution_signaled_event_attributes")
         ]
-        assert signals[0].input.payloads[0].metadata["encoding"] == b"json/plain"
+        assert opened(signals[0].input.payloads[0], KEYRING, False).metadata["encoding"] == (
+            b"json/plain"
+        )
         await latest.terminate("test over")
 
 
