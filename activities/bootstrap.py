@@ -187,9 +187,15 @@ def _yaml_str(value: str) -> str:
 
 
 def registration_taints(taints: list[Taint]) -> list[Taint]:
-    """The pool's taints plus the startup taint the claim lifts once it has synced labels."""
+    """The pool's taints plus the startup taint the claim lifts once it has synced labels.
+
+    NoSchedule, not NoExecute: kube-scheduler binds a waiting pod within milliseconds of the
+    taint's lifting, and kube-controller-manager's taint eviction controller, whose Node and
+    Pod informers are not ordered with each other, can see that bind before the lifting and
+    delete the pod at once (kubernetes/kubernetes#119862, #139992). A NoSchedule taint keeps
+    the scheduler off the node just the same, and that controller never acts on it."""
     kept = [t for t in taints if t.key != STARTUP_TAINT]
-    return [*kept, Taint(key=STARTUP_TAINT, value="true", effect="NoExecute")]
+    return [*kept, Taint(key=STARTUP_TAINT, value="true", effect="NoSchedule")]
 
 
 def registration_labels(

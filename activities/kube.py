@@ -140,9 +140,11 @@ class KubeActivities:
         """Merge `input.labels` into the node's labels, make sure it has the claim's taints,
         and lift the startup taint.
 
-        The first-boot script registers the node with `STARTUP_TAINT` (NoExecute) so nothing
-        runs there before its labels are synced; once they are, the taint goes, in the same
-        patch (Karpenter does the same with its unregistered taint). A kubelet registers its
+        The first-boot script registers the node with `STARTUP_TAINT` (NoSchedule:
+        `registration_taints` says why not NoExecute) so nothing is scheduled there before its
+        labels are synced; once they are, the taint goes, in the same patch (Karpenter does the
+        same with its unregistered taint). It is lifted whatever its effect (an earlier
+        release's script registered it NoExecute). A kubelet registers its
         own taints, so a claim taint it left out (a tenant's, which keeps other namespaces'
         pods away) is put back here. Other labels and taints are kept; running it again
         changes nothing.

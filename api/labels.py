@@ -34,7 +34,8 @@ TAILSCALE_KEY_ID = "cloudburst.io/tailscale-key-id"
 # On every NodeClaim resource: deleting it asks the claim's workflow to scale down first.
 TERMINATION_FINALIZER = "cloudburst.io/termination"
 # Put on a node at registration by its first-boot script; lifted once its labels are synced,
-# so nothing runs there before (Karpenter's unregistered taint).
+# so nothing is scheduled there before (Karpenter's unregistered taint; NoSchedule, not NoExecute:
+# activities/bootstrap.py `registration_taints`).
 STARTUP_TAINT = "cloudburst.io/unregistered"
 
 

@@ -81,6 +81,7 @@ from temporalio.client import Client, WorkflowExecutionStatus
 
 from api.messages import claim_workflow_id
 from cli.devstack import temporal_cli
+from worker.payload_codec import new_key_line
 
 ORDERS = {"worker-first": ("worker", "trigger"), "trigger-first": ("trigger", "worker")}
 DEPLOYMENT = "cloudburst-drill"
@@ -205,7 +206,8 @@ class Trees(contextlib.ExitStack):
         """A worktree of the git ref `source`, or the directory `source` as it is."""
         if Path(source).is_dir():
             return describe_tree(Path(source).resolve(), source, label)
-        commit = _git(REPO, "rev-parse", "--verify", f"{source}^{{commit}}")
+        commit = _git(REPO, "rev-parse", "--verify", f"{source}^{{commit}}", check=False)
+        commit = commit or released_commit(source)
         parent = Path(tempfile.mkdtemp(prefix=f"cloudburst-upgrade-{label}-"))
         self.made.append(parent)
         _git(REPO, "worktree", "add", "--detach", str(parent / "tree"), commit)
@@ -259,6 +261,19 @@ def describe_tree(path: Path, source: str, label: str) -> Tree:
     else:
         build_id = f"{release}-{hashlib.sha256(str(path).encode()).hexdigest()[:10]}"
     return Tree(label, path, source, commit, release, build_id)
+
+
+def released_commit(ref: str) -> str:
+    """The commit CHANGELOG.md names for release `ref` (`v0.1.0` or `0.1.0`): a clone without
+    tags (CI's) still finds it. Raises when `ref` is neither a git ref nor a release there."""
+    version = ref.removeprefix("v")
+    changelog = (REPO / "CHANGELOG.md").read_text()
+    heading = re.search(
+        rf"^## {re.escape(version)} .*?^Commit: ([0-9a-f]{{40}})", changelog, re.M | re.S
+    )
+    if heading is None:
+        raise RuntimeError(f"{ref} is no git ref here, nor a release CHANGELOG.md names")
+    return heading.group(1)
 
 
 def _git(where: Path, *args: str, check: bool = True) -> str:
@@ -346,6 +361,15 @@ class Drill:
     ) -> None:
         self.old, self.new, self.order, self.versioned, self.args = old, new, order, versioned, args
         self.state = Path(tempfile.mkdtemp(prefix="cloudburst-upgrade-"))
+        if args.sealed:
+            # As docs/security.md ("Payload keys") says to upgrade from a release without
+            # sealing: the keys Secret mounted and unsealed payloads still read while the
+            # workflows started before drain. Every process and the drill's own client get
+            # them (an old tree's processes ignore both settings).
+            keyring = self.state / "payload-keyring"
+            keyring.write_text(new_key_line() + "\n")
+            os.environ["CLOUDBURST_PAYLOAD_KEYRING_FILE"] = str(keyring)
+            os.environ["CLOUDBURST_PAYLOAD_ACCEPT_UNSEALED"] = "true"
         self.topology = Topology(self.state, args.boot_delay, control_plane=args.control_plane)
         self.report = RunReport(order=order, versioned={}, old=old.summary(), new=new.summary())
         self.started = time.monotonic()
@@ -844,6 +868,12 @@ def main() -> None:
     parser.add_argument("--order", choices=[*ORDERS, "both"], default="both")
     parser.add_argument(
         "--versioned", action="store_true", help="workers as Worker Deployment Versions"
+    )
+    parser.add_argument(
+        "--sealed",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="payloads sealed with a keyring, unsealed ones still read (the documented upgrade)",
     )
     parser.add_argument("--self-test", action="store_true", help="show that the drill can fail")
     parser.add_argument(

@@ -100,3 +100,9 @@ def _opened(node: dict[str, object]) -> bytes:
     except json_format.ParseError:
         return base64.b64decode(str(node["data"]))
     return decompressed(opened(payload, KEYRING, accept_unsealed=True)).data
+
+
+def payload_data(payload: Payload) -> bytes:
+    """A payload's data as our processes read it (opened with the suite's key, inflated): the
+    JSON of a signal's input, the text of a timer's summary."""
+    return decompressed(opened(payload, KEYRING, accept_unsealed=True)).data

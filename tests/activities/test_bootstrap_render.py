@@ -163,7 +163,7 @@ def test_goldens_say_what_they_show() -> None:
     direct = (GOLDEN / "without-tailscale.sh").read_text()
     assert "TAILSCALE_ENABLED=true" in with_ts and "TAILSCALE_ENABLED=false" in direct
     ts_config, direct_config = join_config(with_ts), join_config(direct)
-    startup = {"key": "cloudburst.io/unregistered", "value": "true", "effect": "NoExecute"}
+    startup = {"key": "cloudburst.io/unregistered", "value": "true", "effect": "NoSchedule"}
     for config in (ts_config, direct_config):
         assert config["nodeRegistration"]["taints"] == [
             {"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"},

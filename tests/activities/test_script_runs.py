@@ -269,7 +269,7 @@ def test_full_run_makes_the_calls_in_order(machine: Machine) -> None:
     assert registration["name"] == CLAIM
     assert registration["taints"] == [
         {"key": "gpu", "value": "true", "effect": "NoSchedule"},
-        {"key": "cloudburst.io/unregistered", "value": "true", "effect": "NoExecute"},
+        {"key": "cloudburst.io/unregistered", "value": "true", "effect": "NoSchedule"},
     ]
     extra = {a["name"]: a["value"] for a in registration["kubeletExtraArgs"]}
     assert dict(kv.split("=", 1) for kv in extra["node-labels"].split(",")) == {

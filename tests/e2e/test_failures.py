@@ -32,6 +32,7 @@ from tests.e2e.harness import (
     serving,
 )
 from tests.e2e.test_operator_cli import cloudburst
+from tests.histories import payload_data
 from workflows.nodepool import NodePoolWorkflow
 
 
@@ -247,7 +248,7 @@ async def test_a_secret_created_after_the_failure_is_used_at_the_operators_word(
         e.event_id
         for e in history.events
         if e.event_type == EventType.EVENT_TYPE_TIMER_STARTED
-        and b"retry after config error" in e.user_metadata.summary.data
+        and b"retry after config error" in payload_data(e.user_metadata.summary)
     }
     assert backoff, "the pool never backed off"
     fired = {

@@ -32,6 +32,7 @@ from tests.e2e.harness import (
     wait_for_phase,
     workload_pod,
 )
+from tests.histories import payload_data
 from workflows.nodeclaim import NodeClaimWorkflow
 
 
@@ -430,7 +431,7 @@ async def test_a_claims_independent_steps_share_workflow_tasks(stack: Stack) -> 
                 marker = e.marker_recorded_event_attributes
                 if marker.marker_name != "core_local_activity":
                     continue
-                name = json.loads(marker.details["data"].payloads[0].data)["activity_type"]
+                name = json.loads(payload_data(marker.details["data"].payloads[0]))["activity_type"]
                 scheduled.append((name, marker.workflow_task_completed_event_id, e.event_id))
 
     def task_of(name: str, nth: int = 0) -> int:

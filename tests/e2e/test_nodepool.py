@@ -35,6 +35,7 @@ from tests.e2e.harness import (
     running_watcher,
     serving,
 )
+from tests.histories import payload_data
 from worker.client import connect_temporal
 from workflows.nodepool import NodePoolWorkflow
 
@@ -262,7 +263,7 @@ async def signals(stack: Stack, pool: str, name: str) -> list[Any]:
     handle = stack.temporal.get_workflow_handle(pool_workflow_id("default", pool))
     history = await handle.fetch_history()
     return [
-        json.loads(e.workflow_execution_signaled_event_attributes.input.payloads[0].data)
+        json.loads(payload_data(e.workflow_execution_signaled_event_attributes.input.payloads[0]))
         for e in history.events
         if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED
         and e.workflow_execution_signaled_event_attributes.signal_name == name

@@ -38,6 +38,7 @@ from tests.e2e.harness import (
     wait_for_phase,
     workload_pod,
 )
+from tests.histories import payload_data
 
 PROVIDERS = ["fake", *KNOWN_STANDINS]
 REPO = Path(__file__).resolve().parents[2]
@@ -200,7 +201,7 @@ async def test_claim_lives_its_whole_life_on_each_provider(stack: Stack, provide
     assert "sync_nodeclaim" not in heartbeat_timeouts
     assert "prepare_bootstrap" not in heartbeat_timeouts
     local = [
-        json.loads(e.marker_recorded_event_attributes.details["data"].payloads[0].data)
+        json.loads(payload_data(e.marker_recorded_event_attributes.details["data"].payloads[0]))
         for e in fetched.events
         if e.HasField("marker_recorded_event_attributes")
         and e.marker_recorded_event_attributes.marker_name == "core_local_activity"

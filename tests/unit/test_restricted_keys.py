@@ -146,7 +146,7 @@ def test_what_cloudburst_itself_carries_still_reads() -> None:
     }
     assert NodeTemplate.model_validate(template).taints[0].key == "cloudburst.io/tenant"
     assert NodePoolSpec.model_validate({"template": template}).template.labels
-    assert Taint(key="cloudburst.io/unregistered", value="true", effect="NoExecute")
+    assert Taint(key="cloudburst.io/unregistered", value="true", effect="NoSchedule")
     claim = {
         "metadata": {"name": "p-abcde", "namespace": "team-a"},
         "spec": {

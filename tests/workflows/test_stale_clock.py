@@ -71,6 +71,11 @@ async def settled(handle: WorkflowHandle, signals: int) -> None:
 
 async def run_probe(client: Client, address: str, *, by_alarm: bool) -> str | None:
     """The probe through a worker kill, a query and a deadline; its replay failure, if any."""
+    # The probe's worker, a process of its own, and the replayer read plain pydantic JSON:
+    # what is under test is the SDK, not our payloads.
+    config = client.config()
+    config["data_converter"] = pydantic_data_converter
+    client = Client(**config)
     queue = f"probe-{uuid.uuid4()}"
     first = ProbeWorker(address, queue)
     second: ProbeWorker | None = None

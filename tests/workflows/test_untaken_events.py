@@ -71,6 +71,11 @@ class Takeover:
 
 
 async def takeover(client: Client, address: str, *, guarded: bool) -> Takeover:
+    # The probe's worker, a process of its own, and the replayer read plain pydantic JSON:
+    # what is under test is the SDK, not our payloads.
+    config = client.config()
+    config["data_converter"] = pydantic_data_converter
+    client = Client(**config)
     queue = f"untaken-{uuid.uuid4()}"
     first = ProbeWorker(address, queue, guarded=guarded)
     second: ProbeWorker | None = None

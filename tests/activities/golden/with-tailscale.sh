@@ -448,7 +448,7 @@ discovery:
 nodeRegistration:
   name: "gpu-burst-x7k2q"
   criSocket: "unix:///var/run/containerd/containerd.sock"
-  taints: [{key: "nvidia.com/gpu", value: "true", effect: "NoSchedule"}, {key: "dedicated", effect: "PreferNoSchedule"}, {key: "cloudburst.io/unregistered", value: "true", effect: "NoExecute"}]
+  taints: [{key: "nvidia.com/gpu", value: "true", effect: "NoSchedule"}, {key: "dedicated", effect: "PreferNoSchedule"}, {key: "cloudburst.io/unregistered", value: "true", effect: "NoSchedule"}]
   kubeletExtraArgs:
     - {name: "node-labels", value: "cloudburst.io/capacity-type=on-demand,cloudburst.io/instance-type=cx22,cloudburst.io/nodeclaim=gpu-burst-x7k2q,cloudburst.io/nodepool=gpu-burst,cloudburst.io/nodepool-namespace=ml,cloudburst.io/provider=hetzner,cloudburst.io/region=fsn1,example.com/tier=batch,karpenter.sh/capacity-type=on-demand,team=ml"}
 CLOUDBURST_JOIN_CONFIG
