@@ -129,3 +129,6 @@ class Plan(BaseModel):
     # One line per provider whose prices for the new nodes are older than the configured
     # age (the pool's PricesStale condition says them).
     stale_prices: list[str] = []
+    # pod uid -> why the cluster has it not pending for this pool (bound, deleted, never
+    # there, a namespace the pool does not serve): not planned, and forgotten by the pool.
+    not_pending: dict[str, str] = {}

@@ -15,6 +15,7 @@ from activities.kube_reads import KubeReads
 from activities.planning.catalog import stale_price_notes
 from activities.planning.config import PlanningConfig
 from activities.planning.inputs import PlanningInputs, RecommenderFactory
+from activities.planning.pending import PendingInCluster
 from activities.planning.plan import plan_capacity
 from api.planning import Plan, PlanRequest
 from cluster.tenancy import Tenancy
@@ -32,13 +33,31 @@ class PlanningActivities:
     ) -> None:
         # Reads only (a Secret, the price ConfigMap, the DaemonSets), without the generated
         # API classes, whose import `cloudburst plan` would pay (activities/kube_reads.py).
-        self._inputs = PlanningInputs(KubeReads(api_client), recommender_factory, config, tenancy)
+        reads = KubeReads(api_client)
+        self._inputs = PlanningInputs(reads, recommender_factory, config, tenancy)
+        self._pending = PendingInCluster(reads, tenancy or Tenancy())
 
     def activities(self) -> list[Callable[..., Any]]:
         return [self.plan_capacity]
 
     @activity.defn(name="plan_capacity")
     def plan_capacity(self, request: PlanRequest) -> Plan:
+        """Plan the request's pods as the cluster has them (`activities/planning/pending.py`);
+        those it has not pending for this pool come back in `not_pending`, to be forgotten."""
+        pods, not_pending = self._pending.of(request)
+        if not_pending:
+            log.info(
+                "pool %s/%s: %d of the pods asked are not pending in the cluster, not planned",
+                request.namespace,
+                request.pool_name,
+                len(not_pending),
+            )
+        plan = self.plan(request.model_copy(update={"pods": pods}))
+        plan.not_pending = not_pending
+        return plan
+
+    def plan(self, request: PlanRequest) -> Plan:
+        """Plan `request` as it is (consolidation's request: the pods of a node it read)."""
         offerings, overhead = self._inputs.planning_inputs(request)
         plan = plan_capacity(request, offerings, overhead)
         plan.stale_prices = stale_price_notes(

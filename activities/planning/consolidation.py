@@ -154,7 +154,7 @@ class ConsolidationActivities:
             # They run on the pool's node: they tolerate its taints, which the new one has too.
             tolerations=[Toleration(operator="Exists")],
         )
-        plan = self._planning.plan_capacity(
+        plan = self._planning.plan(
             PlanRequest(
                 pool_name=input.pool_name,
                 namespace=input.namespace,

@@ -137,8 +137,11 @@ def planning(planning_kube: k8s.ApiClient, node_class: NodeClassSpec | None) -> 
 
 
 def plan(planning_kube: k8s.ApiClient, request: PlanRequest) -> Any:
+    """The plan for the request's pods as given (as consolidation plans): what the activity
+    keeps of a pool's pods, those the cluster has pending, is tests/activities/
+    test_planning_pending.py's."""
     activities = planning(planning_kube, request.node_class)
-    return ActivityEnvironment().run(activities.plan_capacity, request)
+    return ActivityEnvironment().run(activities.plan, request)
 
 
 def test_daemonset_overhead_changes_the_node_choice(

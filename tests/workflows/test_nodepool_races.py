@@ -141,3 +141,61 @@ async def test_a_pod_resolved_while_its_plan_is_made_breaks_nothing(
         assert not failed, failed[0].workflow_task_failed_event_attributes.failure.message
         await handle.terminate("test over")
         await end_claims(temporal_client, (claim.name for claim in status.claims))
+
+
+class NotPendingInTheCluster:
+    """`plan_capacity` as the worker's, for a demand naming one pod the cluster has pending
+    and one it has not: that one is not planned, and said not pending."""
+
+    @activity.defn(name="plan_capacity")
+    async def plan_capacity(self, request: PlanRequest) -> Plan:
+        real = [p for p in request.pods if p.uid != "forged"]
+        offering = Offering(
+            provider="fake", region="sim-1", instance_type="fk-small", vcpu=2, memory_gib=4
+        )
+        return Plan(
+            new_nodes=[
+                PlannedNode(
+                    offerings=[offering],
+                    pod_uids=[p.uid for p in real],
+                    requests=Resources(cpu_m=500, memory_bytes=2**28, pods=len(real)),
+                )
+            ],
+            not_pending={"forged": "pod default/forged is not pending in the cluster"},
+        )
+
+
+async def test_a_pod_the_cluster_has_not_pending_is_forgotten_not_planned_again(
+    temporal_client: Client,
+) -> None:
+    """The pool acts on the pods the cluster has pending: one its plan says is not (never
+    there, bound, another namespace's) leaves the pool's pending pods, so no later round plans
+    it. (Fails on the pool that kept every pod a signal named.)"""
+    queue = f"races-{uuid.uuid4()}"
+    pool_id = f"nodepool-notpending-{uuid.uuid4().hex[:8]}"
+    async with pool_workers(
+        temporal_client,
+        queue,
+        [NodePoolWorkflow, StandInClaim],
+        [NotPendingInTheCluster().plan_capacity, record_events, sync_nodepool_status],
+    ):
+        handle = await temporal_client.start_workflow(
+            NodePoolWorkflow.run,
+            NodePoolInput(namespace="default", name="notpending", state=PoolState(specs=specs())),
+            id=pool_id,
+            task_queue=queue,
+            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+            start_signal="demand",
+            start_signal_args=[DemandUpdate(pods=[pod("real"), pod("forged")])],
+        )
+        status: PoolStatus | None = None
+        for _ in range(100):
+            status = await handle.query(NodePoolWorkflow.status)
+            if status.claims:
+                break
+            await asyncio.sleep(0.1)
+        assert status is not None and len(status.claims) == 1, status
+        assert status.claims[0].nominated == ["real"]
+        assert status.pending_pods == 1  # "forged" is not the pool's to wait for
+        await handle.terminate("test over")
+        await end_claims(temporal_client, [c.name for c in status.claims])

@@ -73,6 +73,9 @@ async def plan_uncovered(run: PoolRun, facts: TimeFacts) -> None:
         return
     state.plan_retry_at = None
     run.last_plan = made
+    # The pool acts on the pods the cluster has pending, not on what it was told.
+    for uid in made.not_pending:
+        state.pending.pop(uid, None)
     if made.new_nodes:  # the prices a pool is judged by: those it launched with
         state.stale_prices = made.stale_prices
     # Signals handled while planning may have resolved pods or ended claims: only what is
