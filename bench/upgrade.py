@@ -53,6 +53,7 @@ import sys
 import tempfile
 import time
 import tomllib
+import traceback
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -79,6 +80,7 @@ from kubernetes import client as k8s
 from temporalio.api.enums.v1 import EventType, WorkflowTaskFailedCause
 from temporalio.client import Client, WorkflowExecutionStatus
 
+from api.labels import STARTUP_TAINT
 from api.messages import claim_workflow_id
 from cli.devstack import temporal_cli
 from worker.payload_codec import new_key_line
@@ -416,7 +418,14 @@ class Drill:
                 }
             await self._stages()
         except Exception as err:
-            report.problems.append(f"{type(err).__name__}: {err}")
+            # Where in the drill, too: the exception alone (a 404, say) does not say which step.
+            here = [f for f in traceback.extract_tb(err.__traceback__) if "/bench/" in f.filename]
+            at = (
+                f" (at {Path(here[-1].filename).name}:{here[-1].lineno} {here[-1].name})"
+                if here
+                else ""
+            )
+            report.problems.append(f"{type(err).__name__}{at}: {err}")
             for process in [*self.processes.values(), self.topology.sim, self.topology.temporal]:
                 print(f"--- {process.name} log, last lines\n{process.tail()}", file=sys.stderr)
         finally:
@@ -486,8 +495,15 @@ class Drill:
         """Create `pods` (name, pool), counted in `phase` of the drill."""
         for name, pool in pods:
             pod = wave_pod(name, pool)
-            assert pod.metadata is not None
+            assert pod.metadata is not None and pod.spec is not None
             pod.metadata.labels = {**(pod.metadata.labels or {}), **(labels or {})}
+            # Releases before 0.2.0 register their nodes with a NoExecute startup taint, which
+            # kube-controller-manager's taint eviction controller may act on just as the taint
+            # is lifted, deleting a pod bound that moment (fixed since: NoSchedule; CHANGELOG).
+            # The old release's own bug is not what the drill is about: its pods tolerate it.
+            pod.spec.tolerations = [
+                k8s.V1Toleration(key=STARTUP_TAINT, operator="Exists", effect="NoExecute")
+            ]
             await asyncio.to_thread(self.core.create_namespaced_pod, "default", pod)
             self.watch.created[name] = time.monotonic()
             self.pods[name] = phase
