@@ -34,7 +34,7 @@ from kubernetes.client.exceptions import ApiException
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.claim_authority import ClaimAuthority, ClaimNotAuthorised
+from activities.claim_authority import ClaimAuthority, ClaimNotAuthorised, own_claim
 from activities.credentials import read_secret_value
 from activities.kube import MERGE_PATCH, STARTUP_TAINT, is_not_found
 from activities.tailscale import MintedKey, open_api, reusable_key
@@ -663,8 +663,22 @@ class BootstrapActivities:
         """Delete the token and script Secrets; already gone is fine.
 
         The token goes first: a script Secret left behind (this activity failed between the
-        two) still names it, for the orphan GC.
+        two) still names it, for the orphan GC. Only the claim's own: the script Secret of the
+        claim whose workflow this runs for, and the token that script records.
         """
+        _, claim_name = own_claim()
+        if refs.namespace == self.namespace:
+            if refs.script_secret != self.script_secret_name(claim_name):
+                raise self.authority.refused(
+                    f"Secret {refs.script_secret} is not claim {claim_name}'s first-boot script"
+                )
+            recorded = _annotations(self._read_script(refs.script_secret)).get(labels.TOKEN_SECRET)
+            if recorded is None:
+                return  # no script: its token went first, an earlier attempt deleted both
+            if recorded != refs.token_secret:
+                raise self.authority.refused(
+                    f"token {refs.token_secret} is not the one claim {claim_name}'s script records"
+                )
         for namespace, name in (
             (refs.token_secret_namespace, refs.token_secret),
             (refs.namespace, refs.script_secret),

@@ -37,7 +37,7 @@ from temporalio import activity
 
 from api import labels
 from api.errors import INVALID_CONFIGURATION, application_error
-from api.messages import claim_workflow_id
+from api.messages import claim_key_of, claim_workflow_id
 from api.nodeclaim import NodeClaim, Offering
 from api.nodeclass import NodeClassSpec
 from api.nodepool import API_VERSION, Taint
@@ -183,6 +183,18 @@ def delete_nodeclaim(custom: k8s.CustomObjectsApi, namespace: str, name: str) ->
             raise
 
 
+def own_claim(claim_name: str | None = None) -> tuple[str, str]:
+    """(namespace, name) of the claim whose workflow the activity runs for; refused unless
+    it runs for a claim's workflow, of `claim_name` when given. Every activity a claim calls
+    acts on its own claim's objects only: its NodeClaim, its Node, its Secrets, its device."""
+    running_for = activity.info().workflow_id
+    key = claim_key_of(running_for or "")
+    if key is None or (claim_name is not None and key[1] != claim_name):
+        what = f"claim {claim_name}'s" if claim_name else "a claim's"
+        raise _refused(f"the activity runs for workflow {running_for!r}, not {what} own")
+    return key
+
+
 class ClaimAuthority:
     """Reads what authorises a claim; one per worker, thread-safe (the Kubernetes client)."""
 
@@ -326,6 +338,11 @@ def _offering_id(offering: Offering) -> tuple[str, str, str, str | None, str]:
         offering.zone,
         offering.capacity_type,
     )
+
+
+def refused(why: str) -> Exception:
+    """The error an activity raises for what the cluster does not authorise (logged)."""
+    return _refused(why)
 
 
 def _refused(why: str) -> Exception:

@@ -22,7 +22,7 @@ from kubernetes.client.exceptions import ApiException
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.claim_authority import ClaimAuthority, ClaimNotAuthorised
+from activities.claim_authority import ClaimAuthority, ClaimNotAuthorised, own_claim
 from activities.heartbeat import (
     heartbeating,
     heartbeats_itself,
@@ -118,14 +118,22 @@ class KubeActivities:
             raise
 
     def _read_claims_node(self, name: str, instance_id: str | None) -> client.V1Node | None:
-        """The Node `name` if it is the VM `instance_id`; None if it is not there, or is
-        another machine's (logged)."""
+        """The Node `name` if it is the VM `instance_id` of the claim the activity runs for;
+        None if it is not there, or is another machine's, or another namespace's claim's
+        (logged). Refused unless the activity runs for claim `name`'s own workflow."""
+        namespace, _ = own_claim(name)
         node = self._read_node(name)
         if node is None:
             return None
         provider_id = node.spec.provider_id if node.spec else None
         if not is_claims_node(provider_id, instance_id):
             log.warning("%s", stranger_message(name, provider_id, instance_id))
+            return None
+        marked = ((node.metadata.labels if node.metadata else None) or {}).get(
+            labels.NODEPOOL_NAMESPACE
+        )
+        if marked is not None and marked != namespace:
+            log.warning("Node %s is namespace %s's claim's, not %s's", name, marked, namespace)
             return None
         return node
 

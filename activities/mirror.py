@@ -18,6 +18,7 @@ from kubernetes.client.exceptions import ApiException
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from activities.claim_authority import own_claim, refused
 from api import labels
 from api.errors import KUBE_CONFLICT
 from api.events import ObjectRef
@@ -50,6 +51,10 @@ class MirrorActivities:
         scale-down of this claim)."""
         claim = input.claim
         name, namespace = claim.metadata.name, claim.metadata.namespace
+        # Its own NodeClaim only: a workflow of another id writes no status, Event or
+        # finalizer of this claim's (activities/claim_authority.py).
+        if own_claim(name) != (namespace, name):
+            raise refused(f"the activity runs for another claim than {namespace}/{name}")
         if input.remove:
             current = self._read(namespace, name)
             if current is not None:

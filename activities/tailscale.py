@@ -34,6 +34,7 @@ from kubernetes import client as k8s
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from activities.claim_authority import own_claim, refused
 from activities.credentials import read_secret_value
 from api._base import SecretKeyRef
 from api.errors import INVALID_CONFIGURATION
@@ -247,7 +248,9 @@ class TailscaleActivities:
     def remove_tailnet_device(self, input: TailnetDeviceRef) -> TailnetDeviceRemoval:
         """Remove the claim's node from the tailnet: every device whose hostname is the node
         name and that carries the NodeClass's tags (so nobody else's device of that name).
-        Idempotent: a device already gone is fine."""
+        Idempotent: a device already gone is fine. Only the claim's own node's."""
+        if own_claim(input.node_name) != (input.namespace, input.node_name):
+            raise refused(f"the activity runs for another claim than {input.node_name}")
         settings = input.node_class.tailscale
         if settings is None:
             return TailnetDeviceRemoval(skipped="the NodeClass has no Tailscale settings")

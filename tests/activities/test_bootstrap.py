@@ -37,7 +37,12 @@ from api.nodepool import Taint
 from sim.controlplane.cluster import AuditRecord, KubernetesControlPlane
 from sim.controlplane.kubeadm_init import cluster_info_kubeconfig
 from sim.controlplane.pki import ClusterPki
-from tests.activities.claims import authorise_bootstrap, authorise_claim, run_bootstrap
+from tests.activities.claims import (
+    authorise_bootstrap,
+    authorise_claim,
+    claims_env,
+    run_bootstrap,
+)
 from tests.activities.conftest import (
     WORKER_NAMESPACE,
     WORKER_USER,
@@ -125,6 +130,8 @@ def run(fn: Any, arg: Any) -> Any:
     (its objects made from `arg`)."""
     if isinstance(arg, BootstrapInput):
         return run_bootstrap(_admin[0], fn, arg)
+    if isinstance(arg, BootstrapRefs):  # its claim's, by its script's name
+        return claims_env("default", arg.script_secret.removesuffix("-bootstrap")).run(fn, arg)
     return ActivityEnvironment().run(fn, arg)
 
 
@@ -825,6 +832,29 @@ def test_delete_removes_both_secrets_and_is_idempotent(acts, core, namespace, un
             core.read_namespaced_secret(name, ns)
         assert info.value.status == 404
     run(acts.delete_bootstrap_secrets, refs)  # already gone: fine
+
+
+def test_another_claims_workflow_deletes_none_of_a_claims_join_secrets(
+    acts, core, namespace, unique
+):
+    """A workflow of another claim (whoever reaches Temporal can start one, and copy a claim's
+    refs from its history) deletes neither the script Secret nor the token of a claim still
+    joining, nor a token the claim's script does not record. (Fails on the delete that took
+    the refs as they came: the joining claim's token was gone.)"""
+    refs: BootstrapRefs = run(acts.prepare_bootstrap, make_input(namespace, f"burst-{unique}"))
+    other = claims_env(namespace, f"other-{unique}")
+    with pytest.raises(ApplicationError) as refused:
+        other.run(acts.delete_bootstrap_secrets, refs)
+    assert "not authorised by the cluster" in str(refused.value)
+    # Its own script's name with the victim's token: its script records no token, nothing goes.
+    own = refs.model_copy(update={"script_secret": f"other-{unique}-bootstrap"})
+    other.run(acts.delete_bootstrap_secrets, own)
+    stray = refs.model_copy(update={"token_secret": "bootstrap-token-abcdef"})
+    with pytest.raises(ApplicationError):
+        run(acts.delete_bootstrap_secrets, stray)
+    assert core.read_namespaced_secret(refs.script_secret, WORKER_NAMESPACE)
+    secret_names = [s.metadata.name for s in token_secrets(core, f"burst-{unique}")]
+    assert secret_names == [refs.token_secret]
 
 
 def test_activities_lists_bound_methods(acts):

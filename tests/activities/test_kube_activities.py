@@ -25,7 +25,14 @@ from activities.heartbeat import heartbeating, sleep_heartbeating
 from activities.kube import MERGE_PATCH, KubeActivities
 from api import labels
 from api._base import SecretKeyRef
-from api.messages import DrainInput, DrainResult, LabelNodeInput, NodeRef, NodeState
+from api.messages import (
+    DrainInput,
+    DrainResult,
+    LabelNodeInput,
+    NodeRef,
+    NodeState,
+    claim_workflow_id,
+)
 from api.nodepool import Taint
 from cluster.tenancy import Tenancy
 from tests.activities.claims import AuthorisedClaim, authorise_claim
@@ -192,7 +199,13 @@ def node(core: client.CoreV1Api, unique: str, made_nodes: list[str]) -> str:
 
 
 def run(fn: Any, arg: Any, env: ActivityEnvironment | None = None) -> Any:
-    return (env or ActivityEnvironment()).run(fn, arg)
+    """`fn` as the claim `arg` names (its node's) runs it: for that claim's own workflow
+    (nodes made here carry no namespace mark, so any namespace's claim is theirs)."""
+    name = getattr(arg, "node_name", None)
+    env = env or ActivityEnvironment()
+    if name is not None:
+        env.info = dataclasses.replace(env.info, workflow_id=claim_workflow_id("default", name))
+    return env.run(fn, arg)
 
 
 # --- read_secret_value -------------------------------------------------------------------
@@ -590,3 +603,21 @@ def test_a_node_without_a_provider_id_is_nobodys(acts, core, unique, made_nodes)
 def test_the_node_state_says_whose_node_it_is(acts, stranger):
     state: NodeState = run(acts.get_node_state, ref(stranger))
     assert state.exists and state.provider_id == "fake:///sim-1/someone-elses-vm"
+
+
+def test_a_claims_node_activities_act_only_for_its_own_workflow_and_namespace(
+    acts, core, node, namespace
+):
+    """A workflow of another id (whoever reaches Temporal can start one naming this node) is
+    refused; a claim of another namespace than the node's mark does not touch it. (Fails on
+    the activities that acted on any node whose providerID matched.)"""
+    with pytest.raises(ApplicationError) as elsewhere:
+        ActivityEnvironment().run(acts.cordon_node, ref(node))
+    assert "not authorised by the cluster" in str(elsewhere.value)
+    core.patch_node(node, {"metadata": {"labels": {labels.NODEPOOL_NAMESPACE: "team-b"}}})
+    env = ActivityEnvironment()
+    env.info = dataclasses.replace(env.info, workflow_id=claim_workflow_id("team-a", node))
+    env.run(acts.cordon_node, ref(node))
+    env.run(acts.delete_node, ref(node))
+    after = core.read_node(node)  # still there, not cordoned
+    assert not after.spec.unschedulable

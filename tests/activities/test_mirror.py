@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from kubernetes import client
-from temporalio.testing import ActivityEnvironment
+from temporalio.exceptions import ApplicationError
 
 from activities.claim_authority import create_nodeclaim
 from activities.mirror import GROUP, PLURAL, VERSION, MirrorActivities
@@ -16,6 +17,7 @@ from api.events import KubeEvent, ObjectRef
 from api.messages import MirrorInput
 from api.nodeclaim import NodeClaim, NodeClaimPhase
 from sim.controlplane.cluster import AuditRecord
+from tests.activities.claims import claims_env
 from tests.activities.conftest import AuditLog
 
 
@@ -34,7 +36,8 @@ def claim(namespace: str, name: str, phase: NodeClaimPhase) -> NodeClaim:
 
 
 def show(acts: MirrorActivities, input: MirrorInput) -> None:
-    ActivityEnvironment().run(acts.sync_nodeclaim, input)
+    meta = input.claim.metadata
+    claims_env(meta.namespace, meta.name).run(acts.sync_nodeclaim, input)
 
 
 def resource(custom: client.CustomObjectsApi, namespace: str, name: str) -> dict[str, Any]:
@@ -141,7 +144,7 @@ def test_the_mirror_never_makes_the_resource_that_authorises_a_claim(
     acts, custom = MirrorActivities(kube_api_client), client.CustomObjectsApi(kube_api_client)
     forged = f"burst-{unique}"
     since = audit.mark()
-    result = ActivityEnvironment().run(
+    result = claims_env(namespace, forged).run(
         acts.sync_nodeclaim,
         MirrorInput(claim=claim(namespace, forged, NodeClaimPhase.PROVISIONING), new=True),
     )
@@ -154,7 +157,7 @@ def test_the_mirror_never_makes_the_resource_that_authorises_a_claim(
         GROUP, VERSION, namespace, PLURAL, name, {"metadata": {"finalizers": []}}
     )
     custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
-    shown = ActivityEnvironment().run(
+    shown = claims_env(namespace, name).run(
         acts.sync_nodeclaim, MirrorInput(claim=claim(namespace, name, NodeClaimPhase.READY))
     )
     assert shown.uid is None
@@ -165,3 +168,23 @@ def test_the_mirror_never_makes_the_resource_that_authorises_a_claim(
             assert err.status == 404
         else:
             raise AssertionError(f"NodeClaim {gone} was made")
+
+
+def test_a_workflow_of_another_id_writes_nothing_of_a_claims(
+    kube_api_client, audit, namespace, unique
+):
+    """Whoever reaches Temporal can start a workflow whose input names a live claim (a sealed
+    input copied from its history opens): its mirror must not write that claim's status,
+    Events or finalizer. (Fails on the mirror that wrote to whatever claim its input named:
+    the live claim showed Failed.)"""
+    acts, custom = MirrorActivities(kube_api_client), client.CustomObjectsApi(kube_api_client)
+    name = f"burst-{unique}"
+    made(custom, namespace, name)
+    for workflow_of in (f"{name}-forged", name):
+        env = claims_env("elsewhere" if workflow_of == name else namespace, workflow_of)
+        failed = claim(namespace, name, NodeClaimPhase.FAILED)
+        with pytest.raises(ApplicationError):
+            env.run(acts.sync_nodeclaim, MirrorInput(claim=failed, remove=True, keep=True))
+    shown = resource(custom, namespace, name)
+    assert (shown.get("status") or {}).get("phase") != "Failed"
+    assert labels.TERMINATION_FINALIZER in shown["metadata"]["finalizers"]

@@ -10,7 +10,6 @@ from typing import Any
 import pytest
 from kubernetes import client
 from temporalio.exceptions import ApplicationError
-from temporalio.testing import ActivityEnvironment
 
 from activities.bootstrap import BootstrapActivities, read_user_data
 from activities.tailscale import TailscaleActivities
@@ -19,7 +18,7 @@ from api.messages import BootstrapInput, BootstrapRefs, TailnetDeviceRef
 from api.nodeclass import NodeClassSpec
 from cluster.tenancy import Tenancy
 from sim.tailscale import TailnetStandin
-from tests.activities.claims import run_bootstrap
+from tests.activities.claims import claims_env, run_bootstrap
 from tests.activities.conftest import WORKER_NAMESPACE
 
 
@@ -179,12 +178,12 @@ def test_the_nodes_device_goes_and_nobody_elses(
     laptop = tailnet.register(tailnet.admin_key(reusable=False), node)
     acts = TailscaleActivities(kube_api_client, allowing(tailnet))
 
-    removed = ActivityEnvironment().run(
+    removed = claims_env(namespace, node).run(
         acts.remove_tailnet_device, device_ref(namespace, node, spec(tailnet))
     )
     assert removed.removed == [ours["nodeId"]]
     assert [d["nodeId"] for d in tailnet.devices() if d["hostname"] == node] == [laptop["nodeId"]]
-    again = ActivityEnvironment().run(
+    again = claims_env(namespace, node).run(
         acts.remove_tailnet_device, device_ref(namespace, node, spec(tailnet))
     )
     assert again.removed == [] and again.skipped is None
@@ -199,7 +198,7 @@ def test_reusable_key_mode_has_nothing_to_remove_with(kube_api_client, namespace
         }
     )
     acts = TailscaleActivities(kube_api_client)
-    result = ActivityEnvironment().run(
+    result = claims_env(namespace, "burst-x").run(
         acts.remove_tailnet_device, device_ref(namespace, "burst-x", node_class)
     )
     assert result.removed == [] and "reusable-key mode" in (result.skipped or "")
