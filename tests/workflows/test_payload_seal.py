@@ -131,6 +131,12 @@ async def signal_taken(
 async def test_a_signal_no_key_sealed_is_dropped_and_the_readme_signal_goes_through_the_codec_server(
     temporal_client: Client, temporal_address: str, codec_endpoint: str
 ) -> None:
+    """Issue #53's third attempt: a forced `scale_down` with no uid, sent by a process that
+    reaches Temporal without our key (README's old `temporal workflow signal`), to a Ready
+    claim: dropped, the claim stays, no workflow task fails; a forged update is rejected; the
+    operator's signal through the codec server, with its token, scales it down. (Fails on
+    the code before payload keys: the forged signal deleted the claim; and on a codec that
+    raises instead: no workflow task completed after the signal.)"""
     ours, theirs = sealed_client(temporal_client), unsealed_client(temporal_client)
     queue = f"seal-{uuid.uuid4().hex[:8]}"
     async with worker(ours, queue, Cluster()):
@@ -176,6 +182,9 @@ async def test_a_signal_no_key_sealed_is_dropped_and_the_readme_signal_goes_thro
 async def test_a_workflow_started_with_an_input_no_key_sealed_fails_at_once_saying_why(
     temporal_client: Client,
 ) -> None:
+    """A claim started by a process without our key fails at its first task, saying why,
+    having run no activity. (Fails on the code before payload keys: the claim ran; and on a
+    codec that raises instead: it never failed, its task retried.)"""
     ours, theirs = sealed_client(temporal_client), unsealed_client(temporal_client)
     queue = f"seal-{uuid.uuid4().hex[:8]}"
     cluster = Cluster()
