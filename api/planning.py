@@ -62,6 +62,16 @@ class Toleration(BaseModel):
     effect: str | None = None  # None tolerates every effect
 
 
+# The uid of the demand a pool plans a drifted node's replacement with: what the node's pods
+# use, not a pod of the cluster's (`replacement_uid`).
+REPLACEMENT_FOR = "replacement-for/"
+
+
+def replacement_uid(claim_name: str) -> str:
+    """The uid of the demand planning `claim_name`'s replacement."""
+    return f"{REPLACEMENT_FOR}{claim_name}"
+
+
 class PodDemand(BaseModel):
     """What one pending pod needs from a node."""
 

@@ -9,8 +9,10 @@ cluster has it with that uid, the scheduler found no room for it (`cluster.pods.
 is_unschedulable`: unbound, not terminating, not a DaemonSet's), and its namespace is one the
 NodePool — read from the cluster too — serves (`Tenancy.pool_serves`). What is planned is the
 pod as the cluster has it (`cluster.requirements.pod_demand`: its requests, selectors,
-affinity and tolerations), not as the request said. The others are returned with why, for the
-pool to forget them (`Plan.not_pending`).
+affinity and tolerations), not as the request said. The pool's own demand for a drifted
+node's replacement (`api.planning.replacement_uid`) is kept when the NodeClaim it replaces is
+the pool's in the cluster. The others are returned with why, for the pool to forget them
+(`Plan.not_pending`).
 """
 
 from __future__ import annotations
@@ -22,13 +24,15 @@ from kubernetes import client as k8s
 
 from activities.kube_reads import KubeReads
 from api.nodepool import API_VERSION, NodePool
-from api.planning import PlanRequest, PodDemand
+from api.planning import REPLACEMENT_FOR, PlanRequest, PodDemand
 from cluster.pods import is_unschedulable, pod_fields, pod_model
 from cluster.requirements import pod_demand
 from cluster.tenancy import Tenancy
 
 _GROUP, _, _VERSION = API_VERSION.partition("/")
 UNBOUND = "spec.nodeName="
+# Where the replacements' demands are grouped (no namespace has this name).
+REPLACEMENT_NAMESPACE_KEY = "/replacements"
 
 
 class PendingInCluster:
@@ -47,8 +51,21 @@ class PendingInCluster:
         pool = self._pool(request.namespace, request.pool_name)
         by_namespace: dict[str, list[PodDemand]] = {}
         for requested in request.pods:
-            by_namespace.setdefault(requested.namespace, []).append(requested)
+            # The pool's own demand for a drifted node's replacement is no pod of the cluster's:
+            # the NodeClaim it replaces is what stands behind it.
+            key = (
+                REPLACEMENT_NAMESPACE_KEY
+                if requested.uid.startswith(REPLACEMENT_FOR)
+                else requested.namespace
+            )
+            by_namespace.setdefault(key, []).append(requested)
         kept: list[PodDemand] = []
+        for replacement in by_namespace.pop(REPLACEMENT_NAMESPACE_KEY, []):
+            why = self._not_replaceable(request, pool, replacement)
+            if why is None:
+                kept.append(replacement)
+            else:
+                dropped[replacement.uid] = why
         for namespace, asked in by_namespace.items():
             why = self._not_served(request, pool, namespace)
             if why is not None:
@@ -69,6 +86,30 @@ class PendingInCluster:
                     continue
                 kept.append(pod_demand(seen))
         return kept, dropped
+
+    def _not_replaceable(
+        self, request: PlanRequest, pool: NodePool | None, demand: PodDemand
+    ) -> str | None:
+        """Why `demand`, a replacement's, is none the cluster stands behind: its NodeClaim,
+        of this pool, must be there."""
+        claim_name = demand.uid.removeprefix(REPLACEMENT_FOR)
+        if pool is None:
+            return f"NodePool {request.namespace}/{request.pool_name} is not in the cluster"
+        try:
+            claim = self._reads.get_namespaced_custom_object(
+                _GROUP, _VERSION, request.namespace, "nodeclaims", claim_name
+            )
+        except k8s.ApiException as err:
+            if err.status != 404:
+                raise
+            return (
+                f"NodeClaim {request.namespace}/{claim_name}, to be replaced, is not in the cluster"
+            )
+        if (claim.get("spec") or {}).get("nodePool") != request.pool_name:
+            return (
+                f"NodeClaim {request.namespace}/{claim_name} is not NodePool {request.pool_name}'s"
+            )
+        return None
 
     def _pool(self, namespace: str, name: str) -> NodePool | None:
         try:

@@ -15,10 +15,11 @@ from activities.planning.activity import PlanningActivities
 from activities.planning.config import PlanningConfig
 from api.nodeclass import NodeClassSpec
 from api.nodepool import NodePoolSpec
-from api.planning import PlanRequest, PodDemand, Resources
+from api.planning import PlanRequest, PodDemand, Resources, replacement_uid
 from cluster.requirements import pod_demand
 from cluster.tenancy import Tenancy
 from sim.cloud import FakeCloud, FakeCloudServer, FakeInstanceType
+from tests.activities.claims import authorise_claim
 from tests.activities.conftest import create_namespace, wait_for
 
 GROUP, VERSION = "cloudburst.io", "v1alpha1"
@@ -162,3 +163,29 @@ def test_a_pool_gone_from_the_cluster_plans_nothing(
     )
     assert made.new_nodes == []
     assert "is not in the cluster" in made.not_pending[real.metadata.uid]
+
+
+def test_a_replacement_is_planned_for_a_nodeclaim_of_the_pool_only(
+    kube_api_client: k8s.ApiClient, worker_api_client: k8s.ApiClient, cloud_url: str
+) -> None:
+    """A drifted node's replacement is the pool's own demand, no pod: it is planned when the
+    NodeClaim it replaces is the pool's in the cluster, not for a name nothing stands behind."""
+    core = k8s.CoreV1Api(kube_api_client)
+    ours = create_namespace(core, f"t-{uuid.uuid4().hex[:8]}")
+    make_pool(kube_api_client, ours, "burst")
+    authorise_claim(kube_api_client, ours, "burst-drifted", pool="burst")
+    size = Resources(cpu_m=500, memory_bytes=2**29, pods=1)
+    asked = [
+        PodDemand(uid=replacement_uid(name), namespace=ours, name=name, requests=size)
+        for name in ("burst-drifted", "burst-nobody")
+    ]
+    planning = PlanningActivities(
+        worker_api_client,
+        config=PlanningConfig(),
+        tenancy=Tenancy(allowed_endpoints={"fake": (cloud_url,)}),
+    )
+    made = ActivityEnvironment().run(
+        planning.plan_capacity, request(ours, "burst", cloud_url, asked)
+    )
+    assert [n.pod_uids for n in made.new_nodes] == [[replacement_uid("burst-drifted")]]
+    assert list(made.not_pending) == [replacement_uid("burst-nobody")]

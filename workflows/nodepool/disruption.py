@@ -25,7 +25,7 @@ from api.nodepool.messages import (
     DisruptionPermit,
     PoolClaim,
 )
-from api.planning import PlannedNode, PodDemand, Toleration
+from api.planning import PlannedNode, PodDemand, Toleration, replacement_uid
 from workflows.decisions import budgets as budget_rules
 from workflows.failures import cause
 from workflows.nodepool import claims, planning
@@ -99,7 +99,7 @@ async def replace_drifted(run: PoolRun) -> None:
         if allowed(run, DisruptionReason.DRIFTED) - replacing <= 0:
             break
         synthetic = PodDemand(
-            uid=f"replacement-for/{claim.name}",
+            uid=replacement_uid(claim.name),
             namespace=run.namespace,
             name=f"replacement for {claim.name}",
             requests=claim.requests if claim.requests.pods else claim.allocatable,
