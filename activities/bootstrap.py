@@ -34,7 +34,7 @@ from kubernetes.client.exceptions import ApiException
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.claim_authority import ClaimAuthority, ClaimNotAuthorised, own_claim
+from activities.claim_authority import ClaimAuthority, own_claim
 from activities.credentials import read_secret_value
 from activities.kube import MERGE_PATCH, STARTUP_TAINT, is_not_found
 from activities.tailscale import MintedKey, open_api, reusable_key
@@ -546,16 +546,9 @@ class BootstrapActivities:
         # the claim, its NodeClass as the cluster has it (the Secrets it names, its endpoints),
         # its labels and taints; nothing is read, minted or created for a claim without one.
         warrant = self.authority.warrant(input.namespace, input.claim_name, input.claim_uid)
-        try:
-            node_labels = warrant.node_labels(input.labels)
-            taints = warrant.node_taints(input.taints)
-        except ClaimNotAuthorised as refusal:
-            raise self.authority.refused(str(refusal)) from None
-        if input.offering is not None and not warrant.allows_offering(input.offering):
-            raise self.authority.refused(
-                f"{input.offering.key} is not among NodeClaim {input.namespace}/"
-                f"{input.claim_name}'s offerings"
-            )
+        node_labels, taints = warrant.node_marks(input.labels, input.taints)
+        if input.offering is not None:
+            warrant.require_offering(input.offering)
         input = input.model_copy(
             update={
                 "node_class": warrant.node_class,

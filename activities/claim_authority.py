@@ -85,6 +85,22 @@ class ClaimWarrant:
         and capacity type; prices and shapes are the planner's, not a grant)."""
         return any(_offering_id(offering) == _offering_id(o) for o in self.offerings)
 
+    def node_marks(
+        self, labels_asked: Mapping[str, str], taints_asked: Sequence[Taint]
+    ) -> tuple[dict[str, str], list[Taint]]:
+        """`node_labels` and `node_taints` together, or the refusal an activity raises."""
+        try:
+            return self.node_labels(labels_asked), self.node_taints(taints_asked)
+        except ClaimNotAuthorised as refusal:
+            raise _refused(str(refusal)) from None
+
+    def require_offering(self, offering: Offering) -> None:
+        """Refuse (an activity's error) unless `allows_offering`."""
+        if not self.allows_offering(offering):
+            raise _refused(
+                f"{offering.key} is not among NodeClaim {self.namespace}/{self.name}'s offerings"
+            )
+
     def node_labels(self, asked: Mapping[str, str]) -> dict[str, str]:
         """The labels a node of this claim gets: the NodeClaim's, the ownership labels of this
         namespace, pool and claim, and those of `asked` that say what its VM is, when that is

@@ -18,7 +18,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.bootstrap import ScriptHandoff, read_user_data
-from activities.claim_authority import REFUSED, ClaimAuthority
+from activities.claim_authority import ClaimAuthority
 from activities.credentials import read_provider_credential
 from activities.heartbeat import heartbeating, heartbeats_itself
 from activities.providers import provider_class
@@ -73,14 +73,7 @@ class ComputeActivities:
         offerings, the NodeClass (its credential and endpoint) read from the cluster."""
         offering = input.offering
         warrant = self._authority.warrant(input.namespace, input.claim_name, input.claim_uid)
-        if not warrant.allows_offering(offering):
-            log.warning("claim %s/%s refused: %s", input.namespace, input.claim_name, offering.key)
-            raise ApplicationError(
-                f"{REFUSED}: {offering.key} is not among NodeClaim "
-                f"{input.namespace}/{input.claim_name}'s offerings",
-                type=INVALID_CONFIGURATION,
-                non_retryable=True,
-            )
+        warrant.require_offering(offering)
         node_class = warrant.node_class
         with _classified():
             provider = self._provider(offering.provider, input.namespace, node_class)

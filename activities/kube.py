@@ -22,7 +22,7 @@ from kubernetes.client.exceptions import ApiException
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.claim_authority import ClaimAuthority, ClaimNotAuthorised, own_claim
+from activities.claim_authority import ClaimAuthority, own_claim
 from activities.heartbeat import (
     heartbeating,
     heartbeats_itself,
@@ -166,11 +166,7 @@ class KubeActivities:
                 f"labelling node {input.node_name} was asked without its claim's namespace"
             )
         warrant = self._authority.warrant(input.namespace, input.node_name, input.claim_uid)
-        try:
-            wanted_labels = warrant.node_labels(input.labels)
-            wanted_taints = warrant.node_taints(input.taints)
-        except ClaimNotAuthorised as refusal:
-            raise self._authority.refused(str(refusal)) from None
+        wanted_labels, wanted_taints = warrant.node_marks(input.labels, input.taints)
 
         def patch(node: client.V1Node) -> dict[str, Any]:
             taints = list((node.spec.taints if node.spec else None) or [])
