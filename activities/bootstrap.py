@@ -45,6 +45,7 @@ from api.messages import BootstrapInput, BootstrapRefs
 from api.nodeclaim import Offering
 from api.nodeclass import NodeClassSpec
 from api.nodepool import Taint
+from cluster.certificates import claim_token_group
 from cluster.responses import discard, resource_version
 from cluster.tenancy import Tenancy
 
@@ -52,14 +53,13 @@ log = logging.getLogger(__name__)
 
 TOKEN_NAMESPACE = "kube-system"
 TOKEN_SECRET_TYPE = "bootstrap.kubernetes.io/token"
-TOKEN_GROUPS = "system:bootstrappers:kubeadm:default-node-token"
-# Each token also carries a group naming its claim (`claim_token_group`), so that a CSR
+# The group of every claim's join token: what a join may do is bound to it (deploy/base/join.yaml:
+# the reads `kubeadm join` makes and its kubelet's certificate request), and only Cloudburst's
+# CSR approver approves its certificates. Not kubeadm's `default-node-token` group, which a
+# cluster may bind to more (kubeadm binds its blanket CSR auto-approval to it).
+JOIN_GROUP = "system:bootstrappers:cloudburst:join"
+# Each token also carries a group naming its claim (`claim_token_group`), so that the CSR
 # approver can tell which claim's token asked for a node's client certificate.
-CLAIM_GROUP_PREFIX = "system:bootstrappers:cloudburst:nodeclaim:"
-CLAIM_GROUP_HASH_PREFIX = "system:bootstrappers:cloudburst:nodeclaim-sha256:"
-# The API server's pattern for a token's extra groups (k8s.io/cluster-bootstrap,
-# token/api BootstrapGroupPattern): one group outside it and the token authenticates nobody.
-_BOOTSTRAP_GROUP = re.compile(r"\Asystem:bootstrappers:[a-z0-9:-]{0,255}[a-z0-9]\Z")
 # The clouds whose instance metadata service the first-boot script asks for the VM's
 # identity (the kubelet's --provider-id), and `plugin`, whose machines carry it in a file
 # (api/plugin.py PROVIDER_ID_FILE); the fake cloud's kubelet sets its own.
@@ -146,22 +146,6 @@ def new_token() -> tuple[str, str]:
     token_id = "".join(secrets.choice(TOKEN_ALPHABET) for _ in range(6))
     token_secret = "".join(secrets.choice(TOKEN_ALPHABET) for _ in range(16))
     return token_id, token_secret
-
-
-def claim_token_group(namespace: str, claim_name: str) -> str:
-    """The extra group naming the claim whose join token carries it.
-
-    `system:bootstrappers:cloudburst:nodeclaim:<namespace>:<name>`, each '.' of the name
-    written ':' (the API server allows only [a-z0-9:-] there). A namespace has neither '.'
-    nor ':' and a name no ':', so the first ':' after the prefix ends the namespace and the
-    group names one claim only. Where that would not fit the pattern (256 characters after
-    `system:bootstrappers:`), `...:nodeclaim-sha256:<hex>` of `<namespace>/<name>` does.
-    """
-    readable = f"{CLAIM_GROUP_PREFIX}{namespace}:{claim_name.replace('.', ':')}"
-    if ":" not in namespace + claim_name and _BOOTSTRAP_GROUP.match(readable):
-        return readable
-    digest = hashlib.sha256(f"{namespace}/{claim_name}".encode()).hexdigest()
-    return CLAIM_GROUP_HASH_PREFIX + digest
 
 
 def api_server_endpoint(host_api_server: str) -> str:
@@ -792,9 +776,9 @@ class BootstrapActivities:
                     "expiration": _rfc3339(token.expires_at),
                     "usage-bootstrap-authentication": "true",
                     "usage-bootstrap-signing": "true",
-                    # kubeadm's group (its join RBAC is bound to it), then the claim's.
+                    # Cloudburst's join group (its access is bound to it), then the claim's.
                     "auth-extra-groups": ",".join(
-                        (TOKEN_GROUPS, claim_token_group(namespace, claim_name))
+                        (JOIN_GROUP, claim_token_group(namespace, claim_name))
                     ),
                 }.items()
             },

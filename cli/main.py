@@ -179,6 +179,30 @@ def trigger(
     asyncio.run(_until_signalled(main))
 
 
+@app.command("csr-approver")
+def csr_approver(
+    kubeconfig: Kubeconfig = None,
+    health_port: HealthPort = None,
+    log_format: LogFormat = None,
+) -> None:
+    """Run the CSR approver: approve the kubelet certificates of Cloudburst's claims only,
+    forget the Nodes of claims that ended, evict other namespaces' pods from tenant nodes
+    (docs/security.md, "Node identity")."""
+    from approver.main import approver_loops, running
+    from worker.kube_client import kube_api_client
+
+    settings = _process_settings("csr-approver", None, kubeconfig, 0, log_format)
+    api_client = kube_api_client(settings)
+    loops = approver_loops(api_client, max_expiration_seconds=settings.csr_max_certificate_seconds)
+
+    async def main(stop: asyncio.Event) -> None:
+        with running(loops) as stopped:
+            await stop.wait()
+            stopped.set()
+
+    asyncio.run(_until_signalled(main))
+
+
 # `dev`'s and `demo`'s `--control-plane`.
 ControlPlaneOption = Annotated[
     str,

@@ -35,13 +35,29 @@ def serving_health(
     """Serve the probes of a worker or trigger for the duration of the block (port 0: none).
 
     Call it from the process' event loop: the readiness checks run on that loop."""
+    with _serving(
+        port, {"temporal": temporal_check(temporal), "kubernetes": kube_check(api_client)}, host
+    ) as server:
+        yield server
+
+
+@contextlib.contextmanager
+def serving_kube_health(
+    port: int, api_client: k8s.ApiClient, host: str = "0.0.0.0"
+) -> Iterator[HealthServer | None]:
+    """The probes of a process that needs only the Kubernetes API (the CSR approver)."""
+    with _serving(port, {"kubernetes": kube_check(api_client)}, host) as server:
+        yield server
+
+
+@contextlib.contextmanager
+def _serving(
+    port: int, checks: dict[str, ReadinessCheck], host: str
+) -> Iterator[HealthServer | None]:
     if not port:
         yield None
         return
-    server = HealthServer(
-        asyncio.get_running_loop(),
-        {"temporal": temporal_check(temporal), "kubernetes": kube_check(api_client)},
-    )
+    server = HealthServer(asyncio.get_running_loop(), checks)
     try:
         server.start(host, port)
     except OSError as err:

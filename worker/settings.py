@@ -288,6 +288,15 @@ class Settings(BaseSettings):
         "(trigger/peers.py): each holds a Lease named by this in `worker_namespace`. Unset: "
         "the host name (a pod's name, kept across restarts).",
     )
+    csr_max_certificate_seconds: int = Field(
+        default=24 * 3600,
+        ge=600,
+        le=366 * 24 * 3600,
+        description="The longest kubelet certificate the CSR approver (`cloudburst "
+        "csr-approver`) approves when a request asks for a lifetime (`expirationSeconds`); "
+        "one that asks for none gets the signer's `--cluster-signing-duration` "
+        "(docs/security.md advises 24h there too).",
+    )
     trigger_lease_duration_s: int = Field(
         default=15,
         ge=3,

@@ -31,6 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from approver.main import running
+from approver.nodes import NodeGuard
 from sim.cloud import FakeCloud, FakeCloudServer
 from sim.clouds import KNOWN_STANDINS, StandinMissingError, standin_module
 from sim.clouds.base import standin_endpoint
@@ -39,6 +41,8 @@ from sim.controlplane.joining import JoiningKubelets
 from sim.tailscale import TailnetStandin
 
 log = logging.getLogger(__name__)
+# How often the node guard looks at every Node again, besides watching them.
+NODE_GUARD_RESYNC_S = 2.0
 
 # What `kubectl apply -k deploy/...` creates before the worker runs (deploy/base/namespace.yaml).
 INSTALL_NAMESPACES = ("cloudburst-system",)
@@ -149,6 +153,7 @@ class SimulatedCluster:
             obj = module.standin(boot_delay_s=boot_delay_s, host=host)
             self.standins[name] = StandinHandle(name, obj, lambda o=obj: standin_endpoint(o))
         self.kubelets: JoiningKubelets | None = None
+        self._node_guard: Any = None
         self._api_clients: list[Any] = []
         self._started = False
 
@@ -202,12 +207,22 @@ class SimulatedCluster:
             work_dir=self.kube.work_dir / "machines",
         )
         self.kubelets.start()
+        # The rest of `cloudburst csr-approver` (the control plane runs its CSR loop): the
+        # Nodes of ended claims forgotten, other namespaces' pods evicted from tenant nodes.
+        self._node_guard = running(
+            [NodeGuard(self.kube.approver_api_client, resync_s=NODE_GUARD_RESYNC_S)],
+            stop_within_s=NODE_GUARD_RESYNC_S + 2,
+        )
+        self._node_guard.__enter__()
         self._started = True
         return self
 
     def stop(self) -> None:
         if not self._started:
             return
+        if self._node_guard is not None:
+            self._node_guard.__exit__(None, None, None)
+            self._node_guard = None
         if self.kubelets is not None:
             self.kubelets.stop()
         for name, handle in self.standins.items():

@@ -67,7 +67,6 @@ JOIN_HEREDOC = re.compile(
 TOKEN_RE = re.compile(r"^([a-z0-9]{6})\.([a-z0-9]{16})$")
 # The script's Tailscale settings (activities/bootstrap.sh.tmpl), one shell word each.
 TAILSCALE_LINE = re.compile(r"^(TAILSCALE_ENABLED|TAILSCALE_AUTHKEY)=(.*)$", re.M)
-NODE_GROUP = "system:bootstrappers:kubeadm:default-node-token"
 KUBELET_VERSION = "v1.34.1"
 ARCH = {"x86_64": "amd64", "amd64": "amd64", "arm64": "arm64", "aarch64": "arm64"}
 # What `--node-labels` may set in the kubernetes.io / k8s.io namespaces (the kubelet refuses

@@ -559,12 +559,20 @@ def test_sleep_heartbeating_stops_on_cancel():
 # --- a Node of the claim's name that is not the claim's VM -------------------------------
 
 
-@pytest.fixture
-def stranger(core: client.CoreV1Api, unique: str, made_nodes: list[str]) -> str:
-    """A node registered under a claim's name by another machine (another providerID)."""
+@pytest.fixture(params=["another-vm", "the-vms-id-in-another-region"])
+def stranger(
+    request: pytest.FixtureRequest, core: client.CoreV1Api, unique: str, made_nodes: list[str]
+) -> str:
+    """A node registered under a claim's name by another machine: another VM's providerID, or
+    one that ends in the claim's VM id but names another region (which the last-segment
+    comparison of node identity took for the claim's VM, issue #54)."""
     name = f"node-{unique}"
     made_nodes.append(name)
-    make_node(core, name, provider_id="fake:///sim-1/someone-elses-vm")
+    provider_id = {
+        "another-vm": "fake:///sim-1/someone-elses-vm",
+        "the-vms-id-in-another-region": f"fake:///sim-2/{name}",
+    }[request.param]
+    make_node(core, name, provider_id=provider_id)
     return name
 
 
@@ -600,9 +608,9 @@ def test_a_node_without_a_provider_id_is_nobodys(acts, core, unique, made_nodes)
     assert core.read_node(name).metadata.name == name
 
 
-def test_the_node_state_says_whose_node_it_is(acts, stranger):
+def test_the_node_state_says_whose_node_it_is(acts, core, stranger):
     state: NodeState = run(acts.get_node_state, ref(stranger))
-    assert state.exists and state.provider_id == "fake:///sim-1/someone-elses-vm"
+    assert state.exists and state.provider_id == core.read_node(stranger).spec.provider_id
 
 
 def test_a_claims_node_activities_act_only_for_its_own_workflow_and_namespace(

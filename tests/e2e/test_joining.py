@@ -71,7 +71,7 @@ async def test_a_claims_machine_joins_through_a_csr_as_its_node(
             csr.spec.groups or []
         )
         approved = {c.type: c for c in csr.status.conditions}
-        assert approved["Approved"].reason == "AutoApproved"  # the controller-manager's approver
+        assert approved["Approved"].reason == "CloudburstClaimVerified"  # our approver, no other
         issued = x509.load_pem_x509_certificate(base64.b64decode(str(csr.status.certificate)))
         assert issued.subject.rfc4514_string() == f"CN=system:node:{name},O=system:nodes"
         node_writes = [

@@ -20,10 +20,13 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from kubernetes import client
 
+from activities.bootstrap import JOIN_GROUP
+from cluster.certificates import claim_token_group
 from sim.cloud import FakeCloud
 from sim.clouds.base import BootableCloud
 from sim.controlplane.cluster import KubernetesControlPlane
 from sim.controlplane.joining import JoiningKubelets
+from tests.activities.claims import authorise_claim
 
 # A join (discovery, the CSR signed, the Node registered) and KWOK's Ready on the real control
 # plane: seconds, more on a loaded machine.
@@ -52,9 +55,12 @@ def read_node(core: client.CoreV1Api, name: str) -> dict[str, Any] | None:
         return None
 
 
-def join_user_data(core: client.CoreV1Api, node: str) -> str:
+def join_user_data(core: client.CoreV1Api, node: str, namespace: str = "default") -> str:
     """User data that joins as `node` (what the product's bootstrap script carries, written
-    independently): a bootstrap token of its own and the pin of the CA cluster-info shows."""
+    independently): a bootstrap token of its own and the pin of the CA cluster-info shows.
+    The token is a claim's (Cloudburst's join group and the claim's own), and the NodeClaim
+    `namespace/node` exists: the cluster's CSR approver approves a claim's join only."""
+    authorise_claim(core.api_client, namespace, node)
     alphabet = string.ascii_lowercase + string.digits
     token_id = "".join(secrets.choice(alphabet) for _ in range(6))
     token_secret = "".join(secrets.choice(alphabet) for _ in range(16))
@@ -65,7 +71,7 @@ def join_user_data(core: client.CoreV1Api, node: str) -> str:
         "expiration": expires,
         "usage-bootstrap-authentication": "true",
         "usage-bootstrap-signing": "true",
-        "auth-extra-groups": "system:bootstrappers:kubeadm:default-node-token",
+        "auth-extra-groups": f"{JOIN_GROUP},{claim_token_group(namespace, node)}",
     }
     core.create_namespaced_secret(
         "kube-system",

@@ -66,6 +66,16 @@ STOP_GRACE_S = 3.0
 KEEP_LOGS = "CLOUDBURST_KEEP_CONTROL_PLANE_LOGS"
 # The CRDs as shipped (deploy/base/crds, which sim/controlplane/crds links to).
 CRDS = Path(__file__).resolve().parent / "crds"
+# Cloudburst's access for a claim's join token, and its CSR approver's (deploy/base).
+ACCESS_MANIFESTS = tuple(
+    Path(__file__).resolve().parent / name for name in ("join.yaml", "csr-approver.yaml")
+)
+RBAC_KINDS = frozenset({"ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"})
+CSR_APPROVER_USER = "system:serviceaccount:cloudburst-system:cloudburst-csr-approver"
+CERTIFICATE_LIFETIME = "24h"
+CERTIFICATE_LIFETIME_S = 24 * 3600
+# How often the approver judges pending requests again, besides watching them.
+APPROVER_RESYNC_S = 2.0
 # KWOK stages of our own (pod-ready: KWOK's, fixed), beside those the build copies from KWOK.
 OUR_STAGES = Path(__file__).resolve().parent / "stages"
 
@@ -145,6 +155,17 @@ def kubeconfig_document(
     }
 
 
+def cloudburst_access_objects() -> list[dict[str, Any]]:
+    """The RBAC objects of ACCESS_MANIFESTS (not the approver's Deployment: it runs here as a
+    thread of the test process, `_start_csr_approver`)."""
+    return [
+        document
+        for path in ACCESS_MANIFESTS
+        for document in yaml.safe_load_all(path.read_text())
+        if document and document.get("kind") in RBAC_KINDS
+    ]
+
+
 class KubernetesControlPlane:
     """Start with `.start()` (or `with KubernetesControlPlane() as plane:`); `.stop()` ends it."""
 
@@ -176,6 +197,8 @@ class KubernetesControlPlane:
         self.binaries: Path | None = None
         self.release = ""
         self.pki: ClusterPki | None = None
+        self._approver: Any = None
+        self._approver_client: Any = None
 
     # ---- what clients see ------------------------------------------------------------------
 
@@ -316,6 +339,9 @@ class KubernetesControlPlane:
                 "--controllers=*,bootstrap-signer-controller,token-cleaner-controller",
                 f"--cluster-signing-cert-file={pki.ca_cert_file}",
                 f"--cluster-signing-key-file={pki.ca_key_file}",
+                # The kubelet certificates' lifetime, as docs/security.md advises: a node whose
+                # claim ended cannot renew (the CSR approver refuses) and is out within a day.
+                f"--cluster-signing-duration={CERTIFICATE_LIFETIME}",
                 f"--root-ca-file={pki.ca_cert_file}",
                 f"--service-account-private-key-file={pki.service_account_key_file}",
                 "--use-service-account-credentials=true",
@@ -361,6 +387,9 @@ class KubernetesControlPlane:
                     {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
                     for name in self.install_namespaces
                 ),
+                # Cloudburst's join access and its CSR approver's RBAC (deploy/base), as an
+                # operator installs them; kubeadm's blanket approval is not bound (kubeadm_init).
+                *cloudburst_access_objects(),
             ]
         )
         crds = [
@@ -392,8 +421,41 @@ class KubernetesControlPlane:
         for process in self._processes:
             if not process.alive():
                 raise ControlPlaneError(f"{process.name} exited:\n{process.tail()}")
+        self._start_csr_approver()
+
+    @property
+    def approver_api_client(self) -> Any:
+        """A client with the CSR approver's ServiceAccount's rights (deploy/base)."""
+        assert self._approver_client is not None, "start() first"
+        return self._approver_client
+
+    def _start_csr_approver(self) -> None:
+        """Cloudburst's CSR approver, with its ServiceAccount's rights (deploy/base): the only
+        approver of a claim's kubelet certificates here, as in a cluster set up as
+        docs/security.md says."""
+        from kubernetes import client, config
+
+        from approver.csr import CsrApprover
+        from approver.main import running
+
+        kubeconfig = self.write_identity_kubeconfig(
+            "csr-approver", ClientIdentity(CSR_APPROVER_USER)
+        )
+        configuration = client.Configuration()
+        config.load_kube_config(str(kubeconfig), client_configuration=configuration)
+        self._approver_client = client.ApiClient(configuration)
+        approver = CsrApprover(
+            self._approver_client,
+            max_expiration_seconds=CERTIFICATE_LIFETIME_S,
+            resync_s=APPROVER_RESYNC_S,
+        )
+        self._approver = running([approver], stop_within_s=APPROVER_RESYNC_S + 2)
+        self._approver.__enter__()
 
     def stop(self) -> None:
+        if self._approver is not None:
+            self._approver.__exit__(None, None, None)
+            self._approver = None
         for process in reversed(self._processes):
             if process.alive():
                 process.popen.send_signal(signal.SIGTERM)
