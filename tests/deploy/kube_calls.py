@@ -1,11 +1,12 @@
 """Which Kubernetes API calls does the product make? Read from the source, not from a list.
 
 An AST scan finds every method of `CoreV1Api`, `AppsV1Api`, `PolicyV1Api`,
-`CoordinationV1Api` and `CustomObjectsApi` the code calls or hands to a watch, and turns each into the RBAC
-(apiGroup, resource, verb) it needs. Per process: the worker runs everything under
-`activities/`, `reporting/` and `worker/`; the trigger runs `trigger/` and only the functions
-it imports from `activities/`, `reporting/` and `cluster/` (followed to the helpers they call
-in their own module).
+`CoordinationV1Api`, `CertificatesV1Api` and `CustomObjectsApi` the code calls or hands to a
+watch, and turns each into the RBAC (apiGroup, resource, verb) it needs. Per process: the
+worker runs everything under `activities/`, `reporting/` and `worker/`; the trigger runs
+`trigger/` and only the functions it imports from `activities/`, `reporting/` and `cluster/`
+(followed to the helpers they call in their own module); the CSR approver runs `approver/`
+and what it imports from `reporting/` and `cluster/` likewise.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ API_CLASSES = {
     "PolicyV1Api": "policy",
     "CustomObjectsApi": "cloudburst.io",
     "CoordinationV1Api": "coordination.k8s.io",
+    "CertificatesV1Api": "certificates.k8s.io",
 }
 # Typed-client method stems -> RBAC resource.
 RESOURCES = {
@@ -40,6 +42,8 @@ RESOURCES = {
     "daemon_set": "daemonsets",
     "pod_disruption_budget": "poddisruptionbudgets",
     "lease": "leases",
+    "certificate_signing_request": "certificatesigningrequests",
+    "certificate_signing_request_approval": "certificatesigningrequests/approval",
     "custom_object": "<plural>",
     "custom_object_status": "<plural>/status",
 }
@@ -98,6 +102,16 @@ def needs_of(process: str) -> set[Need]:
                     imported = _scan(ROOT / (module.replace(".", "/") + ".py"))
                     found |= imported.of_functions(names)
         return found
+    if process == "csr-approver":
+        approver: set[Need] = set()
+        for path in sorted((ROOT / "approver").glob("*.py")):
+            scan = _scan(path)
+            approver |= scan.all()
+            for package in ("reporting", "cluster"):
+                for module, names in scan.imports_from(package).items():
+                    imported = _scan(ROOT / (module.replace(".", "/") + ".py"))
+                    approver |= imported.of_functions(names)
+        return approver
     raise ValueError(process)
 
 

@@ -21,6 +21,10 @@ IMPLIED: dict[str, dict[tuple[str, str, str], str]] = {
         ("cloudburst.io", "nodepools/finalizers", "update"): "blockOwnerDeletion",
     },
     "trigger": {},
+    "csr-approver": {
+        # Approving a request needs `approve` on its signer, named: the kubelet's two.
+        ("certificates.k8s.io", "signers", "approve"): "the approval of a kubelet certificate",
+    },
 }
 
 WORKER_NAMESPACE = "cloudburst-system"
@@ -76,7 +80,7 @@ def granted(objects: list[dict[str, Any]], service_account: str) -> set[tuple[st
     return rules
 
 
-@pytest.mark.parametrize("process", ["worker", "trigger"])
+@pytest.mark.parametrize("process", ["worker", "trigger", "csr-approver"])
 def test_rbac_grants_exactly_what_the_code_calls(
     rendered: dict[str, list[dict[str, Any]]], process: str
 ) -> None:
@@ -105,6 +109,26 @@ def test_the_scan_sees_the_calls_we_know_about() -> None:
     assert ("", "events", "create") in trigger  # followed into reporting.events.record_event
     assert ("", "nodes", "get") in trigger  # a Node gone while no watcher ran
     assert ("", "nodes", "delete") not in trigger  # imports a helper of kube.py, not its calls
+    approver = {n.rule for n in needs_of("csr-approver")}
+    assert ("certificates.k8s.io", "certificatesigningrequests", "watch") in approver
+    assert ("certificates.k8s.io", "certificatesigningrequests/approval", "update") in approver
+    assert ("", "events", "create") in approver  # followed into reporting.events.record_event
+
+
+def test_the_csr_approver_approves_for_the_kubelets_signers_only(
+    rendered: dict[str, list[dict[str, Any]]],
+) -> None:
+    [role] = [
+        o
+        for o in rendered["base"]
+        if o["kind"] == "ClusterRole" and o["metadata"]["name"] == "cloudburst-csr-approver"
+    ]
+    [signers] = [r for r in role["rules"] if "signers" in r["resources"]]
+    assert signers["verbs"] == ["approve"]
+    assert sorted(signers["resourceNames"]) == [
+        "kubernetes.io/kube-apiserver-client-kubelet",
+        "kubernetes.io/kubelet-serving",
+    ]
 
 
 def test_user_roles_aggregate_into_view_and_edit(rendered: dict[str, list[dict[str, Any]]]) -> None:
