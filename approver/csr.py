@@ -25,6 +25,7 @@ from cluster.certificates import (
     judge,
     read_request,
 )
+from cluster.node_guard import claim_ended
 from cluster.responses import discard
 from reporting.events import record_event
 
@@ -179,5 +180,6 @@ def _claim_facts(item: dict[str, Any]) -> ClaimFacts:
         token_group=claim_token_group(namespace, name),
         deleting=bool(metadata.get("deletionTimestamp")),
         launching=phase in LAUNCHING,
+        ended=claim_ended(phase),
         instance_id=status.get("instanceID"),
     )

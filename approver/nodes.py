@@ -20,6 +20,7 @@ from cluster.node_guard import (
     FORGOTTEN_TAINT,
     MIRROR_ANNOTATION,
     PodOnNode,
+    claim_ended,
     claim_of_node,
     eviction_message,
     forgotten_message,
@@ -68,7 +69,7 @@ class NodeGuard:
         name = str(metadata.get("name", ""))
         node_labels: dict[str, str] = metadata.get("labels") or {}
         claim = claim_of_node(name, node_labels)
-        if claim is not None and not self._claim_exists(*claim):
+        if claim is not None and not self._claim_lives(*claim):
             self.forget(node, claim)
             return
         tenant = node_labels.get(labels.TENANT_LABEL)
@@ -175,9 +176,10 @@ class NodeGuard:
                 ),
             )
 
-    def _claim_exists(self, namespace: str, name: str) -> bool:
+    def _claim_lives(self, namespace: str, name: str) -> bool:
+        """Whether the NodeClaim exists and has not ended (a Failed one stays to say why)."""
         try:
-            discard(
+            found = _json(
                 self._custom.get_namespaced_custom_object(
                     GROUP, VERSION, namespace, NODECLAIMS, name, _preload_content=False
                 )
@@ -186,7 +188,7 @@ class NodeGuard:
             if err.status == 404:
                 return False
             raise
-        return True
+        return not claim_ended((found.get("status") or {}).get("phase"))
 
 
 def _pod_on_node(item: Obj) -> PodOnNode:

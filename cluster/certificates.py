@@ -90,6 +90,8 @@ class ClaimFacts:
     deleting: bool
     # Its join under way: Pending, Provisioning or Joining (no Ready node yet).
     launching: bool
+    # Failed or Deleted: a failed claim's NodeClaim stays to show why, its node's life is over.
+    ended: bool = False
     instance_id: str | None = None
     addresses: frozenset[str] = field(default_factory=frozenset)
 
@@ -269,7 +271,10 @@ def _node_claim(
         (
             c
             for c in claims
-            if c.name == node and not c.deleting and is_claims_node(node_provider_id, c.instance_id)
+            if c.name == node
+            and not c.deleting
+            and not c.ended
+            and is_claims_node(node_provider_id, c.instance_id)
         ),
         None,
     )

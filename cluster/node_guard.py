@@ -1,7 +1,7 @@
 """What the node guard does to a Node and the pods on it: pure judgements over what it read.
 
 - A Node marked as a claim's (the ownership labels its first-boot script registers it with)
-  whose NodeClaim is gone is **forgotten**: the kubelet of a claim that ended re-registered
+  whose NodeClaim is gone, or has ended (Failed or Deleted), is **forgotten**: the kubelet of a claim that ended re-registered
   (its client certificate outlives the claim), or a machine pretends to be a claim's. A
   NodeClaim exists before its VM does (the pool's activity creates it first) and keeps its
   finalizer until its Node and VM are deleted, so no claim's own node is ever judged so.
@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from api import labels
+from api.nodeclaim import NodeClaimPhase
 from api.nodepool import Taint
 from api.planning import Toleration
 from cluster.requirements import tolerates
@@ -43,11 +44,16 @@ def claim_of_node(node_name: str, node_labels: Mapping[str, str]) -> tuple[str, 
     return namespace, node_name
 
 
+def claim_ended(phase: object) -> bool:
+    """Whether a NodeClaim's `status.phase` says its life is over (Failed, Deleted)."""
+    return phase in (NodeClaimPhase.FAILED, NodeClaimPhase.DELETED)
+
+
 def forgotten_message(node_name: str, claim: tuple[str, str]) -> str:
     namespace, name = claim
     return (
-        f"Node {node_name} registered as claim {namespace}/{name}'s, which does not exist (it "
-        "ended, or never was): cordoned, tainted and deleted (a kubelet whose claim ended keeps "
+        f"Node {node_name} registered as claim {namespace}/{name}'s, which has ended or never "
+        "was: cordoned, tainted and deleted (a kubelet whose claim ended keeps "
         "its certificate until it expires; docs/security.md)"
     )
 

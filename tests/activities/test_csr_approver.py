@@ -241,9 +241,12 @@ def test_a_node_registering_as_an_ended_claims_is_forgotten(
     """The kubelet of a claim that ended registers again with the certificate it still holds,
     as its claim's Node (the labels its first-boot script gave it): cordoned, tainted, deleted,
     with an Event. Fails on the code before issue #54, where nothing removed such a Node."""
-    ended, living = f"burst-{unique}", f"live-{unique}"
+    ended, failed, living = f"burst-{unique}", f"failed-{unique}", f"live-{unique}"
     authorise_claim(kube_api_client, namespace, living)
-    for name in (ended, living):
+    # A failed claim's NodeClaim stays (it says why); its node's life is over.
+    authorise_claim(kube_api_client, namespace, failed)
+    set_claim_status(kube_api_client, namespace, failed, {"phase": "Failed"})
+    for name in (ended, failed, living):
         made_nodes.append(name)
         kubelet = identity_client(
             cluster, f"kubelet-{name}", f"system:node:{name}", ["system:nodes"]
@@ -257,9 +260,10 @@ def test_a_node_registering_as_an_ended_claims_is_forgotten(
                 spec=client.V1NodeSpec(provider_id=f"fake:///sim-1/{name}"),
             )
         )
-    wait_for("the ended claim's Node gone", lambda: gone(core.read_node, ended))
-    [event] = node_events(core, ended, "NodeForgotten")
-    assert f"{namespace}/{ended}" in str(event.message)
+    for name in (ended, failed):
+        wait_for(f"{name}'s Node gone", lambda name=name: gone(core.read_node, name))
+        [event] = node_events(core, name, "NodeForgotten")
+        assert f"{namespace}/{name}" in str(event.message)
     # The living claim's Node stays as it is, several of the guard's looks later (one a second).
     time.sleep(3.0)
     node = core.read_node(living)
