@@ -7,6 +7,7 @@ ended and evicts other namespaces' pods from tenant nodes (approver/, issue #54)
 from __future__ import annotations
 
 import base64
+import functools
 import secrets
 import string
 import time
@@ -261,7 +262,7 @@ def test_a_node_registering_as_an_ended_claims_is_forgotten(
             )
         )
     for name in (ended, failed):
-        wait_for(f"{name}'s Node gone", lambda name=name: gone(core.read_node, name))
+        wait_for(f"{name}'s Node gone", functools.partial(gone, core.read_node, name))
         [event] = node_events(core, name, "NodeForgotten")
         assert f"{namespace}/{name}" in str(event.message)
     # The living claim's Node stays as it is, several of the guard's looks later (one a second).
