@@ -46,6 +46,7 @@ class _CloudburstCommands(LazyGroup):
         "crds": "cli.commands.crds:crds",
         "config-reference": "cli.commands.config_reference:config_reference",
         "tenant-rbac": "cli.commands.tenant_rbac:tenant_rbac",
+        "convert": "cli.commands.convert:convert_command",
     }
     lazy_groups = {
         "claims": "cli.commands.claims:claims_app",
@@ -63,6 +64,53 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_show_locals=False,
 )
+
+
+def _print_version(wanted: bool) -> None:
+    if wanted:
+        from cli.release import release_info
+
+        info = release_info()
+        stdout_console().print(
+            f"cloudburst {info.release} (commit {info.commit or 'unknown'})", highlight=False
+        )
+        raise typer.Exit()
+
+
+@app.callback()
+def _cloudburst(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            callback=_print_version,
+            is_eager=True,
+            help="print the release and commit, and exit",
+        ),
+    ] = False,
+) -> None:
+    """Cloudburst on Temporal: burst Kubernetes nodes onto the cheapest cloud."""
+
+
+@app.command("version")
+def version_command(
+    output: Annotated[
+        str, typer.Option("--output", "-o", help="text, or json / yaml for scripts")
+    ] = "text",
+) -> None:
+    """The release and the commit it was built from (null where the install recorded none)."""
+    from cli.output import OutputFormat, print_data
+    from cli.release import release_info
+
+    info = release_info()
+    if output in ("json", "yaml"):
+        print_data(info.model_dump(mode="json"), OutputFormat(output))
+    elif output == "text":
+        stdout_console().print(
+            f"cloudburst {info.release} (commit {info.commit or 'unknown'})", highlight=False
+        )
+    else:
+        raise fail(f"-o {output!r}: use text, json or yaml")
 
 
 HealthPort = Annotated[
@@ -450,27 +498,75 @@ def codec_server(
 
 
 @app.command()
-def validate(files: Annotated[list[Path], typer.Argument(help="YAML manifests")]) -> None:
-    """Check NodePool/NodeClass/NodeClaim manifests offline; print each problem with its field."""
+def validate(
+    files: Annotated[
+        list[Path] | None, typer.Argument(help="YAML manifests (`-`: standard input)")
+    ] = None,
+    filenames: Annotated[
+        list[Path] | None,
+        typer.Option("--filename", "-f", help="YAML manifests, as kubectl's -f (`-`: stdin)"),
+    ] = None,
+    ignore_unknown: Annotated[
+        bool,
+        typer.Option(
+            "--ignore-unknown",
+            help="objects of other groups (a Deployment, Karpenter's NodePool) are listed as "
+            "not checked, and do not fail the command",
+        ),
+    ] = False,
+) -> None:
+    """Check NodePool/NodeClass/NodeClaim manifests offline; print each problem with its field.
+
+    An object of another group or kind is not checked: it is named, and fails the command
+    unless --ignore-unknown (a Karpenter NodePool is one: `cloudburst convert` makes ours)."""
+    from cli.karpenter import convertible, is_karpenter
+
+    paths = [*(files or []), *(filenames or [])]
+    if not paths:
+        raise fail("nothing to validate: give FILE or -f FILE (`-`: standard input)")
     console = stdout_console()
-    problems = 0
-    for path in files:
+    failed = 0
+    for path in paths:
         try:
             loaded = load_manifests(path)
         except Exception as err:  # a bug of ours: still a broken file's verdict, not a traceback
             why = f"could not be checked ({type(err).__name__}): {str(err)[:200]}"
-            loaded = Loaded([], [Problem(str(path), "(file)", why)], 0)
+            loaded = Loaded([], [Problem(str(path), "(file)", why)])
         # One line per problem, never wrapped: grep-able, and a field path stays whole.
         for problem in loaded.problems:
             line = Text.assemble(("✗", "red"), f" {problem}")
             console.print(line, highlight=False, soft_wrap=True)
-        problems += len(loaded.problems)
+        failed += len(loaded.problems)
         for resource in loaded.resources:
             meta = resource.metadata  # type: ignore[attr-defined]
             kind = resource.kind  # type: ignore[attr-defined]
             line = Text.assemble(("✓", "green"), f" {path}: {kind} {meta.namespace}/{meta.name}")
             console.print(line, highlight=False, soft_wrap=True)
-    raise typer.Exit(code=1 if problems else 0)
+        for other in loaded.others:
+            document = {"apiVersion": other.api_version, "kind": other.kind}
+            hint = (
+                " — try `cloudburst convert`"
+                if is_karpenter(document) and convertible(document)
+                else ""
+            )
+            what = f"not a Cloudburst object: {other}{hint}"
+            if ignore_unknown:
+                line = Text.assemble(("-", "yellow"), f" {other.source}: not checked ({what})")
+            else:
+                line = Text.assemble(("✗", "red"), f" {other.source}: apiVersion/kind: {what}")
+                failed += 1
+            console.print(line, highlight=False, soft_wrap=True)
+        if loaded.others and (loaded.resources or len(loaded.others) > 1 or loaded.problems):
+            checked = len(loaded.resources) + len({p.source for p in loaded.problems})
+            console.print(
+                Text(
+                    f"  {path}: {checked} Cloudburst object(s) checked, "
+                    f"{len(loaded.others)} of other groups not checked"
+                ),
+                highlight=False,
+                soft_wrap=True,
+            )
+    raise typer.Exit(code=1 if failed else 0)
 
 
 # --- helpers -------------------------------------------------------------------------------
