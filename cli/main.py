@@ -21,6 +21,7 @@ from rich.text import Text
 
 from cli.connect import (
     Kubeconfig,
+    KubeContext,
     TemporalAddress,
     cli_settings,
     connect_or_exit,
@@ -128,6 +129,7 @@ def _process_settings(
     component: str,
     temporal_address: str | None,
     kubeconfig: Path | None,
+    context: str | None,
     health_port: int | None,
     log_format: str | None,
 ) -> Settings:
@@ -135,7 +137,7 @@ def _process_settings(
     from worker.logs import configure_logging
     from worker.telemetry import setup_telemetry
 
-    settings = cli_settings(temporal_address, kubeconfig)
+    settings = cli_settings(temporal_address, kubeconfig, context)
     updates: dict[str, object] = {}
     if health_port is not None:
         updates["health_port"] = health_port
@@ -161,6 +163,7 @@ def _process_settings(
 def worker(
     temporal_address: TemporalAddress = None,
     kubeconfig: Kubeconfig = None,
+    context: KubeContext = None,
     health_port: HealthPort = None,
     log_format: LogFormat = None,
     queues: Annotated[
@@ -174,7 +177,9 @@ def worker(
     """Run the worker: NodePool and NodeClaim workflows and their activities."""
     from worker.main import run_worker
 
-    settings = _process_settings("worker", temporal_address, kubeconfig, health_port, log_format)
+    settings = _process_settings(
+        "worker", temporal_address, kubeconfig, context, health_port, log_format
+    )
     if queues is not None:
         settings = settings.model_copy(update={"worker_queues": queues})
     asyncio.run(_until_signalled(lambda stop: run_worker(settings, stop)))
@@ -184,6 +189,7 @@ def worker(
 def trigger(
     temporal_address: TemporalAddress = None,
     kubeconfig: Kubeconfig = None,
+    context: KubeContext = None,
     health_port: HealthPort = None,
     log_format: LogFormat = None,
 ) -> None:
@@ -195,7 +201,9 @@ def trigger(
     from worker.health import serving_health
     from worker.kube_client import kube_api_client
 
-    settings = _process_settings("trigger", temporal_address, kubeconfig, health_port, log_format)
+    settings = _process_settings(
+        "trigger", temporal_address, kubeconfig, context, health_port, log_format
+    )
 
     async def main(stop: asyncio.Event) -> None:
         client = await connect_or_exit(settings)
