@@ -232,7 +232,8 @@ def _requirements(reading: _Reading, requirements: dict[str, Any], labels: dict[
             continue
         here = (*at, index)
         key, operator = requirement.get("key"), requirement.get("operator")
-        values = [str(v) for v in requirement.get("values") or []]
+        listed_values = requirement.get("values")
+        values = [str(v) for v in listed_values] if isinstance(listed_values, list) else []
         reading.noted(
             (*here, "minValues"),
             NoteKind.NOT_CONVERTED,
@@ -596,7 +597,8 @@ def _root_volume(reading: _Reading, aws: dict[str, Any]) -> None:
         if index not in roots[:1] or not isinstance(mapping, dict):
             reading.noted(here, NoteKind.NOT_CONVERTED, "Cloudburst sizes the root volume only")
             continue
-        size = (mapping.get("ebs") or {}).get("volumeSize")
+        ebs = mapping.get("ebs") if isinstance(mapping.get("ebs"), dict) else {}
+        size = ebs.get("volumeSize")
         if size is not None:
             try:
                 aws["rootVolumeGib"] = math.ceil(memory_bytes(size) / 2**30)

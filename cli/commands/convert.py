@@ -80,7 +80,14 @@ def convert_command(
                 continue
             source = _source(path, index, document)
             if isinstance(document, dict) and is_karpenter(document) and convertible(document):
-                conversions.append(convert(document, source, options))
+                try:
+                    conversions.append(convert(document, source, options))
+                except (
+                    Exception
+                ) as err:  # a bug of ours: a broken document's verdict, not a traceback
+                    why = f"could not be converted ({type(err).__name__}): {str(err)[:200]}"
+                    err_console.print(Text(f"error: {source}: {why}"), highlight=False)
+                    failed = True
             else:
                 err_console.print(Text(f"skipped: {source}: {_why_skipped(document)}"))
     for conversion in conversions:

@@ -389,3 +389,23 @@ def test_validate_says_which_objects_of_a_mixed_file_it_checked(tmp_path: Path) 
         result.stdout
     )
     assert "1 Cloudburst object(s) checked, 2 of other groups not checked" in result.stdout
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        {"template": {"spec": {"requirements": [{"key": "kubernetes.io/arch", "values": 5}]}}},
+        {"template": {"spec": {"requirements": ["arch"], "taints": [1, None]}}},
+        {"template": "x", "disruption": [], "limits": "lots"},
+        {"disruption": {"consolidateAfter": 60, "budgets": [None, {"nodes": []}]}},
+        {"template": {"metadata": {"labels": ["a"]}, "spec": {"expireAfter": ["1h"]}}},
+    ],
+)
+def test_a_broken_pool_is_converted_or_refused_never_a_traceback(
+    tmp_path: Path, spec: dict[str, Any]
+) -> None:
+    path = tmp_path / "broken.yaml"
+    path.write_text(yaml.safe_dump(_pool(**spec)))
+    result = RUNNER.invoke(app, ["convert", "-f", str(path)])
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.output
+    assert "Traceback" not in result.output and "could not be converted" not in result.output
