@@ -597,7 +597,8 @@ def _root_volume(reading: _Reading, aws: dict[str, Any]) -> None:
         if index not in roots[:1] or not isinstance(mapping, dict):
             reading.noted(here, NoteKind.NOT_CONVERTED, "Cloudburst sizes the root volume only")
             continue
-        ebs = mapping.get("ebs") if isinstance(mapping.get("ebs"), dict) else {}
+        found = mapping.get("ebs")
+        ebs: dict[str, Any] = found if isinstance(found, dict) else {}
         size = ebs.get("volumeSize")
         if size is not None:
             try:
