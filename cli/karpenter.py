@@ -718,7 +718,7 @@ def _unread(value: Any, at: Path, marked: set[Path]) -> Iterator[Path]:
     elif isinstance(value, list) and value and below:
         for index, child in enumerate(value):
             yield from _unread(child, (*at, index), marked)
-    elif at:
+    elif at and value not in (None, {}, []):  # an empty field says nothing to convert
         yield at
 
 

@@ -409,3 +409,18 @@ def test_a_broken_pool_is_converted_or_refused_never_a_traceback(
     result = RUNNER.invoke(app, ["convert", "-f", str(path)])
     assert result.exception is None or isinstance(result.exception, SystemExit), result.output
     assert "Traceback" not in result.output and "could not be converted" not in result.output
+
+
+def test_a_converted_object_ours_refuses_fails_the_command(tmp_path: Path) -> None:
+    """Checked as `validate` checks it: a Karpenter pool's name longer than ours may be (its
+    claims are <pool>-<5 characters>, a label value) is named, field and all, and exit 1."""
+    document = _pool()
+    document["metadata"]["name"] = "p" * 60
+    path = tmp_path / "long.yaml"
+    path.write_text(yaml.safe_dump(document))
+    result = RUNNER.invoke(app, ["convert", "-f", str(path)])
+    assert result.exit_code == 1
+    assert f"✗ converted NodePool {'p' * 60}: metadata: name: a NodePool's name is at most" in (
+        result.stderr
+    )
+    assert "spec: not-converted" not in result.stderr  # an empty field drops nothing
