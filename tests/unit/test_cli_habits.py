@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -112,3 +113,16 @@ def test_n_and_a_together_are_refused() -> None:
     assert list_namespace(None, True) is None
     with pytest.raises(type(fail(""))):
         list_namespace("team-a", True)
+
+
+def test_f_dash_reads_standard_input(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`-f -` is standard input for every command that reads manifests (validate and
+    convert: tests/unit/test_convert.py); without it `-` was a file that did not exist."""
+    seed = (Path(__file__).parents[1] / "fixtures" / "dr-example.yaml").read_text()
+    rendered = RUNNER.invoke(app, ["bootstrap", "render", "-f", "-"], input=seed)
+    assert rendered.exit_code == 0, rendered.output
+    assert "NodeClaim default/dr-nodepool-" in rendered.stdout
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "no-kubeconfig"))
+    pool = "apiVersion: cloudburst.io/v1alpha1\nkind: NodePool\nmetadata: {name: p}\nspec: {}\n"
+    planned = RUNNER.invoke(app, ["plan", "-f", "-"], input=pool)
+    assert "nothing to plan: no pod in the files" in planned.output
