@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from typing import Annotated
 
-from pydantic import Field
+from pydantic import BeforeValidator, Field
 from pydantic.json_schema import JsonDict, JsonValue
 
 MINUTE = 60
@@ -157,8 +157,34 @@ LabelValue = Annotated[str, Field(max_length=MAX_LABEL_VALUE_LENGTH, pattern=LAB
 LabelKey = Annotated[
     str, Field(min_length=1, max_length=MAX_LABEL_KEY_LENGTH, pattern=LABEL_KEY_PATTERN)
 ]
+
+
+def quantity_text(value: object) -> object:
+    """A quantity as Kubernetes reads it: an integer (`cpu: 1000`) is the quantity its digits
+    spell ("1000"); a string is judged by the pattern; anything else is refused as it is."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    return value
+
+
+# Integer or string, as Kubernetes' `resource.Quantity` (the CRD's `x-kubernetes-int-or-string`,
+# which `cloudburst crds` writes for it); held as the string. The pattern bounds a string, the
+# minimum an integer (each keyword applies to its own type, in the API server as in JSON Schema).
+# (The pattern is repeated here: pydantic leaves it out of the schema of a validated string.)
+INT_OR_STRING_QUANTITY: JsonDict = {
+    "x-kubernetes-int-or-string": True,
+    "minimum": 0,
+    "pattern": QUANTITY_PATTERN,
+}
 Quantity = Annotated[
-    str, Field(min_length=1, max_length=MAX_QUANTITY_LENGTH, pattern=QUANTITY_PATTERN)
+    str,
+    BeforeValidator(quantity_text),
+    Field(
+        min_length=1,
+        max_length=MAX_QUANTITY_LENGTH,
+        pattern=QUANTITY_PATTERN,
+        json_schema_extra=INT_OR_STRING_QUANTITY,
+    ),
 ]
 Duration = Annotated[
     str, Field(min_length=2, max_length=MAX_DURATION_LENGTH, pattern=DURATION_PATTERN)
@@ -194,9 +220,11 @@ def _quantity_at_most(field: str, bound: str) -> str:
     keeps it busy past its request timeout: only a value of the pattern (exponents of three
     digits at most) is parsed, any other is the pattern's to refuse."""
     pattern = QUANTITY_PATTERN.replace("\\", "\\\\")
+    # An int-or-string field: `string()` reads an integer as the quantity its digits spell.
+    text = f"string(self.{field})"
     return (
-        f"!has(self.{field}) || !self.{field}.matches('{pattern}') || "
-        f"quantity(self.{field}).compareTo(quantity('{bound}')) <= 0"
+        f"!has(self.{field}) || !{text}.matches('{pattern}') || "
+        f"quantity({text}).compareTo(quantity('{bound}')) <= 0"
     )
 
 

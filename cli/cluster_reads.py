@@ -9,11 +9,14 @@ The Temporal client is imported by the queries (pools are asked by query name, `
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
+from kubernetes.config import ConfigException
 from pydantic import ValidationError
+from urllib3.exceptions import HTTPError
 
 from activities.kube_reads import ConfigMapReader, NamespaceReader
 from api import NodeClass, NodePool
@@ -68,6 +71,53 @@ def cluster_specs(api_client: k8s.ApiClient, tenancy: Tenancy) -> ClusterSpecs:
             if isinstance(raw, dict) and (raw.get("metadata") or {}).get("name"):
                 specs.put(raw, model, tenancy)
     return specs
+
+
+def selected_objects(
+    api_client: k8s.ApiClient, plural: str, selector: str, namespace: str | None
+) -> set[tuple[str, str]]:
+    """(namespace, name) of our objects of `plural` whose labels match `selector` (kubectl's
+    -l), in one namespace or all: the API server judges the selector."""
+    custom = k8s.CustomObjectsApi(api_client)
+    if namespace:
+        listing = custom.list_namespaced_custom_object(
+            GROUP, VERSION, namespace, plural, label_selector=selector
+        )
+    else:
+        listing = custom.list_cluster_custom_object(GROUP, VERSION, plural, label_selector=selector)
+    found: set[tuple[str, str]] = set()
+    for raw in (listing.get("items") if isinstance(listing, dict) else None) or []:
+        metadata = raw.get("metadata") if isinstance(raw, dict) else None
+        if isinstance(metadata, dict) and metadata.get("name"):
+            found.add((str(metadata.get("namespace") or ""), str(metadata["name"])))
+    return found
+
+
+def listed(
+    settings: Settings, plural: str, namespace: str | None, selector: str | None
+) -> Callable[[str, str], bool]:
+    """Which objects (namespace, name) a list command shows: those of -n's namespace (every
+    one without), and of -l's selector, judged by the API server on the objects themselves."""
+    from cli.connect import fail
+    from worker.kube_client import kube_api_client
+
+    selected: set[tuple[str, str]] | None = None
+    if selector:
+        try:
+            selected = selected_objects(kube_api_client(settings), plural, selector, namespace)
+        except ApiException as err:
+            raise fail(f"-l {selector!r}: the API server says {err.status} {err.reason}") from None
+        except (ConfigException, HTTPError, OSError) as err:
+            raise fail(
+                f"-l reads the {plural} of the cluster, which cannot be reached: {err}"
+            ) from None
+
+    def keep(object_namespace: str, name: str) -> bool:
+        if namespace is not None and object_namespace != namespace:
+            return False
+        return selected is None or (object_namespace, name) in selected
+
+    return keep
 
 
 def namespace_labels(core: NamespaceReader, namespace: str) -> dict[str, str] | None:

@@ -40,6 +40,30 @@ Kubeconfig = Annotated[
     Path | None,
     typer.Option("--kubeconfig", help="kubeconfig (default: $KUBECONFIG or in-cluster)"),
 ]
+KubeContext = Annotated[
+    str | None,
+    typer.Option(
+        "--context", help="the kubeconfig context to use (as kubectl's; default: its current)"
+    ),
+]
+# A list command's reach, as kubectl's: every namespace unless -n names one.
+AllNamespaces = Annotated[
+    bool,
+    typer.Option("--all-namespaces", "-A", help="every namespace (the default; as kubectl's -A)"),
+]
+ListNamespace = Annotated[
+    str | None,
+    typer.Option("--namespace", "-n", help="only this namespace (default: every one)"),
+]
+Selector = Annotated[
+    str | None,
+    typer.Option(
+        "--selector",
+        "-l",
+        help="only objects whose labels match this selector, as kubectl's -l "
+        "('team=a,tier!=batch'); read from the cluster",
+    ),
+]
 
 
 def is_unreachable(err: RPCError) -> bool:
@@ -72,15 +96,29 @@ async def answered(ask: Callable[[], Awaitable[T]], within_s: float = 10.0) -> T
         await asyncio.sleep(_REFUSED_RETRY_S)
 
 
-def cli_settings(temporal_address: str | None = None, kubeconfig: Path | None = None) -> Settings:
-    """Settings from the environment, with a command's --temporal-address / --kubeconfig."""
+def cli_settings(
+    temporal_address: str | None = None,
+    kubeconfig: Path | None = None,
+    context: str | None = None,
+) -> Settings:
+    """Settings from the environment, with a command's --temporal-address / --kubeconfig /
+    --context."""
     settings = Settings()
     updates: dict[str, object] = {}
     if temporal_address:
         updates["temporal_address"] = temporal_address
     if kubeconfig:
         updates["kubeconfig"] = kubeconfig
+    if context:
+        updates["kube_context"] = context
     return settings.model_copy(update=updates)
+
+
+def list_namespace(namespace: str | None, all_namespaces: bool) -> str | None:
+    """The one namespace a list command is narrowed to (None: every one)."""
+    if namespace and all_namespaces:
+        raise fail("-n/--namespace and -A/--all-namespaces: give one or the other")
+    return namespace
 
 
 def fail(message: str) -> typer.Exit:

@@ -21,6 +21,7 @@ from rich.text import Text
 
 from cli.connect import (
     Kubeconfig,
+    KubeContext,
     TemporalAddress,
     cli_settings,
     connect_or_exit,
@@ -46,6 +47,7 @@ class _CloudburstCommands(LazyGroup):
         "crds": "cli.commands.crds:crds",
         "config-reference": "cli.commands.config_reference:config_reference",
         "tenant-rbac": "cli.commands.tenant_rbac:tenant_rbac",
+        "convert": "cli.commands.convert:convert_command",
     }
     lazy_groups = {
         "claims": "cli.commands.claims:claims_app",
@@ -65,6 +67,53 @@ app = typer.Typer(
 )
 
 
+def _print_version(wanted: bool) -> None:
+    if wanted:
+        from cli.release import release_info
+
+        info = release_info()
+        stdout_console().print(
+            f"cloudburst {info.release} (commit {info.commit or 'unknown'})", highlight=False
+        )
+        raise typer.Exit()
+
+
+@app.callback()
+def _cloudburst(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            callback=_print_version,
+            is_eager=True,
+            help="print the release and commit, and exit",
+        ),
+    ] = False,
+) -> None:
+    """Cloudburst on Temporal: burst Kubernetes nodes onto the cheapest cloud."""
+
+
+@app.command("version")
+def version_command(
+    output: Annotated[
+        str, typer.Option("--output", "-o", help="text, or json / yaml for scripts")
+    ] = "text",
+) -> None:
+    """The release and the commit it was built from (null where the install recorded none)."""
+    from cli.output import OutputFormat, print_data
+    from cli.release import release_info
+
+    info = release_info()
+    if output in ("json", "yaml"):
+        print_data(info.model_dump(mode="json"), OutputFormat(output))
+    elif output == "text":
+        stdout_console().print(
+            f"cloudburst {info.release} (commit {info.commit or 'unknown'})", highlight=False
+        )
+    else:
+        raise fail(f"-o {output!r}: use text, json or yaml")
+
+
 HealthPort = Annotated[
     int | None,
     typer.Option(
@@ -80,6 +129,7 @@ def _process_settings(
     component: str,
     temporal_address: str | None,
     kubeconfig: Path | None,
+    context: str | None,
     health_port: int | None,
     log_format: str | None,
 ) -> Settings:
@@ -87,7 +137,7 @@ def _process_settings(
     from worker.logs import configure_logging
     from worker.telemetry import setup_telemetry
 
-    settings = cli_settings(temporal_address, kubeconfig)
+    settings = cli_settings(temporal_address, kubeconfig, context)
     updates: dict[str, object] = {}
     if health_port is not None:
         updates["health_port"] = health_port
@@ -113,6 +163,7 @@ def _process_settings(
 def worker(
     temporal_address: TemporalAddress = None,
     kubeconfig: Kubeconfig = None,
+    context: KubeContext = None,
     health_port: HealthPort = None,
     log_format: LogFormat = None,
     queues: Annotated[
@@ -126,7 +177,9 @@ def worker(
     """Run the worker: NodePool and NodeClaim workflows and their activities."""
     from worker.main import run_worker
 
-    settings = _process_settings("worker", temporal_address, kubeconfig, health_port, log_format)
+    settings = _process_settings(
+        "worker", temporal_address, kubeconfig, context, health_port, log_format
+    )
     if queues is not None:
         settings = settings.model_copy(update={"worker_queues": queues})
     asyncio.run(_until_signalled(lambda stop: run_worker(settings, stop)))
@@ -136,6 +189,7 @@ def worker(
 def trigger(
     temporal_address: TemporalAddress = None,
     kubeconfig: Kubeconfig = None,
+    context: KubeContext = None,
     health_port: HealthPort = None,
     log_format: LogFormat = None,
 ) -> None:
@@ -147,7 +201,9 @@ def trigger(
     from worker.health import serving_health
     from worker.kube_client import kube_api_client
 
-    settings = _process_settings("trigger", temporal_address, kubeconfig, health_port, log_format)
+    settings = _process_settings(
+        "trigger", temporal_address, kubeconfig, context, health_port, log_format
+    )
 
     async def main(stop: asyncio.Event) -> None:
         client = await connect_or_exit(settings)
@@ -182,6 +238,7 @@ def trigger(
 @app.command("csr-approver")
 def csr_approver(
     kubeconfig: Kubeconfig = None,
+    context: KubeContext = None,
     health_port: HealthPort = None,
     log_format: LogFormat = None,
 ) -> None:
@@ -189,14 +246,19 @@ def csr_approver(
     forget the Nodes of claims that ended, evict other namespaces' pods from tenant nodes
     (docs/security.md, "Node identity")."""
     from approver.main import approver_loops, running
+    from worker.health import serving_kube_health
     from worker.kube_client import kube_api_client
 
-    settings = _process_settings("csr-approver", None, kubeconfig, 0, log_format)
+    settings = _process_settings("csr-approver", None, kubeconfig, context, health_port, log_format)
     api_client = kube_api_client(settings)
     loops = approver_loops(api_client, max_expiration_seconds=settings.csr_max_certificate_seconds)
 
     async def main(stop: asyncio.Event) -> None:
-        with running(loops) as stopped:
+        # At the end the process exits: its loops' threads, blocked in a watch, are not waited.
+        with (
+            serving_kube_health(settings.health_port, api_client),
+            running(loops, stop_within_s=1.0) as stopped,
+        ):
             await stop.wait()
             stopped.set()
 
@@ -474,27 +536,75 @@ def codec_server(
 
 
 @app.command()
-def validate(files: Annotated[list[Path], typer.Argument(help="YAML manifests")]) -> None:
-    """Check NodePool/NodeClass/NodeClaim manifests offline; print each problem with its field."""
+def validate(
+    files: Annotated[
+        list[Path] | None, typer.Argument(help="YAML manifests (`-`: standard input)")
+    ] = None,
+    filenames: Annotated[
+        list[Path] | None,
+        typer.Option("--filename", "-f", help="YAML manifests, as kubectl's -f (`-`: stdin)"),
+    ] = None,
+    ignore_unknown: Annotated[
+        bool,
+        typer.Option(
+            "--ignore-unknown",
+            help="objects of other groups (a Deployment, Karpenter's NodePool) are listed as "
+            "not checked, and do not fail the command",
+        ),
+    ] = False,
+) -> None:
+    """Check NodePool/NodeClass/NodeClaim manifests offline; print each problem with its field.
+
+    An object of another group or kind is not checked: it is named, and fails the command
+    unless --ignore-unknown (a Karpenter NodePool is one: `cloudburst convert` makes ours)."""
+    from cli.karpenter import convertible, is_karpenter
+
+    paths = [*(files or []), *(filenames or [])]
+    if not paths:
+        raise fail("nothing to validate: give FILE or -f FILE (`-`: standard input)")
     console = stdout_console()
-    problems = 0
-    for path in files:
+    failed = 0
+    for path in paths:
         try:
             loaded = load_manifests(path)
         except Exception as err:  # a bug of ours: still a broken file's verdict, not a traceback
             why = f"could not be checked ({type(err).__name__}): {str(err)[:200]}"
-            loaded = Loaded([], [Problem(str(path), "(file)", why)], 0)
+            loaded = Loaded([], [Problem(str(path), "(file)", why)])
         # One line per problem, never wrapped: grep-able, and a field path stays whole.
         for problem in loaded.problems:
             line = Text.assemble(("✗", "red"), f" {problem}")
             console.print(line, highlight=False, soft_wrap=True)
-        problems += len(loaded.problems)
+        failed += len(loaded.problems)
         for resource in loaded.resources:
             meta = resource.metadata  # type: ignore[attr-defined]
             kind = resource.kind  # type: ignore[attr-defined]
             line = Text.assemble(("✓", "green"), f" {path}: {kind} {meta.namespace}/{meta.name}")
             console.print(line, highlight=False, soft_wrap=True)
-    raise typer.Exit(code=1 if problems else 0)
+        for other in loaded.others:
+            document = {"apiVersion": other.api_version, "kind": other.kind}
+            hint = (
+                " — try `cloudburst convert`"
+                if is_karpenter(document) and convertible(document)
+                else ""
+            )
+            what = f"not a Cloudburst object: {other}{hint}"
+            if ignore_unknown:
+                line = Text.assemble(("-", "yellow"), f" {other.source}: not checked ({what})")
+            else:
+                line = Text.assemble(("✗", "red"), f" {other.source}: apiVersion/kind: {what}")
+                failed += 1
+            console.print(line, highlight=False, soft_wrap=True)
+        if loaded.others and (loaded.resources or len(loaded.others) > 1 or loaded.problems):
+            checked = len(loaded.resources) + len({p.source for p in loaded.problems})
+            console.print(
+                Text(
+                    f"  {path}: {checked} Cloudburst object(s) checked, "
+                    f"{len(loaded.others)} of other groups not checked"
+                ),
+                highlight=False,
+                soft_wrap=True,
+            )
+    raise typer.Exit(code=1 if failed else 0)
 
 
 # --- helpers -------------------------------------------------------------------------------

@@ -8,7 +8,8 @@ index and the field.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +40,8 @@ MAX_EXPANDED_NODES = 100_000
 MAX_INT_DIGITS = 40
 # Where a problem is about the whole document or file rather than a field.
 DOCUMENT = "(document)"
+# The file name that is standard input.
+STDIN = "-"
 FILE = "(file)"
 _API_VERSION = re.compile(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?v[0-9]+((alpha|beta)[0-9]+)?$")
 
@@ -54,30 +57,51 @@ class Problem:
         return f"{self.source}:{where} {self.message}"
 
 
+@dataclass(frozen=True)
+class Other:
+    """A document of another group: not ours to check (a Deployment, Karpenter's NodePool)."""
+
+    source: str  # "file.yaml#3"
+    api_version: str
+    kind: str
+    name: str
+
+    def __str__(self) -> str:
+        return f"{self.api_version} {self.kind} {self.name}"
+
+
 @dataclass
 class Loaded:
     resources: list[BaseModel]
     problems: list[Problem]
-    skipped: int  # documents of other kinds (Deployments, Secrets, ...)
+    others: list[Other] = field(default_factory=list)
+
+    @property
+    def skipped(self) -> int:
+        """Documents of other groups (Deployments, Secrets, Karpenter's, ...)."""
+        return len(self.others)
 
 
 def load_manifests(path: Path) -> Loaded:
-    """Every cloudburst.io document of a YAML file, validated; other kinds are skipped."""
+    """Every cloudburst.io document of a YAML file (`-`: standard input), validated; documents
+    of other groups are listed, not checked."""
     documents, problem = read_documents(path)
     if problem is not None:
-        return Loaded([], [Problem(str(path), FILE, problem)], 0)
+        return Loaded([], [Problem(str(path), FILE, problem)])
     present = [(index, d) for index, d in enumerate(documents, start=1) if d is not None]
     if not present:
-        return Loaded([], [Problem(str(path), FILE, "no documents (the file is empty)")], 0)
+        return Loaded([], [Problem(str(path), FILE, "no documents (the file is empty)")])
     resources: list[BaseModel] = []
     problems: list[Problem] = []
-    skipped = 0
+    others: list[Other] = []
     for index, document in present:
         source = f"{path}#{index}"
         model, found = _our_model(source, document)
         problems.extend(found)
         if model is None:
-            skipped += not found
+            if not found:
+                assert isinstance(document, dict)
+                others.append(_other(source, document))
             continue
         assert isinstance(document, dict)
         source = f"{source} ({document['kind']} {_name_of(document)})"
@@ -87,7 +111,7 @@ def load_manifests(path: Path) -> Loaded:
             problems.extend(validation_problems(source, err))
         except RecursionError:
             problems.append(Problem(source, DOCUMENT, f"nested deeper than {MAX_DEPTH} levels"))
-    return Loaded(resources, problems, skipped)
+    return Loaded(resources, problems, others)
 
 
 def validation_problems(source: str, err: ValidationError) -> list[Problem]:
@@ -98,10 +122,14 @@ def validation_problems(source: str, err: ValidationError) -> list[Problem]:
 
 
 def read_documents(path: Path) -> tuple[list[Any], str | None]:
-    """The file's YAML documents, or why there are none."""
+    """The file's YAML documents, or why there are none. `-` is standard input, as kubectl's
+    `-f -` (a file named `-` is `./-`)."""
     try:
-        with path.open("rb") as file:
-            raw = file.read(MAX_FILE_BYTES + 1)
+        if str(path) == STDIN:
+            raw = sys.stdin.buffer.read(MAX_FILE_BYTES + 1)
+        else:
+            with path.open("rb") as file:
+                raw = file.read(MAX_FILE_BYTES + 1)
     except OSError as err:
         return [], f"cannot read: {err.strerror or err}"
     if len(raw) > MAX_FILE_BYTES:
@@ -239,6 +267,13 @@ def _our_model(source: str, document: Any) -> tuple[type[BaseModel] | None, list
         )
         return None, [Problem(source, "apiVersion/kind", message)]
     return KINDS[kind], []
+
+
+def _other(source: str, document: dict[str, Any]) -> Other:
+    kind = document.get("kind")
+    return Other(
+        source, printable(str(document["apiVersion"])), printable(str(kind)), _name_of(document)
+    )
 
 
 def _name_of(document: dict[str, Any]) -> str:

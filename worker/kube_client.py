@@ -9,11 +9,15 @@ from worker.settings import Settings
 
 
 def kube_api_client(settings: Settings) -> k8s.ApiClient:
-    """A Kubernetes client from the configured kubeconfig, else $KUBECONFIG, else in-cluster."""
+    """A Kubernetes client from the configured kubeconfig (and context), else $KUBECONFIG,
+    else in-cluster."""
     configuration = k8s.Configuration()
-    if settings.kubeconfig is not None:
+    if settings.kubeconfig is not None or settings.kube_context is not None:
+        # Named, it must be there: no fall back to the in-cluster identity.
         k8s_config.load_kube_config(
-            config_file=str(settings.kubeconfig), client_configuration=configuration
+            config_file=str(settings.kubeconfig) if settings.kubeconfig else None,
+            context=settings.kube_context,
+            client_configuration=configuration,
         )
     else:
         try:

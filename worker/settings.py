@@ -126,6 +126,11 @@ class Settings(BaseSettings):
         description="Kubeconfig file. Unset: $KUBECONFIG, ~/.kube/config, or the in-cluster "
         "service account.",
     )
+    kube_context: str | None = Field(
+        default=None,
+        description="The kubeconfig's context to use (as kubectl's --context). Unset: its "
+        "current context.",
+    )
     cluster_id: str = Field(
         default="cloudburst",
         pattern=DNS_LABEL_PATTERN,

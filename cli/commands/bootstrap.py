@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Annotated, TypeVar
 
 import typer
+from pydantic import BaseModel
 from temporalio.exceptions import ApplicationError
 
 from activities.bootstrap import ca_cert_hash, render_claim_script
@@ -96,35 +97,43 @@ def render_preview(
         raise RenderError(err.message) from None
 
 
-def _load(path: Path, kind: type[_Model]) -> list[_Model]:
-    loaded = load_manifests(path)
-    if loaded.problems:
-        raise RenderError("\n".join(str(problem) for problem in loaded.problems))
-    return [r for r in loaded.resources if isinstance(r, kind)]
+def _load(paths: list[Path]) -> dict[Path, list[BaseModel]]:
+    """The Cloudburst objects of each file, each read once (`-`: standard input)."""
+    found: dict[Path, list[BaseModel]] = {}
+    for path in dict.fromkeys(paths):
+        loaded = load_manifests(path)
+        if loaded.problems:
+            raise RenderError("\n".join(str(problem) for problem in loaded.problems))
+        found[path] = loaded.resources
+    return found
 
 
-def _pick_pool(path: Path) -> NodePool:
-    pools = _load(path, NodePool)
+def _of_kind(resources: list[BaseModel], kind: type[_Model]) -> list[_Model]:
+    return [r for r in resources if isinstance(r, kind)]
+
+
+def _pick_pool(where: str, resources: list[BaseModel]) -> NodePool:
+    pools = _of_kind(resources, NodePool)
     if len(pools) != 1:
         names = ", ".join(p.metadata.name for p in pools) or "none"
-        raise RenderError(f"{path}: expected one NodePool, found {len(pools)} ({names})")
+        raise RenderError(f"{where}: expected one NodePool, found {len(pools)} ({names})")
     return pools[0]
 
 
-def _pick_class(path: Path, pool: NodePool) -> NodeClass:
-    classes = _load(path, NodeClass)
+def _pick_class(where: str, resources: list[BaseModel], pool: NodePool) -> NodeClass:
+    classes = _of_kind(resources, NodeClass)
     wanted = pool.spec.node_class_ref
     if wanted is not None:
         for node_class in classes:
             if node_class.metadata.name == wanted:
                 return node_class
         raise RenderError(
-            f"{path}: no NodeClass {wanted!r} (NodePool {pool.metadata.name} spec.nodeClassRef)"
+            f"{where}: no NodeClass {wanted!r} (NodePool {pool.metadata.name} spec.nodeClassRef)"
         )
     if len(classes) != 1:
         names = ", ".join(c.metadata.name for c in classes) or "none"
         raise RenderError(
-            f"{path}: expected one NodeClass, found {len(classes)} ({names}); "
+            f"{where}: expected one NodeClass, found {len(classes)} ({names}); "
             "set spec.nodeClassRef on the NodePool"
         )
     return classes[0]
@@ -132,8 +141,21 @@ def _pick_class(path: Path, pool: NodePool) -> NodeClass:
 
 @bootstrap_app.command("render")
 def render(
-    nodeclass: Annotated[Path, typer.Option("--nodeclass", help="YAML file with the NodeClass")],
-    nodepool: Annotated[Path, typer.Option("--nodepool", help="YAML file with the NodePool")],
+    files: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--filename",
+            "-f",
+            help="YAML with the NodePool and its NodeClass (`-`: standard input); or "
+            "--nodepool and --nodeclass",
+        ),
+    ] = None,
+    nodeclass: Annotated[
+        Path | None, typer.Option("--nodeclass", help="YAML file with the NodeClass")
+    ] = None,
+    nodepool: Annotated[
+        Path | None, typer.Option("--nodepool", help="YAML file with the NodePool")
+    ] = None,
     claim: Annotated[
         str | None, typer.Option("--claim", help="claim (= node, VM) name; default <pool>-xxxxx")
     ] = None,
@@ -152,8 +174,19 @@ def render(
     gets a token of its own at launch); so is the CA hash unless --ca-cert is given.
     """
     try:
-        pool = _pick_pool(nodepool)
-        node_class = _pick_class(nodeclass, pool)
+        pool_files = [*(files or []), *([nodepool] if nodepool else [])]
+        class_files = [*(files or []), *([nodeclass] if nodeclass else [])]
+        if not pool_files or not class_files:
+            raise RenderError(
+                "give -f FILE (the NodePool and its NodeClass), or --nodepool and --nodeclass"
+            )
+        loaded = _load([*pool_files, *class_files])
+        pool = _pick_pool(
+            _named(pool_files), [r for p in dict.fromkeys(pool_files) for r in loaded[p]]
+        )
+        node_class = _pick_class(
+            _named(class_files), [r for p in dict.fromkeys(class_files) for r in loaded[p]], pool
+        )
         chosen = parse_offering(offering) if offering else None
         pem = _read(ca_cert) if ca_cert is not None else None
         script = render_preview(
@@ -163,6 +196,10 @@ def render(
         typer.echo(f"error: {err}", err=True)
         raise typer.Exit(code=1) from None
     sys.stdout.write(script)
+
+
+def _named(paths: list[Path]) -> str:
+    return ", ".join(str(path) for path in dict.fromkeys(paths))
 
 
 def _read(path: Path) -> bytes:

@@ -28,7 +28,7 @@ from api._base import CamelModel
 from api.nodeclaim import Offering
 from api.nodepool import PROVIDERS, Requirements
 from api.prices import CATALOG_CONFIGMAP, ProviderPriceStatus
-from cli.connect import Kubeconfig, cli_settings, err_console, fail
+from cli.connect import Kubeconfig, KubeContext, cli_settings, err_console, fail
 from cli.output import (
     Output,
     OutputFormat,
@@ -80,6 +80,7 @@ def show(
         ),
     ] = False,
     kubeconfig: Kubeconfig = None,
+    context: KubeContext = None,
     output: Output = OutputFormat.TABLE,
 ) -> None:
     """Print the ranking a pool with these requirements would get (cheapest first), with
@@ -111,7 +112,7 @@ def show(
     class_providers = [p for p in PROVIDERS if p != "fake"]
     offerings = Catalog.load(catalog)
     if live:
-        offerings = live_catalog(offerings, _read_cluster_store(kubeconfig))
+        offerings = live_catalog(offerings, _read_cluster_store(kubeconfig, context))
     ranked = [
         o
         for o in offerings.offerings(requirements, class_providers)
@@ -174,7 +175,11 @@ def refresh(
 
 
 @catalog_app.command("status")
-def status(kubeconfig: Kubeconfig = None, output: Output = OutputFormat.TABLE) -> None:
+def status(
+    kubeconfig: Kubeconfig = None,
+    context: KubeContext = None,
+    output: Output = OutputFormat.TABLE,
+) -> None:
     """Each provider's last scheduled price refresh: outcome, when the prices in use were
     fetched (AGE), how many instance types, and the error of the last attempt.
 
@@ -182,7 +187,7 @@ def status(kubeconfig: Kubeconfig = None, output: Output = OutputFormat.TABLE) -
     the last attempt of any provider failed.
     -o json|yaml prints an object with "items" (provider, outcome, attemptedAt, refreshedAt,
     instanceTypes, source, error)."""
-    rows = statuses(_read_cluster_store(kubeconfig))
+    rows = statuses(_read_cluster_store(kubeconfig, context))
     if output.is_data:
         print_data(items(rows), output)
     elif rows:  # as kubectl: no header over nothing, the reason on stderr
@@ -195,8 +200,8 @@ def status(kubeconfig: Kubeconfig = None, output: Output = OutputFormat.TABLE) -
         raise typer.Exit(1)
 
 
-def _read_cluster_store(kubeconfig: Path | None) -> dict[str, str]:
-    settings = cli_settings(kubeconfig=kubeconfig)
+def _read_cluster_store(kubeconfig: Path | None, context: str | None) -> dict[str, str]:
+    settings = cli_settings(kubeconfig=kubeconfig, context=context)
     try:
         api_client = kube_api_client(settings)
     except Exception as err:  # the kubeconfig loaders raise several unrelated types

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Annotated
 
@@ -25,14 +25,19 @@ from api import NodeClaimStatus, search_attributes
 from api._base import CamelModel
 from api.messages import ScaleDownRequest, ScaleDownResult, claim_key_of, claim_workflow_id
 from cli.connect import (
+    AllNamespaces,
     Kubeconfig,
+    KubeContext,
+    ListNamespace,
     Namespace,
+    Selector,
     TemporalAddress,
     answered,
     cli_settings,
     connect_or_exit,
     err_console,
     fail,
+    list_namespace,
     pause,
     run_or_exit,
     stop_on_signals,
@@ -151,13 +156,14 @@ def claims_create(
     offering: Annotated[
         list[str], typer.Option(help="PROVIDER/REGION/INSTANCE-TYPE; repeat to rank fallbacks")
     ],
-    namespace: Annotated[str, typer.Option(help="namespace of the NodePool")] = "default",
+    namespace: Namespace = "default",
     name: Annotated[str | None, typer.Option(help="claim name (default: <pool>-<random>)")] = None,
     temporal_address: TemporalAddress = None,
     kubeconfig: Kubeconfig = None,
+    kube_context: KubeContext = None,
 ) -> None:
     """Create a NodeClaim by hand: one node of the given offering for the pool."""
-    settings = cli_settings(temporal_address, kubeconfig)
+    settings = cli_settings(temporal_address, kubeconfig, kube_context)
     try:
         wanted = [parse_offering(text) for text in offering]
         api_client = kube_api_client(settings)
@@ -227,15 +233,24 @@ def claims_list(
     ] = False,
     interval: Annotated[float, typer.Option(help="--watch refresh, seconds")] = 2.0,
     output: Output = OutputFormat.TABLE,
+    namespace: ListNamespace = None,
+    all_namespaces: AllNamespaces = False,
+    selector: Selector = None,
     temporal_address: TemporalAddress = None,
+    kubeconfig: Kubeconfig = None,
+    context: KubeContext = None,
 ) -> None:
     """NAME NODEPOOL PROVIDER REGION INSTANCE PHASE AGE, from Temporal visibility.
 
     -o wide adds the execution STATUS and the WORKFLOW id.
     -o json|yaml prints an object with "items", each claim with every field: name, nodePool,
     provider, region, instanceType, phase, executionStatus, workflowId, runId, startedAt,
-    closedAt."""
-    settings = cli_settings(temporal_address)
+    closedAt. -n narrows the list to a namespace, -l to the NodeClaims whose labels match
+    (read from the cluster: a claim whose NodeClaim is gone is not listed with -l)."""
+    from cli.cluster_reads import listed
+
+    settings = cli_settings(temporal_address, kubeconfig, context)
+    keep = listed(settings, "nodeclaims", list_namespace(namespace, all_namespaces), selector)
     query = "WorkflowType = 'NodeClaimWorkflow'"
     if pool:
         query += f" AND CloudburstNodePool = '{pool}'"
@@ -246,12 +261,12 @@ def claims_list(
     async def main() -> list[ClaimSummary]:
         client = await connect_or_exit(settings)
         if not watch:
-            return await _list_claims(client, query)
+            return await _list_claims(client, query, keep)
         stop = stop_on_signals()  # Ctrl-C ends the watch between two lists, exit status 0
         if is_tty() and not output.is_data:
-            await _watch_live(client, query, wide, interval, stop)
+            await _watch_live(client, query, keep, wide, interval, stop)
         else:
-            await _watch_stream(client, query, output, interval, stop)
+            await _watch_stream(client, query, keep, output, interval, stop)
         return []
 
     try:
@@ -266,8 +281,12 @@ def claims_list(
         print_table(_claims_table(claims, wide))
 
 
-async def _list_claims(client: Client, query: str) -> list[ClaimSummary]:
-    return [ClaimSummary.of(execution) async for execution in client.list_workflows(query)]
+ClaimFilter = Callable[[str, str], bool]
+
+
+async def _list_claims(client: Client, query: str, keep: ClaimFilter) -> list[ClaimSummary]:
+    found = [ClaimSummary.of(execution) async for execution in client.list_workflows(query)]
+    return [claim for claim in found if keep(claim.namespace, claim.name)]
 
 
 def _claims_table(claims: Sequence[ClaimSummary], wide: bool) -> Table:
@@ -278,22 +297,32 @@ def _claims_table(claims: Sequence[ClaimSummary], wide: bool) -> Table:
 
 
 async def _watch_live(
-    client: Client, query: str, wide: bool, interval: float, stop: asyncio.Event
+    client: Client,
+    query: str,
+    keep: ClaimFilter,
+    wide: bool,
+    interval: float,
+    stop: asyncio.Event,
 ) -> None:
     """A table redrawn in place: only on a terminal, where it can be."""
-    table = _claims_table(await _list_claims(client, query), wide)
+    table = _claims_table(await _list_claims(client, query, keep), wide)
     with Live(table, console=stdout_console(), auto_refresh=False) as live:
         while True:
             await pause(stop, interval)
             if stop.is_set():
                 break
-            table = _claims_table(await _list_claims(client, query), wide)
+            table = _claims_table(await _list_claims(client, query, keep), wide)
             table.caption = f"every {interval:g}s · {datetime.now():%H:%M:%S} · Ctrl-C to stop"
             live.update(table, refresh=True)
 
 
 async def _watch_stream(
-    client: Client, query: str, output: OutputFormat, interval: float, stop: asyncio.Event
+    client: Client,
+    query: str,
+    keep: ClaimFilter,
+    output: OutputFormat,
+    interval: float,
+    stop: asyncio.Event,
 ) -> None:
     """Every claim once, then a line each time one changes (kubectl's `get -w`): a claim that
     leaves the list (it ended) is shown once more as it ended."""
@@ -301,7 +330,7 @@ async def _watch_stream(
     rows = TableStream([*LIST_COLUMNS, *(WIDE_COLUMNS if wide else ())])
     seen: dict[str, ClaimSummary] = {}
     while not stop.is_set():
-        current = {claim.name: claim for claim in await _list_claims(client, query)}
+        current = {claim.name: claim for claim in await _list_claims(client, query, keep)}
         changed = [claim for name, claim in current.items() if claim.changed_from(seen.get(name))]
         for name in seen.keys() - current.keys():
             ended = await _ended(client, seen[name])

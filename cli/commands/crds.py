@@ -8,7 +8,8 @@ one shape. The bounds (minimum/maximum, maxLength/pattern, enum, maxItems/maxPro
 from the models' pydantic constraints (api/limits.py), and the cross-field rules from each
 model's `x-kubernetes-validations` (CEL), so the API server refuses what the models refuse.
 Defaults stay in the models (the API server does not fill them in); each
-description says what the default is. `tests/deploy` fails when `deploy/base/crds` is stale.
+description says what the default is. A quantity is `x-kubernetes-int-or-string` (`limits.cpu:
+1000` or `"1000"`, as Kubernetes reads it). `tests/deploy` fails when `deploy/base/crds` is stale.
 """
 
 from __future__ import annotations
@@ -235,6 +236,10 @@ def _structural(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
             out = {"x-kubernetes-preserve-unknown-fields": True}
             shapes = " or ".join(_shape(o, defs) for o in non_null)
             description = f"{description + ' ' if description else ''}One of: {shapes}."
+    elif node.get(INT_OR_STRING):
+        # Kubernetes' int-or-string (a quantity), spelled as controller-gen spells it.
+        out = {key: node[key] for key in _KEPT if key in node and key != "type"}
+        out = {"anyOf": [{"type": "integer"}, {"type": "string"}], **out, INT_OR_STRING: True}
     else:
         out = {key: node[key] for key in _KEPT if key in node}
         if "const" in node:
@@ -274,6 +279,7 @@ def _object(node: dict[str, Any], out: dict[str, Any], defs: dict[str, Any]) -> 
 
 
 RULES = "x-kubernetes-validations"
+INT_OR_STRING = "x-kubernetes-int-or-string"
 
 
 def _resolve(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:

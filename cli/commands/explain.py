@@ -25,6 +25,7 @@ from api.nodepool.messages import PoolStatus
 from cli import cluster_reads as reads
 from cli.connect import (
     Kubeconfig,
+    KubeContext,
     TemporalAddress,
     cli_settings,
     fail,
@@ -83,12 +84,13 @@ def explain_pod_command(
     output: Output = OutputFormat.TABLE,
     temporal_address: TemporalAddress = None,
     kubeconfig: Kubeconfig = None,
+    context: KubeContext = None,
 ) -> None:
     """Why the pod waits: every NodePool and why it does or does not take the pod, what the
     chosen pool did with it (the claim it waits for, with offering and price, or why none
     could be planned), and the pod's Events."""
     ns, pod_name = _split(name, namespace)
-    settings = cli_settings(temporal_address, kubeconfig)
+    settings = cli_settings(temporal_address, kubeconfig, context)
     answer = _run(_explain_pod(settings, ns, pod_name), settings)
     if output.is_data:
         print_data(dump(answer), output)
@@ -141,11 +143,12 @@ def explain_node_command(
     output: Output = OutputFormat.TABLE,
     temporal_address: TemporalAddress = None,
     kubeconfig: Kubeconfig = None,
+    context: KubeContext = None,
 ) -> None:
     """Why the node is still here: its claim's phase, the pods on it, the empty-TTL left,
     do-not-disrupt pods, disruption budgets and permits, consolidation's verdict (the
     cheaper replacement it found, or why none fits), drift and expiry."""
-    settings = cli_settings(temporal_address, kubeconfig)
+    settings = cli_settings(temporal_address, kubeconfig, context)
     answer = _run(_explain_node(settings, name, None), settings)
     _print_node_answer(answer, output)
 
@@ -157,10 +160,11 @@ def explain_claim_command(
     output: Output = OutputFormat.TABLE,
     temporal_address: TemporalAddress = None,
     kubeconfig: Kubeconfig = None,
+    context: KubeContext = None,
 ) -> None:
     """`explain node`, for a NodeClaim named NAMESPACE/NAME (its node bears its name)."""
     ns, claim_name = _split(name, namespace)
-    settings = cli_settings(temporal_address, kubeconfig)
+    settings = cli_settings(temporal_address, kubeconfig, context)
     answer = _run(_explain_node(settings, claim_name, ns), settings)
     _print_node_answer(answer, output)
 

@@ -22,6 +22,7 @@ from api.planning import PlanRequest, PodDemand, Resources
 from api.quantity import cpu_millis, memory_bytes
 from cli.connect import (
     Kubeconfig,
+    KubeContext,
     cli_settings,
     err_console,
     fail,
@@ -53,7 +54,9 @@ if TYPE_CHECKING:
 Files = Annotated[
     list[Path] | None,
     typer.Option(
-        "--filename", "-f", help="YAML: Pods, Deployments, Jobs… (and NodePools, NodeClasses)"
+        "--filename",
+        "-f",
+        help="YAML: Pods, Deployments, Jobs… (and NodePools, NodeClasses); `-`: standard input",
     ),
 ]
 
@@ -79,6 +82,7 @@ def plan(
     ] = "default",
     output: Output = OutputFormat.TABLE,
     kubeconfig: Kubeconfig = None,
+    context: KubeContext = None,
 ) -> None:
     """What a pool would launch for the pods, and what it would cost; launches nothing.
 
@@ -91,7 +95,7 @@ def plan(
     LP lower bound (no plan of these pods is cheaper)."""
     if not files and not from_cluster:
         raise fail("nothing to plan: give -f FILE or --from-cluster")
-    settings = cli_settings(kubeconfig=kubeconfig)
+    settings = cli_settings(kubeconfig=kubeconfig, context=context)
     workload = _read_files(files or [], namespace)
     answers = _plan(settings, workload, pool, live_prices, from_cluster)
     if output.is_data:

@@ -4,7 +4,6 @@ with the pods running on each claim's node read from the cluster."""
 from __future__ import annotations
 
 import asyncio
-from typing import Annotated
 
 import typer
 from kubernetes import client as k8s
@@ -16,9 +15,14 @@ from temporalio.client import Client, WorkflowQueryFailedError
 from temporalio.service import RPCError, RPCStatusCode
 from urllib3.exceptions import HTTPError
 
-from api.nodepool.messages import PoolStatus, pool_workflow_id
+from api.nodepool.messages import PoolStatus, pool_key_of, pool_workflow_id
 from cli.connect import (
+    AllNamespaces,
     Kubeconfig,
+    KubeContext,
+    ListNamespace,
+    Namespace,
+    Selector,
     TemporalAddress,
     answered,
     cli_settings,
@@ -26,6 +30,7 @@ from cli.connect import (
     err_console,
     fail,
     is_unreachable,
+    list_namespace,
     run_or_exit,
 )
 from cli.output import (
@@ -60,7 +65,13 @@ class PoolDescription(BaseModel):
 
 @pools_app.command("list")
 def pools_list(
-    output: Output = OutputFormat.TABLE, temporal_address: TemporalAddress = None
+    output: Output = OutputFormat.TABLE,
+    namespace: ListNamespace = None,
+    all_namespaces: AllNamespaces = False,
+    selector: Selector = None,
+    temporal_address: TemporalAddress = None,
+    kubeconfig: Kubeconfig = None,
+    context: KubeContext = None,
 ) -> None:
     """NAMESPACE NAME NODES READY PENDING WAITING DISRUPTING for every running pool.
 
@@ -68,8 +79,12 @@ def pools_list(
     -o json|yaml prints an object with "items", each pool's full status.
     Only the pools of this Cloudburst's task queue; one that does not answer (no worker
     polls it, its workflow task fails) is named on stderr, the others are still listed,
-    and the exit code is 1."""
-    settings = cli_settings(temporal_address)
+    and the exit code is 1. -n narrows the list to a namespace, -l to the NodePools whose
+    labels match (read from the cluster)."""
+    from cli.cluster_reads import listed
+
+    settings = cli_settings(temporal_address, kubeconfig, context)
+    keep = listed(settings, "nodepools", list_namespace(namespace, all_namespaces), selector)
 
     async def ask(client: Client, workflow_id: str) -> PoolStatus | str:
         handle = client.get_workflow_handle_for(NodePoolWorkflow.run, workflow_id)
@@ -92,7 +107,11 @@ def pools_list(
             "WorkflowType = 'NodePoolWorkflow' AND ExecutionStatus = 'Running'"
             f" AND TaskQueue = '{settings.task_queue}'"
         )
-        ids = [execution.id async for execution in client.list_workflows(query)]
+        ids = [
+            execution.id
+            async for execution in client.list_workflows(query)
+            if (key := pool_key_of(execution.id)) is None or keep(*key)
+        ]
         return await asyncio.gather(*(ask(client, workflow_id) for workflow_id in ids))
 
     answers = run_or_exit(main(), settings)
@@ -136,10 +155,11 @@ def _print_pools_table(statuses: list[PoolStatus], wide: bool) -> None:
 @pools_app.command("describe")
 def pools_describe(
     name: str,
-    namespace: Annotated[str, typer.Option(help="namespace of the NodePool")] = "default",
+    namespace: Namespace = "default",
     output: Output = OutputFormat.TABLE,
     temporal_address: TemporalAddress = None,
     kubeconfig: Kubeconfig = None,
+    context: KubeContext = None,
 ) -> None:
     """Claims, pending pods, budgets, permits in use, and why nodes are not being disrupted.
 
@@ -147,7 +167,7 @@ def pools_describe(
     finished pods left out). NOMINATED: pending pods the pool expects to land there.
     -o wide adds each claim's allocatable CPU and memory, start and replacement.
     -o json|yaml prints the pool's full status and the running pods by claim."""
-    settings = cli_settings(temporal_address, kubeconfig)
+    settings = cli_settings(temporal_address, kubeconfig, context)
 
     async def main() -> PoolStatus:
         client = await connect_or_exit(settings)
@@ -188,7 +208,7 @@ def pools_describe(
 @pools_app.command("retry")
 def pools_retry(
     name: str,
-    namespace: Annotated[str, typer.Option(help="namespace of the NodePool")] = "default",
+    namespace: Namespace = "default",
     temporal_address: TemporalAddress = None,
 ) -> None:
     """Try new claims again now, after they failed on the configuration.

@@ -8,11 +8,16 @@ from __future__ import annotations
 
 import base64
 import functools
+import os
 import secrets
 import string
+import subprocess
+import sys
 import time
+import urllib.request
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,8 +30,9 @@ from approver.main import running
 from approver.nodes import NodeGuard
 from cluster.certificates import KUBELET_CLIENT_SIGNER, claim_token_group
 from cluster.node_guard import FORGOTTEN_TAINT
-from sim.controlplane.cluster import KubernetesControlPlane
+from sim.controlplane.cluster import CSR_APPROVER_USER, KubernetesControlPlane, free_port
 from sim.controlplane.joining import kubelet_csr
+from sim.controlplane.pki import ClientIdentity
 from tests.activities.claims import GROUP, VERSION, authorise_claim
 from tests.activities.conftest import create_namespace, identity_client, wait_for
 
@@ -321,3 +327,38 @@ def test_another_namespaces_pod_bound_before_the_tenant_taint_is_evicted(
     assert f"{team_b}/stranger" in str(event.message)
     assert core.read_namespaced_pod("own", namespace).metadata.deletion_timestamp is None
     assert core.read_namespaced_pod("tolerated", team_b).metadata.deletion_timestamp is None
+
+
+def test_the_command_serves_its_probes_with_the_approvers_rights(cluster, tmp_path) -> None:
+    """`cloudburst csr-approver` as the Deployment runs it: ready once the API server answers
+    it (its kubeconfig the approver's ServiceAccount identity), alive while its loop turns."""
+    kubeconfig = cluster.write_identity_kubeconfig(
+        "csr-approver-process", ClientIdentity(CSR_APPROVER_USER)
+    )
+    port = free_port("127.0.0.1")
+    process = subprocess.Popen(
+        [
+            str(Path(sys.executable).parent / "cloudburst"),
+            "csr-approver",
+            f"--kubeconfig={kubeconfig}",
+            f"--health-port={port}",
+        ],
+        env={**os.environ, "CLOUDBURST_METRICS_PORT": "0", "CLOUDBURST_SDK_METRICS_PORT": "0"},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+
+        def answers(path: str) -> bool:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=2) as got:
+                    return bool(got.status == 200)
+            except OSError:
+                assert process.poll() is None, process.stderr.read() if process.stderr else ""
+                return False
+
+        wait_for("/readyz", lambda: answers("/readyz"))
+        assert answers("/healthz")
+    finally:
+        process.terminate()
+        process.wait(timeout=30)

@@ -26,8 +26,10 @@ ALLOWED = {
     "exclusiveMaximum", "minLength", "maxLength", "pattern", "minItems", "maxItems",
     "uniqueItems", "multipleOf", "minProperties", "maxProperties", "required", "items",
     "properties", "additionalProperties", "nullable", "x-kubernetes-preserve-unknown-fields",
-    "x-kubernetes-int-or-string", "x-kubernetes-validations",
+    "x-kubernetes-int-or-string", "x-kubernetes-validations", "anyOf",
 }  # fmt: skip
+# The one `anyOf` a structural schema may hold beside `x-kubernetes-int-or-string`.
+INT_OR_STRING = [{"type": "integer"}, {"type": "string"}]
 
 
 def crd_schemas() -> dict[str, dict[str, Any]]:
@@ -175,7 +177,13 @@ def _as_json_schema(node: dict[str, Any]) -> dict[str, Any]:
 def _assert_structural(node: dict[str, Any], where: str) -> None:
     unknown = set(node) - ALLOWED
     assert not unknown, f"{where}: {unknown} not allowed in a CRD schema"
-    assert "type" in node or node.get("x-kubernetes-preserve-unknown-fields"), f"{where}: no type"
+    if "anyOf" in node:
+        assert node.get("x-kubernetes-int-or-string") and node["anyOf"] == INT_OR_STRING, where
+    assert (
+        "type" in node
+        or node.get("x-kubernetes-preserve-unknown-fields")
+        or node.get("x-kubernetes-int-or-string")
+    ), f"{where}: no type"
     assert node.get("additionalProperties") is not False, f"{where}: additionalProperties: false"
     assert not ("properties" in node and "additionalProperties" in node), where
     for name, child in node.get("properties", {}).items():

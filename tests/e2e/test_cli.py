@@ -31,7 +31,11 @@ def test_validate_reports_each_problem_with_its_path() -> None:
 
 
 def test_validate_accepts_the_seed_example() -> None:
-    result = cloudburst("validate", str(SEED_EXAMPLE))
+    # Its Deployment is not a Cloudburst object: named as not checked, passed with the flag.
+    unchecked = cloudburst("validate", str(SEED_EXAMPLE))
+    assert unchecked.returncode == 1
+    assert "not a Cloudburst object: apps/v1 Deployment dr-workload" in unchecked.stdout
+    result = cloudburst("validate", "--ignore-unknown", str(SEED_EXAMPLE))
     assert result.returncode == 0, result.stdout
     assert "NodePool default/dr-nodepool" in result.stdout
     assert "NodeClass default/dr-nodeclass" in result.stdout

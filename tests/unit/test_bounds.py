@@ -843,3 +843,49 @@ def test_budget_window_bounds_are_a_year() -> None:
     assert not model_refuses(ok)
     later = datetime(2200, 1, 1, tzinfo=UTC) + timedelta(days=1)
     assert Budget(schedule="@daily", duration="8760h").active(later)
+
+
+# --- quantities as Kubernetes reads them ---------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "held"),
+    [
+        (("spec", "limits", "cpu"), 1000, "1000"),
+        (("spec", "limits", "memory"), 68719476736, "68719476736"),
+        (("spec", "limits", "cpu"), 0, "0"),
+    ],
+)
+def test_an_integer_quantity_is_accepted_on_both_sides(
+    path: tuple[str, ...], value: int, held: str
+) -> None:
+    """`limits.cpu: 1000` is a quantity to Kubernetes (int-or-string): the model and the CRD
+    (schema and CEL) take it, and the model holds it as the string its digits spell. Without
+    the int-or-string Quantity both refused it ("Input should be a valid string", "must be of
+    type string")."""
+    document = with_value(POOL, path, value)
+    assert not model_refuses(document)
+    assert not api_server_refuses(document)
+    pool = NodePool.model_validate(document)
+    assert getattr(pool.spec.limits, path[-1]) == held
+
+
+@pytest.mark.parametrize(
+    ("path", "value"),
+    [
+        (("spec", "limits", "cpu"), -1),
+        (("spec", "limits", "cpu"), MAX_CPU_CORES + 1),
+        (("spec", "limits", "memory"), 2**60 + 1),
+        (("spec", "limits", "cpu"), True),
+        (("spec", "limits", "cpu"), 1.5),
+    ],
+)
+def test_an_integer_quantity_out_of_bounds_is_refused_on_both_sides(
+    path: tuple[str, ...], value: object
+) -> None:
+    """An integer quantity is bounded as its string is: below zero (the schema's minimum,
+    which a string's pattern cannot say for an integer) and above the bound (the CEL rule
+    reads `string(self.cpu)`; `self.cpu.matches` fails on an integer)."""
+    document = with_value(POOL, path, value)
+    assert model_refuses(document)
+    assert api_server_refuses(document)
