@@ -130,6 +130,17 @@ def namespace_labels(core: NamespaceReader, namespace: str) -> dict[str, str] | 
     return dict((found.metadata.labels if found.metadata else None) or {})
 
 
+def namespace_annotations(core: NamespaceReader, namespace: str) -> dict[str, str]:
+    """The Namespace's annotations ({} when it is not there or not readable)."""
+    try:
+        found = core.read_namespace(namespace)
+    except ApiException as err:
+        if err.status in (403, 404):
+            return {}
+        raise
+    return dict((found.metadata.annotations if found.metadata else None) or {})
+
+
 def events_of(
     core: k8s.CoreV1Api, kind: str, name: str, namespace: str, uid: str | None
 ) -> list[Any]:

@@ -215,6 +215,28 @@ NODE_CONDITION_TOLERATIONS: tuple[dict[str, str], ...] = (
 )
 
 
+def with_default_tolerations(
+    tolerations: Sequence[Mapping[str, object]], annotations: Mapping[str, str]
+) -> list[dict[str, object]]:
+    """A pod's tolerations as PodTolerationRestriction admits the pod into a namespace with
+    these annotations: the namespace's default tolerations merged in, a pod's own toleration
+    of the same key and effect kept over the default. What a pod written in a file (not yet
+    admitted) will carry, for a plan of it. An unreadable annotation adds nothing (the API
+    server refuses such a namespace's pods; the plan shows them as written)."""
+    try:
+        defaults = json.loads(annotations.get(DEFAULT_TOLERATIONS_ANNOTATION) or "[]")
+    except json.JSONDecodeError:
+        return [dict(t) for t in tolerations]
+    if not isinstance(defaults, list):
+        return [dict(t) for t in tolerations]
+    merged = [dict(t) for t in tolerations]
+    own = {(t.get("key"), t.get("effect")) for t in merged}
+    for default in defaults:
+        if isinstance(default, dict) and (default.get("key"), default.get("effect")) not in own:
+            merged.append(default)
+    return merged
+
+
 def tenant_toleration(namespace: str) -> dict[str, str]:
     """The toleration of `namespace`'s tenant taint, as a pod spec writes it."""
     return {"key": TENANT_TAINT, "operator": "Equal", "value": namespace, "effect": "NoSchedule"}

@@ -18,7 +18,7 @@ from activities.planning.recommend import OFFERING_LIMIT, CatalogRecommender
 from api import NodeClass, NodePool
 from api.explain import PlanComparison
 from api.nodepool import LIVE_CATALOG_PROVIDERS, NodePoolStatus
-from api.planning import PlanRequest, PodDemand, Resources
+from api.planning import PlanRequest, PodDemand, Resources, Toleration
 from api.quantity import cpu_millis, memory_bytes
 from cli.connect import (
     Kubeconfig,
@@ -153,6 +153,8 @@ def _plan(
     for raw in workload.pools:
         specs.put(raw, NodePool, tenancy)
     pods = list(workload.pods)
+    if kube is not None:
+        pods = _as_admitted(kube, pods)
     if from_cluster:
         assert kube is not None
         pods += _pending_pods(kube)
@@ -179,6 +181,25 @@ def _plan(
         answer.notes = notes + answer.notes
         answers.append(answer)
     return answers
+
+
+def _as_admitted(kube: KubeReads, pods: list[PodDemand]) -> list[PodDemand]:
+    """The files' pods with the tolerations their namespace's admission gives them (a tenant
+    namespace's default toleration of its own nodes' taint: `cloudburst tenant-rbac`), as
+    they will be once created: a plan of them is a plan of what the trigger will see."""
+    from cli.cluster_reads import namespace_annotations
+    from cluster.tenancy import with_default_tolerations
+
+    annotations: dict[str, dict[str, str]] = {}
+    admitted = []
+    for pod in pods:
+        if pod.namespace not in annotations:
+            annotations[pod.namespace] = namespace_annotations(kube, pod.namespace)
+        written = [t.model_dump(exclude_none=True) for t in pod.tolerations]
+        merged = with_default_tolerations(written, annotations[pod.namespace])
+        tolerations = [Toleration.model_validate(t) for t in merged]
+        admitted.append(pod.model_copy(update={"tolerations": tolerations}))
+    return admitted
 
 
 def _groups(

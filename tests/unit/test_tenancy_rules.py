@@ -15,6 +15,8 @@ from cluster.tenancy import (
     TOLERATIONS_WHITELIST_ANNOTATION,
     Tenancy,
     tenant_namespace_annotations,
+    tenant_toleration,
+    with_default_tolerations,
 )
 
 OPERATOR = "cloudburst-system"
@@ -79,3 +81,19 @@ def test_a_tenant_namespaces_pods_tolerate_its_taint_and_no_other() -> None:
     assert NODE_SELECTOR_ANNOTATION not in tenant_namespace_annotations(
         "team-a", node_selector=False
     )
+
+
+def test_a_pod_in_a_file_gets_its_namespaces_default_toleration_as_admission_gives_it() -> None:
+    """`cloudburst plan -f` of a tenant's pods plans them with the toleration the namespace's
+    PodTolerationRestriction annotation adds on create (without it, the plan found the
+    tenant's own pool's taint untolerated and bought nothing); a pod's own toleration of the
+    same key and effect is kept, and a namespace without the annotation adds nothing."""
+    annotations = tenant_namespace_annotations("shop")
+    assert with_default_tolerations([], annotations) == [tenant_toleration("shop")]
+    own = {"key": "cloudburst.io/tenant", "operator": "Exists", "effect": "NoSchedule"}
+    assert with_default_tolerations([own], annotations) == [own]
+    other = {"key": "gpu", "operator": "Exists"}
+    assert with_default_tolerations([other], annotations) == [other, tenant_toleration("shop")]
+    assert with_default_tolerations([other], {}) == [other]
+    broken = {DEFAULT_TOLERATIONS_ANNOTATION: "not json"}
+    assert with_default_tolerations([other], broken) == [other]
