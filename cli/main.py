@@ -46,6 +46,7 @@ class _CloudburstCommands(LazyGroup):
         "crds": "cli.commands.crds:crds",
         "config-reference": "cli.commands.config_reference:config_reference",
         "tenant-rbac": "cli.commands.tenant_rbac:tenant_rbac",
+        "doctor": "cli.commands.doctor:doctor",
     }
     lazy_groups = {
         "claims": "cli.commands.claims:claims_app",
