@@ -82,6 +82,10 @@ def installed() -> Iterator[KubernetesControlPlane]:
     token (`kubeadm token create`), and a node for the Deployments' pods (KWOK)."""
     plane = started_control_plane(KubernetesControlPlane(install_namespaces=(NAMESPACE,)))
     try:
+        apply(plane, yaml.safe_dump(kwok_node()))
+        # Stands in for `cloudburst csr-approver`'s Deployment until deploy/base ships it
+        # (then the kustomize output below has it, and this goes).
+        apply(plane, yaml.safe_dump(csr_approver()))
         apply(plane, kubectl(plane, "kustomize", str(REPO / "deploy" / "base")))
         tenants = subprocess.run(
             [CLI, "tenant-rbac", TENANT], capture_output=True, text=True, check=True, timeout=60
@@ -98,12 +102,8 @@ def installed() -> Iterator[KubernetesControlPlane]:
             "-p",
             json.dumps({"data": {"CLOUDBURST_TENANT_NAMESPACES": TENANT}}),
         )
-        # Stands in for the lead's `cloudburst csr-approver` Deployment until deploy/base
-        # ships it (then the kustomize output above has it, and this goes).
-        apply(plane, yaml.safe_dump(csr_approver()))
         kubectl(plane, "delete", "clusterrolebinding", "kubeadm:node-autoapprove-bootstrap")
         apply(plane, yaml.safe_dump(bootstrap_token()))
-        apply(plane, yaml.safe_dump(kwok_node()))
         apps = k8s.AppsV1Api(plane.api_client())
 
         def rolled_out() -> bool:
@@ -114,17 +114,23 @@ def installed() -> Iterator[KubernetesControlPlane]:
                     return False
             return True
 
-        wait_until(rolled_out, "the Deployments ready")
+        wait_until(
+            rolled_out,
+            "the Deployments ready",
+            lambda: kubectl(plane, "-n", NAMESPACE, "get", "deployments,pods", "-o", "wide"),
+        )
         yield plane
     finally:
         plane.stop()
 
 
-def wait_until(condition: Callable[[], bool], what: str, timeout_s: float = 120) -> None:
-    """Poll until `condition` holds (never a fixed sleep)."""
+def wait_until(
+    condition: Callable[[], bool], what: str, seen: Callable[[], str], timeout_s: float = 240
+) -> None:
+    """Poll until `condition` holds (never a fixed sleep); fail showing what was `seen`."""
     deadline = time.monotonic() + timeout_s
     while not condition():
-        assert time.monotonic() < deadline, f"{what}: not within {timeout_s:g} s"
+        assert time.monotonic() < deadline, f"{what}: not within {timeout_s:g} s:\n{seen()}"
         time.sleep(0.5)
 
 
