@@ -18,7 +18,7 @@ from rich.text import Text
 
 from cli.connect import Kubeconfig, TemporalAddress, cli_settings, err_console
 from cli.doctor.checks import CheckLine, Status, failed, judge, summary
-from cli.doctor.gather import Gatherer, expected_crds
+from cli.doctor.gather import REVIEWS_AT_ONCE, Gatherer, expected_crds
 from cli.output import Output, OutputFormat, print_data, stdout_console
 from cluster.tenancy import DEFAULT_WORKER_NAMESPACE
 
@@ -99,4 +99,5 @@ def _kube_client(kubeconfig: Path | None, context: str | None) -> k8s.ApiClient:
         if kubeconfig is not None or context is not None:
             raise
         k8s_config.load_incluster_config(client_configuration=configuration)
+    configuration.connection_pool_maxsize = REVIEWS_AT_ONCE
     return k8s.ApiClient(configuration)

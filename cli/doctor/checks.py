@@ -31,6 +31,7 @@ from cli.doctor.facts import (
     TemporalFact,
 )
 from cli.doctor.shipped import (
+    CONFIG_MAP,
     KUBEADM_AUTOAPPROVE_BINDING,
     NETWORK_POLICIES,
     TRIGGER_ACCOUNT,
@@ -72,6 +73,7 @@ def judge(facts: Facts, expected_crds: Mapping[str, Mapping[str, Any]]) -> list[
     its check with the reason (`facts.errors`)."""
     lines: list[CheckLine] = []
     steps: list[tuple[str, Callable[[], list[CheckLine]]]] = [
+        ("config", lambda: [judge_config(facts.install_namespace, facts.config_found)]),
         ("crds", lambda: [judge_crds(facts.crds, expected_crds)]),
         ("rbac", lambda: judge_access(facts.access)),
         ("worker", lambda: [judge_deployments("worker", facts.workers)]),
@@ -105,6 +107,16 @@ def judge(facts: Facts, expected_crds: Mapping[str, Mapping[str, Any]]) -> list[
         else:
             lines.extend(step())
     return lines
+
+
+def judge_config(namespace: str, found: bool) -> CheckLine:
+    if not found:
+        return fail(
+            "config",
+            f"no ConfigMap {CONFIG_MAP} in {namespace}: the checks below judge the defaults",
+            f"install Cloudburst (deploy/) into {namespace}, or pass -n <namespace>",
+        )
+    return ok("config", f"ConfigMap {namespace}/{CONFIG_MAP} reads as the worker's settings")
 
 
 # --- CRDs -------------------------------------------------------------------------------------

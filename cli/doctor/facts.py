@@ -136,6 +136,8 @@ class Facts:
 
     install_namespace: str
     now: datetime
+    # ConfigMap cloudburst-config is in the install namespace.
+    config_found: bool = False
     crds: list[CrdFact] = field(default_factory=list)
     access: list[AccessFact] = field(default_factory=list)
     workers: list[DeploymentFact] = field(default_factory=list)

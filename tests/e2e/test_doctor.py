@@ -26,6 +26,7 @@ import pytest
 import yaml
 from kubernetes import client as k8s
 
+from sim.cloud import FakeCloud, FakeCloudServer
 from sim.controlplane.cluster import MANAGED_LABEL, KubernetesControlPlane
 from tests.conftest import started_control_plane
 
@@ -33,6 +34,7 @@ REPO = Path(__file__).resolve().parents[2]
 CLI = str(Path(sys.executable).with_name("cloudburst"))
 NAMESPACE = "cloudburst-system"
 TENANT = "team-doctor"
+CLOUD_TOKEN = secrets.token_hex(16)
 
 
 def kubectl(plane: KubernetesControlPlane, *args: str, stdin: str | None = None) -> str:
@@ -79,7 +81,10 @@ def statuses(report: dict[str, Any]) -> dict[str, str]:
 def installed() -> Iterator[KubernetesControlPlane]:
     """The shipped base and a tenant on a fresh control plane, with what an operator adds per
     docs/doctor.md: the CSR approver (kubeadm's auto-approval removed) and a live bootstrap
-    token (`kubeadm token create`), and a node for the Deployments' pods (KWOK)."""
+    token (`kubeadm token create`); a node for the Deployments' pods (KWOK); and the tenant's
+    NodeClass on the simulated cloud, its endpoint allowed, joining at cluster-info's
+    address."""
+    cloud = FakeCloudServer(FakeCloud(token=CLOUD_TOKEN)).start()
     plane = started_control_plane(KubernetesControlPlane(install_namespaces=(NAMESPACE,)))
     try:
         apply(plane, yaml.safe_dump(kwok_node()))
@@ -100,8 +105,17 @@ def installed() -> Iterator[KubernetesControlPlane]:
             "cloudburst-config",
             "--type=merge",
             "-p",
-            json.dumps({"data": {"CLOUDBURST_TENANT_NAMESPACES": TENANT}}),
+            json.dumps(
+                {
+                    "data": {
+                        "CLOUDBURST_TENANT_NAMESPACES": TENANT,
+                        "CLOUDBURST_ALLOWED_ENDPOINTS": json.dumps({"fake": [cloud.url]}),
+                    }
+                }
+            ),
         )
+        apply(plane, yaml.safe_dump(cloud_token(CLOUD_TOKEN)))
+        apply(plane, yaml.safe_dump(node_class(join=plane.url, endpoint=cloud.url)))
         kubectl(plane, "delete", "clusterrolebinding", "kubeadm:node-autoapprove-bootstrap")
         apply(plane, yaml.safe_dump(bootstrap_token()))
         apps = k8s.AppsV1Api(plane.api_client())
@@ -122,6 +136,7 @@ def installed() -> Iterator[KubernetesControlPlane]:
         yield plane
     finally:
         plane.stop()
+        cloud.stop()
 
 
 def wait_until(
@@ -207,7 +222,7 @@ def test_each_broken_prerequisite_fails_its_own_line(
     kubeadm's blanket CSR approval back, a NetworkPolicy and the worker's cluster-info
     RoleBinding gone, the tenant's PodTolerationRestriction annotation removed, the trigger
     scaled to nothing, a NodeClaim CRD of another schema, a NodeClass joining elsewhere than
-    cluster-info says and naming a credential Secret that is not there. Each fails its own
+    cluster-info says, its credential Secret holding a token the cloud refuses. Each fails its own
     line and no other check fails; the exit code is 1. (Run after the green test: it leaves
     the cluster broken.)"""
     plane = installed
@@ -261,7 +276,19 @@ def test_each_broken_prerequisite_fails_its_own_line(
             ]
         ),
     )
-    apply(plane, yaml.safe_dump(node_class(join="https://10.9.9.9:6443")))
+    nodeclass = node_class(join="https://10.9.9.9:6443", endpoint="")
+    kubectl(
+        plane,
+        "-n",
+        TENANT,
+        "patch",
+        "nodeclass",
+        "doctor",
+        "--type=merge",
+        "-p",
+        json.dumps({"spec": {"join": nodeclass["spec"]["join"]}}),
+    )
+    apply(plane, yaml.safe_dump(cloud_token("not-the-token")))
 
     code, report = doctor(plane, temporal_address)
     seen = statuses(report)
@@ -286,21 +313,32 @@ def test_each_broken_prerequisite_fails_its_own_line(
         "10.9.9.9:6443" in lines["join-address"]["fix"]
         or "10.9.9.9" in lines["join-address"]["message"]
     )
-    # The operator allows no endpoint for the fake provider: refused before any Secret read.
-    assert "EndpointNotAllowed" in lines[f"credentials {TENANT}/doctor fake"]["message"]
+    assert "HTTP 401" in lines[f"credentials {TENANT}/doctor fake"]["message"]
+    assert "not-the-token" not in json.dumps(report)
     assert all(line["fix"] for line in report["checks"] if line["status"] == "fail")
 
 
-def node_class(join: str) -> dict[str, Any]:
+def cloud_token(token: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": "cloud-token", "namespace": TENANT},
+        "stringData": {"token": token},
+    }
+
+
+def node_class(join: str, endpoint: str) -> dict[str, Any]:
     return {
         "apiVersion": "cloudburst.io/v1alpha1",
         "kind": "NodeClass",
         "metadata": {"name": "doctor", "namespace": TENANT},
         "spec": {
             "join": {"hostApiServer": join},
+            "bootstrap": {"kubernetesVersion": "1.34.3"},
             "fake": {
-                "endpoint": "http://127.0.0.1:9",
-                "apiTokenSecretRef": {"name": "no-such-secret", "key": "token"},
+                "endpoint": endpoint,
+                "region": "sim-1",
+                "apiTokenSecretRef": {"name": "cloud-token", "key": "token"},
             },
         },
     }

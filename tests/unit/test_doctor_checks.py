@@ -37,6 +37,7 @@ def healthy() -> Facts:
     return Facts(
         install_namespace=NS,
         now=datetime(2026, 1, 1, tzinfo=UTC),
+        config_found=True,
         crds=[CrdFact(name, dict(versions)) for name, versions in EXPECTED.items()],
         access=[
             AccessFact("cloudburst-worker", None, "", "nodes", "get", None, True),
@@ -76,6 +77,14 @@ def _schema_of_another_release(f: Facts) -> None:
 
 
 BREAKS: dict[str, tuple[Callable[[Facts], Any], dict[str, Status]]] = {
+    "no ConfigMap cloudburst-config": (
+        lambda f: setattr(f, "config_found", False),
+        {"config": Status.FAIL},
+    ),
+    "a ConfigMap cloudburst-config the settings refuse": (
+        lambda f: f.errors.__setitem__("config", "cluster_id: not a DNS label"),
+        {"config": Status.FAIL},
+    ),
     "a CRD missing": (
         lambda f: setattr(f, "crds", [CrdFact(f.crds[0].name, None), *f.crds[1:]]),
         {"crds": Status.FAIL},
