@@ -3,7 +3,7 @@
 
 The checks and what each one fixes: docs/doctor.md. `-o json` prints them for scripts; the
 exit code is 1 when any check failed (warnings alone leave it 0), 2 when nothing could be
-checked (no cluster to reach).
+checked (no Kubernetes configuration, or its API server does not answer).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from rich.text import Text
 
 from cli.connect import Kubeconfig, TemporalAddress, cli_settings, err_console
 from cli.doctor.checks import CheckLine, Status, failed, judge, summary
-from cli.doctor.gather import REVIEWS_AT_ONCE, Gatherer, expected_crds
+from cli.doctor.gather import NETWORK_TIMEOUT_S, REVIEWS_AT_ONCE, Gatherer, expected_crds
 from cli.output import Output, OutputFormat, print_data, stdout_console
 from cluster.tenancy import DEFAULT_WORKER_NAMESPACE
 
@@ -44,7 +44,8 @@ def doctor(
     and the prices' age (docs/doctor.md).
 
     Temporal is reached at --temporal-address, else $CLOUDBURST_TEMPORAL_ADDRESS, else the
-    installed address (inside the cluster). Exit 1 when a check failed.
+    installed address (inside the cluster). Exit 1 when a check failed, 2 when the API
+    server cannot be reached.
     -o json|yaml prints {"checks": [{check, status, message, fix}], "summary": {...}}."""
     settings = cli_settings(kubeconfig=kubeconfig)
     try:
@@ -53,6 +54,14 @@ def doctor(
         err_console.print(Text.assemble(("error:", "red"), f" no Kubernetes configuration: {err}"))
         raise typer.Exit(2) from None
     with api_client:
+        try:
+            k8s.VersionApi(api_client).get_code(_request_timeout=NETWORK_TIMEOUT_S)
+        except Exception as err:  # urllib3's and the client's errors alike: nothing to check
+            host = api_client.configuration.host
+            err_console.print(
+                Text.assemble(("error:", "red"), f" cannot reach the API server at {host}: {err}")
+            )
+            raise typer.Exit(2) from None
         facts = Gatherer(api_client, namespace, temporal_address, settings).gather()
     lines = judge(facts, expected_crds())
     if output.is_data:

@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from cli.doctor.checks import Status, first_difference, judge
+from cli.commands.doctor import print_lines
+from cli.doctor.checks import Status, failed, first_difference, judge
 from cli.doctor.facts import (
     AccessFact,
     AdmissionFact,
@@ -223,3 +224,26 @@ def test_the_first_difference_names_the_field() -> None:
     expected = {"properties": {"spec": {"properties": {"a": {"type": "string"}}}}}
     served = {"properties": {"spec": {"properties": {"a": {"type": "integer"}}}}}
     assert first_difference(expected, served) == ".properties.spec.properties.a.type"
+
+
+def test_the_report_marks_each_line_and_puts_the_fix_under_it(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """As `linkerd check` prints: a mark and the check's name a line, the fix indented under a
+    line that is not ok, the counts last. Fails on a fix not printed, or a warning counted as
+    a failure."""
+    facts = healthy()
+    facts.temporal = dataclasses.replace(TEMPORAL, installed_tls=False)
+    facts.autoapprove_binding = True
+    lines = judge(facts, EXPECTED)
+    print_lines(lines, NS)
+    out = capsys.readouterr().out.splitlines()
+    marked = {line.split()[1]: line.split()[0] for line in out if line[:1] in ("✔", "‼", "✘")}
+    assert marked["temporal-tls"] == "‼"
+    assert marked["kubeadm-autoapprove"] == "✘"
+    assert marked["crds"] == "✔"
+    after = out[out.index(next(o for o in out if o.startswith("✘ kubeadm-autoapprove"))) + 1]
+    assert after.startswith("    fix: `kubectl delete clusterrolebinding")
+    assert out[-1] == f"{len(lines) - 2} ok, 1 warning(s), 1 failed (see docs/doctor.md)"
+    assert failed(lines)
+    assert not failed([line for line in lines if line.check != "kubeadm-autoapprove"])
