@@ -444,7 +444,7 @@ def judge_prices(prices: PriceFact | None) -> CheckLine:
         )
     return ok(
         "prices",
-        f"{', '.join(prices.providers)}: prices younger than {prices.max_age_h:g} h",
+        f"no price of {', '.join(prices.providers)} older than {prices.max_age_h:g} h",
     )
 
 
