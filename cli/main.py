@@ -48,6 +48,7 @@ class _CloudburstCommands(LazyGroup):
         "config-reference": "cli.commands.config_reference:config_reference",
         "tenant-rbac": "cli.commands.tenant_rbac:tenant_rbac",
         "convert": "cli.commands.convert:convert_command",
+        "doctor": "cli.commands.doctor:doctor",
     }
     lazy_groups = {
         "claims": "cli.commands.claims:claims_app",
