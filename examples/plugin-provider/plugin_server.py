@@ -485,9 +485,12 @@ class Homelab:
 
     def _by_id(self, instance_id: str, namespace: str) -> Record:
         """`namespace`'s instance of that id; another namespace's is as good as none (and
-        the answer says no more)."""
+        the answer says no more). An instance made before requests named their namespace
+        (in the state with none) is read and deleted by id as it was then, so that its
+        claim still deletes it after an upgrade; no namespace lists it (a list feeds orphan
+        garbage collection, which must see only its own)."""
         for record in self._records.values():
-            if record.id == instance_id and record.namespace == namespace:
+            if record.id == instance_id and record.namespace in (namespace, ""):
                 return record
         raise ContractError(404, "notFound", f"no instance {instance_id}")
 

@@ -321,6 +321,25 @@ def test_a_call_with_another_namespaces_credential_is_refused(lab: ReferencePlug
     assert record is not None and record.namespace == "team-b"
 
 
+def test_an_instance_made_before_namespaces_is_still_its_claims_to_delete(tmp_path: Path) -> None:
+    """An upgrade leaks no machine: an instance of the state from before requests named their
+    namespace is read and deleted by id (its claim holds the id), and listed to no namespace
+    (whose orphan GC would take it for its own)."""
+    with ReferencePlugin(tmp_path, machines=2) as first:
+        made = provider(first).create(spec("claim-old"))
+    state = json.loads((tmp_path / "state.json").read_text())
+    for instance in state["instances"]:
+        del instance["namespace"]  # as the earlier release wrote it
+    (tmp_path / "state.json").write_text(json.dumps(state))
+    with ReferencePlugin(tmp_path, machines=2) as second:
+        p = provider(second)
+        assert p.list_owned(CLUSTER) == []
+        kept = p.get(made.id)
+        assert kept is not None and kept.state.value == "running"
+        p.delete(made.id)
+        gone(p, made.id)
+
+
 # ---- the program ------------------------------------------------------------------------------
 
 
