@@ -513,8 +513,12 @@ class BootstrapActivities:
         return [self.prepare_bootstrap, self.delete_bootstrap_secrets]
 
     @staticmethod
-    def script_secret_name(claim_name: str) -> str:
-        return f"{claim_name}-bootstrap"
+    def script_secret_name(claim_namespace: str, claim_name: str) -> str:
+        """`<namespace>.<claim>-bootstrap`: one claim's alone. All claims' scripts share the
+        worker's namespace, and a namespace name has no dot, so same-named claims of two
+        namespaces never meet here (each would overwrite, reuse and later delete the other's
+        token and script under one name)."""
+        return f"{claim_namespace}.{claim_name}-bootstrap"
 
     # --- activities -------------------------------------------------------------------------
 
@@ -570,7 +574,7 @@ class BootstrapActivities:
         # A configuration that cannot render (bad label, version, size) mints nothing.
         placeholder = reusable or (_SAME_LENGTH_AUTH_KEY if tailscale is not None else None)
         render(_SAME_LENGTH_TOKEN, placeholder)
-        script_secret = self.script_secret_name(input.claim_name)
+        script_secret = self.script_secret_name(input.namespace, input.claim_name)
         # Created without a read first: a claim's first try finds no script (a burst starts
         # hundreds at once, and this is on the way to the VM's create call). A 409 is an
         # earlier try's script, whose token is reused while valid: read, then replaced. With
@@ -643,13 +647,26 @@ class BootstrapActivities:
         two) still names it, for the orphan GC. Only the claim's own: the script Secret of the
         claim whose workflow this runs for, and the token that script records.
         """
-        _, claim_name = own_claim()
+        claim_namespace, claim_name = own_claim()
         if refs.namespace == self.namespace:
-            if refs.script_secret != self.script_secret_name(claim_name):
+            script = self._read_script(refs.script_secret)
+            if refs.script_secret == _legacy_script_secret_name(claim_name):
+                # A claim that began under a release naming scripts `<claim>-bootstrap`: its
+                # script still goes with it, unless that name now holds a same-named claim's
+                # of another namespace (which overwrote it): that one, and the token it
+                # records, are left to their own claim (this claim's token expires).
+                if script is not None and not _is_claims(script, claim_namespace, claim_name):
+                    log.warning(
+                        "first-boot script Secret %s/%s is another claim's now; left to it",
+                        self.namespace,
+                        refs.script_secret,
+                    )
+                    return
+            elif refs.script_secret != self.script_secret_name(claim_namespace, claim_name):
                 raise self.authority.refused(
                     f"Secret {refs.script_secret} is not claim {claim_name}'s first-boot script"
                 )
-            recorded = _annotations(self._read_script(refs.script_secret)).get(labels.TOKEN_SECRET)
+            recorded = _annotations(script).get(labels.TOKEN_SECRET)
             if recorded is None:
                 return  # no script: its token went first, an earlier attempt deleted both
             if recorded != refs.token_secret:
@@ -856,6 +873,21 @@ class BootstrapActivities:
             )
         except ApiException as err:
             raise _secret_write_error(err, f"updating Secret {self.namespace}/{name}") from None
+
+
+def _legacy_script_secret_name(claim_name: str) -> str:
+    """The script Secret's name before it carried the claim's namespace: what the histories
+    of claims begun under an earlier release record."""
+    return f"{claim_name}-bootstrap"
+
+
+def _is_claims(secret: client.V1Secret, claim_namespace: str, claim_name: str) -> bool:
+    """Whether the Secret is labelled as claim `claim_namespace/claim_name`'s."""
+    found = (secret.metadata.labels if secret.metadata else None) or {}
+    return (
+        found.get(labels.NODEPOOL_NAMESPACE) == claim_namespace
+        and found.get(labels.NODECLAIM) == claim_name
+    )
 
 
 def _annotations(secret: client.V1Secret | None) -> dict[str, str]:

@@ -162,7 +162,7 @@ class ComputeActivities:
                 type=INVALID_CONFIGURATION,
                 non_retryable=True,
             ) from None
-        return cls(block, read_provider_credential(self._core, namespace, block))
+        return cls(block, read_provider_credential(self._core, namespace, block), namespace)
 
     @staticmethod
     def _find(provider: Provider, ref: InstanceRef) -> Instance | None:

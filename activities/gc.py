@@ -196,7 +196,8 @@ class GcActivities:
         self._tenancy.require(scope.namespace, scope.node_class, (scope.provider,))
         block = scope.node_class.provider_block(scope.provider)
         cls = provider_class(scope.provider)
-        return cls(block, read_provider_credential(self._core, scope.namespace, block))
+        credential = read_provider_credential(self._core, scope.namespace, block)
+        return cls(block, credential, scope.namespace)
 
     def _secrets(self) -> list[LabelledSecret]:
         """First-boot script Secrets (the worker's namespace) and the token each one names.

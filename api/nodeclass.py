@@ -417,7 +417,7 @@ class RedfishClass(ProviderBlock):
     """Bare-metal machines the operator owns, powered on and off through their BMCs (Redfish).
 
     `machines` is the inventory; each machine's `bmc` is an address the operator must allow
-    (`CLOUDBURST_ALLOWED_ENDPOINTS["redfish"]`), and so is `seedUrl`. A claim takes a free
+    (`CLOUDBURST_ALLOWED_ENDPOINTS["redfish"]`), and so are `seedUrl` and `imageUrl`. A claim takes a free
     machine (powered off, held by no claim), writes its first-boot script as a cloud-init
     NoCloud seed (`<seedUrl>/<machine>/user-data` and `meta-data`, which the operator's
     netboot setup hands to the machine with `ds=nocloud;s=<seedUrl>/<machine>/`), sets a
@@ -475,9 +475,13 @@ class RedfishClass(ProviderBlock):
         return "machines[].credentialsSecretRef"
 
     def addresses(self) -> list[tuple[str, str]]:
-        """(manifest path, URL) of every address it calls: each BMC and the seed server."""
+        """(manifest path, URL) of every address it sends to or has fetched: each BMC, the
+        seed server, and the virtual media a BMC is told to boot (`imageUrl`: the machine
+        boots whatever is there, so it is an operator's address too)."""
         found = [(f"spec.redfish.machines[{i}].bmc", m.bmc) for i, m in enumerate(self.machines)]
         found.append(("spec.redfish.seedUrl", self.seed_url))
+        if self.image_url is not None:
+            found.append(("spec.redfish.imageUrl", self.image_url))
         return found
 
 

@@ -16,6 +16,13 @@ docs/providers.md ("Plug-in providers") says what each operation must do.
 
 Every error answer carries `ErrorAnswer`. Fields are camelCase on the wire; both sides
 ignore fields they do not know, so that a later v1 may add optional ones.
+
+Every request names the tenant it is for: header `Cloudburst-Namespace`, the namespace of the
+claim (of the NodeClass whose token it sends). A plug-in that serves several tenants keeps a
+credential per namespace — its operator's configuration says which token serves which
+namespace, never the NodeClass — refuses a call whose token does not serve the namespace it
+names (403 `fatal`), and answers each namespace's instances to that namespace alone: a list
+holds only its instances, another's id is 404 `notFound` (examples/plugin-provider).
 """
 
 from __future__ import annotations
@@ -42,6 +49,8 @@ from api.limits import (
 from api.nodepool import ON_DEMAND, CapacityType
 
 VERSION: Final = "v1"
+# The tenant a request is for: the claim's namespace (a Kubernetes namespace name).
+NAMESPACE_HEADER: Final = "Cloudburst-Namespace"
 PREFIX: Final = f"/{VERSION}"
 SCHEMA_PATH: Final = Path(__file__).with_name("plugin_contract.schema.json")
 SCHEMA_ID: Final = "https://cloudburst.io/schemas/plugin-contract/v1.json"
@@ -277,6 +286,10 @@ def contract_schema() -> dict[str, Any]:
             "The five provider operations a plug-in serves over HTTP + JSON under "
             f"{PREFIX}/ (docs/providers.md, Plug-in providers). Authentication: "
             "`Authorization: Bearer <token>` when the NodeClass names a token Secret. "
+            f"Tenancy: every request carries `{NAMESPACE_HEADER}: <namespace>`, the claim's "
+            "namespace; a token serves the namespaces the plug-in's operator says (403 fatal "
+            "for any other), and each namespace sees only its own instances (another's id: "
+            "404 notFound). "
             "Every non-2xx answer carries ErrorAnswer. Generated from api/plugin.py."
         ),
         "x-operations": OPERATIONS,

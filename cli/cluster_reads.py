@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config import ConfigException
-from pydantic import ValidationError
+from pydantic import TypeAdapter, ValidationError
 from urllib3.exceptions import HTTPError
 
 from activities.kube_reads import ConfigMapReader, NamespaceReader
@@ -28,7 +29,7 @@ from api.nodepool.messages import PoolQuery, PoolStatus, pool_workflow_id
 from cli.connect import answered, is_unreachable
 from cluster.matching import ClusterSpecs
 from cluster.tenancy import Tenancy
-from worker.settings import CONFIG_MAP, Settings
+from worker.settings import CONFIG_MAP, Settings, checked_allowed_endpoints
 
 if TYPE_CHECKING:
     from temporalio.client import Client
@@ -49,16 +50,27 @@ def deployed_tenancy(core: ConfigMapReader, local: Settings) -> tuple[Tenancy, s
             return local.tenancy(), f"this shell's settings ({where}: {err.status})"
         raise
     data: dict[str, str] = found.data or {}
-    overrides: dict[str, Any] = {}
-    if "CLOUDBURST_TENANT_NAMESPACES" in data:
-        overrides["tenant_namespaces"] = data["CLOUDBURST_TENANT_NAMESPACES"]
+    # The ConfigMap's word alone: a key it leaves out is unset, never filled from this shell's
+    # environment (which `Settings()` reads, merging a dict such as the endpoints into it).
+    raw_endpoints = data.get("CLOUDBURST_ALLOWED_ENDPOINTS")
     try:
-        if data.get("CLOUDBURST_ALLOWED_ENDPOINTS"):
-            overrides["allowed_endpoints"] = json.loads(data["CLOUDBURST_ALLOWED_ENDPOINTS"])
-        deployed = Settings(**overrides, worker_namespace=local.worker_namespace)
+        endpoints = checked_allowed_endpoints(
+            _ENDPOINTS.validate_python(json.loads(raw_endpoints)) if raw_endpoints else {}
+        )
+        deployed = Settings(
+            tenant_namespaces=data.get("CLOUDBURST_TENANT_NAMESPACES"),
+            worker_namespace=local.worker_namespace,
+        )
     except (ValueError, ValidationError) as err:
         return local.tenancy(), f"this shell's settings ({where} unreadable: {err})"
-    return deployed.tenancy(), f"the deployed settings ({where})"
+    tenancy = replace(
+        deployed.tenancy(),
+        allowed_endpoints={service: tuple(urls) for service, urls in endpoints.items()},
+    )
+    return tenancy, f"the deployed settings ({where})"
+
+
+_ENDPOINTS: TypeAdapter[dict[str, list[str]]] = TypeAdapter(dict[str, list[str]])
 
 
 def cluster_specs(api_client: k8s.ApiClient, tenancy: Tenancy) -> ClusterSpecs:

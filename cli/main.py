@@ -523,7 +523,7 @@ def codec_server(
             "payload keys must require one (--token-file or CLOUDBURST_CODEC_TOKEN_FILE)"
         )
     try:
-        announce_token(path, sealing=keyring is not None)
+        announce_token(path)
     except TokenFileError as err:
         setting = "--token-file" if token_file else "CLOUDBURST_CODEC_TOKEN_FILE"
         raise fail(f"{setting}: {err}") from None

@@ -27,10 +27,13 @@ setting changed under a running claim, is refused the same way).
 from __future__ import annotations
 
 import json
+import re
 import reprlib
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from urllib.parse import urlsplit
+from urllib.parse import unquote
+
+from yarl import URL
 
 from api.errors import INVALID_CONFIGURATION, application_error
 from api.labels import TENANT_LABEL, TENANT_TAINT
@@ -40,6 +43,10 @@ from api.nodepool import LIVE_CATALOG_PROVIDERS, PROVIDERS, NodePoolSpec, Taint
 DEFAULT_WORKER_NAMESPACE = "cloudburst-system"
 # Where an endpoint override may be configured: every provider block, and the Tailscale API.
 SERVICES = (*PROVIDERS, "tailscale")
+
+# Services whose plain http endpoint is allowed only by an http entry equal to it (never
+# under one): a plug-in's requests carry its bearer token and every first-boot script.
+CLEARTEXT_EXACT_SERVICES = frozenset({"plugin"})
 
 # Condition and Event reasons on a refused NodeClass / NodePool.
 # A spec the model refuses (field paths in the message).
@@ -145,12 +152,13 @@ class Tenancy:
         """The first reason not to serve `node_class` in `namespace`, checking the endpoints
         of `services` only when given (an activity checks what it is about to call)."""
         if not self.serves(namespace):
-            listed = ", ".join(sorted(self.namespaces or ())) or "none"
+            # Said where the namespace's own editors read it (its NodeClass's conditions and
+            # Events): it names no other tenant.
             return Refusal(
                 NAMESPACE_NOT_SERVED,
                 f"namespace {namespace} is not one this Cloudburst serves: an operator lists it "
-                f"in CLOUDBURST_TENANT_NAMESPACES (now: {listed}) and lets the worker read its "
-                f"Secrets (`cloudburst tenant-rbac {namespace}`; docs/security.md)",
+                f"in CLOUDBURST_TENANT_NAMESPACES and lets the worker read its Secrets "
+                f"(`cloudburst tenant-rbac {namespace}`; docs/security.md)",
             )
         if node_class is None:
             return None
@@ -175,16 +183,19 @@ class Tenancy:
             )
 
     def endpoint_allowed(self, service: str, url: str) -> bool:
+        """Whether `url`, normalised (`url_parts`), equals or lies under an entry of
+        `service`'s. A plug-in's plain http endpoint (its bearer token and every first-boot
+        script in cleartext) only by an `http://` entry naming that very endpoint: an http
+        entry is never a prefix for plug-ins."""
         wanted = url_parts(url)
         if wanted is None:
             return False
+        exact_only = service in CLEARTEXT_EXACT_SERVICES and wanted[0] == "http"
         for allowed in self.allowed_endpoints.get(service, ()):
             entry = url_parts(allowed)
-            if (
-                entry is not None
-                and wanted[:3] == entry[:3]
-                and wanted[3][: len(entry[3])] == entry[3]
-            ):
+            if entry is None or wanted[:3] != entry[:3]:
+                continue
+            if wanted[3] == entry[3] or (not exact_only and wanted[3][: len(entry[3])] == entry[3]):
                 return True
         return False
 
@@ -276,20 +287,46 @@ def tenant_taint(namespace: str) -> Taint:
 
 
 def url_parts(url: str) -> tuple[str, str, int, tuple[str, ...]] | None:
-    """(scheme, host, port, path segments) of a plain http(s) URL; None for anything else
-    (another scheme, no host, a bad port, user info, a query or a fragment)."""
+    """(scheme, host, port, path segments) of a plain http(s) URL as a server resolves it;
+    None for anything else (another scheme, no host, a bad port, user info, a query or a
+    fragment) and for a path whose meaning depends on the server.
+
+    The path is normalised as RFC 3986 says (yarl's parsing, section 6.2.2): percent-encoded
+    unreserved characters decoded, then dot segments removed — so `/team-a/../team-b`,
+    `/team-a/%2e%2e/team-b` and `/team-a/.%2E/team-b` are all `/team-b`, as the server that
+    receives them reads them. A segment still holding an encoded `/` or `\\`, a `\\`, or an
+    encoded `%` (`%2F`, `%5C`, `%25`) is refused: whether a server or a proxy before it
+    decodes it (into a separator, or into a dot segment on a second decoding) is its own
+    choice, so no prefix can be judged for it.
+    """
     try:
-        split = urlsplit(url.strip())
-        port = split.port
-    except ValueError:
+        parsed = URL(url.strip())
+        port = parsed.port
+        raw_path = parsed.raw_path
+    except (ValueError, TypeError):
         return None
-    scheme = split.scheme.lower()
-    if scheme not in ("http", "https") or not split.hostname:
+    scheme = parsed.scheme.lower()
+    if scheme not in ("http", "https") or not parsed.host or not parsed.absolute:
         return None
-    if split.username is not None or split.password is not None or split.query or split.fragment:
+    if (
+        parsed.raw_user is not None
+        or parsed.raw_password is not None
+        or parsed.raw_query_string
+        or parsed.raw_fragment
+        or "?" in url
+        or "#" in url
+    ):
         return None
-    segments = tuple(part for part in split.path.split("/") if part)
-    return scheme, split.hostname.lower(), port or (443 if scheme == "https" else 80), segments
+    raw_segments = [part for part in raw_path.split("/") if part]
+    if any(_AMBIGUOUS_IN_PATH.search(part) for part in raw_segments):
+        return None
+    segments = tuple(unquote(part) for part in raw_segments)
+    return scheme, parsed.host.lower(), port or (443 if scheme == "https" else 80), segments
+
+
+# In a path segment, what a server may or may not decode into a separator or a dot segment:
+# an encoded slash, backslash or percent sign, and a raw backslash (a separator to some).
+_AMBIGUOUS_IN_PATH = re.compile(r"%2f|%5c|%25|\\", re.IGNORECASE)
 
 
 def _endpoint_message(service: str, path: str, url: str) -> str:
@@ -308,6 +345,12 @@ def _endpoint_message(service: str, path: str, url: str) -> str:
         instead = "remove the field to use https://api.tailscale.com"
     else:
         instead = f"remove the field to use {service}'s own API"
+    if service in CLEARTEXT_EXACT_SERVICES and parts is not None and parts[0] == "http":
+        instead += (
+            f" (plain http: the token and the first-boot scripts in cleartext; use https, or "
+            f"an operator lists this very URL as an http:// entry of "
+            f"CLOUDBURST_ALLOWED_ENDPOINTS[{service}], which no prefix stands for)"
+        )
     return (
         f"{path} {shown} is not an endpoint the operator allows for {service} (the credential "
         f"would be sent there): {instead}, or an operator adds it to "

@@ -19,10 +19,10 @@ request while the token's file is not there. Either way it spends memory and CPU
   or `CLOUDBURST_CODEC_TOKEN_FILE`): every request but a CORS preflight (which browsers send
   without credentials) and the kubelet's probes must carry `Authorization: Bearer <the
   file's content>`, compared in constant time, else 401. The file is read on every request,
-  so a mounted Secret rotates without a restart. A file that is not there means no token
-  (the Deployment's optional Secret, not created), said at startup; a file empty,
-  unreadable, or gone once it was there refuses every request (503) rather than serve
-  without a token.
+  so a mounted Secret rotates without a restart. A file that is not there yet (the
+  Deployment's optional Secret, not created) refuses every request (503) until it appears,
+  said at startup: the operator named a token, so no caller without it is served; a file
+  empty, unreadable, or gone once it was there refuses every request (503) too.
   `temporal workflow show --codec-auth "Bearer <token>"` sends it; the Web UI cannot (its
   `TEMPORAL_CODEC_PASS_ACCESS_TOKEN` sends the user's own login token): a proxy in front
   adds it (deploy/README.md).
@@ -148,9 +148,10 @@ def codec_app(
         except TokenFileError as err:
             log.error("refusing every request: the token file cannot serve: %s", err)
             return _refused(503, "the codec server cannot use its token file")
-        if expected is None and keyring is not None:
+        if expected is None:
+            # The operator named a token: until it is there, no caller is one it names.
             return _refused(503, "the codec server's token file is not there yet")
-        if expected is None or token.accepts(request.headers.get(hdrs.AUTHORIZATION), expected):
+        if token.accepts(request.headers.get(hdrs.AUTHORIZATION), expected):
             return await handler(request)
         return _refused(
             401,
@@ -203,16 +204,13 @@ def codec_app(
     return app
 
 
-def announce_token(path: Path | None, sealing: bool = False) -> None:
+def announce_token(path: Path | None) -> None:
     """Log whether requests need a token, as the server starts. Raises TokenFileError when
     the file is there but cannot serve, so that the server does not start."""
     if path is None:
         log.warning("no bearer token configured: every request is served")
     elif BearerToken(path).expected() is None:
-        if sealing:
-            log.warning("no token at %s: every request is refused until it appears", path)
-        else:
-            log.warning("no token at %s: every request is served until it appears", path)
+        log.warning("no token at %s: every request is refused until it appears", path)
     else:
         log.info("requests must carry the bearer token in %s", path)
 

@@ -403,16 +403,7 @@ class Settings(BaseSettings):
     @field_validator("allowed_endpoints")
     @classmethod
     def _endpoint_urls(cls, value: dict[str, list[str]]) -> dict[str, list[str]]:
-        for service, urls in value.items():
-            if service not in SERVICES:
-                raise ValueError(f"{service!r} is not one of {', '.join(SERVICES)}")
-            for url in urls:
-                if url_parts(url) is None:
-                    raise ValueError(
-                        f"{service}: {url!r} is not a plain http(s) URL (scheme, host, optional "
-                        "port and path; no user info, query or fragment)"
-                    )
-        return value
+        return checked_allowed_endpoints(value)
 
     def tenancy(self) -> Tenancy:
         """What the worker's activities and the trigger enforce (cluster/tenancy.py)."""
@@ -460,3 +451,19 @@ class Settings(BaseSettings):
             or self.temporal_api_key
             or self.temporal_api_key_file
         )
+
+
+def checked_allowed_endpoints(value: dict[str, list[str]]) -> dict[str, list[str]]:
+    """`allowed_endpoints` as given, once each service is one and each URL a plain http(s)
+    one; ValueError naming the first that is not."""
+    for service, urls in value.items():
+        if service not in SERVICES:
+            raise ValueError(f"{service!r} is not one of {', '.join(SERVICES)}")
+        for url in urls:
+            if url_parts(url) is None:
+                raise ValueError(
+                    f"{service}: {url!r} is not a plain http(s) URL (scheme, host, optional "
+                    "port and path; no user info, query or fragment; a path whose meaning is "
+                    "the server's, with an encoded /, \\ or %, neither)"
+                )
+    return value

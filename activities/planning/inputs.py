@@ -137,7 +137,7 @@ class PlanningInputs:
         credential = read_provider_credential(self._reads, request.namespace, block)
         provider: Provider | None = None
         try:
-            provider = cls(block, credential)
+            provider = cls(block, credential, request.namespace)
             types = provider.instance_types()
         except FatalError as err:
             raise application_error(

@@ -176,8 +176,10 @@ class AwsProvider(Provider):
     supports_spot: ClassVar[bool] = True
     block: AwsClass
 
-    def __init__(self, block: AwsClass, credential: str | None) -> None:
-        super().__init__(block, credential)
+    def __init__(
+        self, block: AwsClass, credential: str | None, namespace: str | None = None
+    ) -> None:
+        super().__init__(block, credential, namespace)
         self._session_kwargs = parse_credential(credential)
         self._lock = threading.Lock()
         self._clients: dict[str, Any] = {}

@@ -245,9 +245,14 @@ class AzureProvider(Provider):
     block: AzureClass
 
     def __init__(
-        self, block: AzureClass, credential: str | None, *, polling_interval_s: float = 5.0
+        self,
+        block: AzureClass,
+        credential: str | None,
+        namespace: str | None = None,
+        *,
+        polling_interval_s: float = 5.0,
     ) -> None:
-        super().__init__(block, credential)
+        super().__init__(block, credential, namespace)
         if not (credential and credential.strip()) and (block.endpoint or "").startswith("http://"):
             # The worker's own token never crosses in clear text (a plain-HTTP endpoint is a
             # local stand-in; give it a credential Secret).

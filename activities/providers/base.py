@@ -89,9 +89,16 @@ class Provider(abc.ABC):
     # Whether create() can make spot VMs; the others refuse a spot offering.
     supports_spot: ClassVar[bool] = False
 
-    def __init__(self, block: ProviderBlock, credential: str | None) -> None:
+    def __init__(
+        self, block: ProviderBlock, credential: str | None, namespace: str | None = None
+    ) -> None:
+        """`credential` is read from `namespace`, the NodeClass's (a claim's, a scope's):
+        the tenant this provider acts for, which a provider that serves many tenants is told
+        (the plug-in contract's namespace header). None: no tenant (`cloudburst dev`'s look
+        at a catalog)."""
         self.block = block
         self.credential = credential
+        self.namespace = namespace
 
     @abc.abstractmethod
     def create(self, spec: InstanceSpec) -> Instance:

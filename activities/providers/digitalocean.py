@@ -139,8 +139,10 @@ class DigitalOceanProvider(Provider):
     name: ClassVar[str] = "digitalocean"
     block: DigitalOceanClass
 
-    def __init__(self, block: DigitalOceanClass, credential: str | None) -> None:
-        super().__init__(block, credential)
+    def __init__(
+        self, block: DigitalOceanClass, credential: str | None, namespace: str | None = None
+    ) -> None:
+        super().__init__(block, credential, namespace)
         self.token = (credential or "").strip()
         if not self.token:
             raise FatalError(self.name, "no API token", _TOKEN_FIX)

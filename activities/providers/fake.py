@@ -63,8 +63,10 @@ class FakeProvider(Provider):
     name: ClassVar[str] = "fake"
     block: FakeClass
 
-    def __init__(self, block: FakeClass, credential: str | None) -> None:
-        super().__init__(block, credential)
+    def __init__(
+        self, block: FakeClass, credential: str | None, namespace: str | None = None
+    ) -> None:
+        super().__init__(block, credential, namespace)
         if not block.endpoint:
             raise FatalError(self.name, "no cloud endpoint configured", _ENDPOINT_FIX)
         self.base_url = block.endpoint.rstrip("/")

@@ -207,9 +207,14 @@ class GcpProvider(Provider):
     block: GcpClass
 
     def __init__(
-        self, block: GcpClass, credential: str | None, *, poll_interval_s: float = 2.0
+        self,
+        block: GcpClass,
+        credential: str | None,
+        namespace: str | None = None,
+        *,
+        poll_interval_s: float = 2.0,
     ) -> None:
-        super().__init__(block, credential)
+        super().__init__(block, credential, namespace)
         self._credentials = parse_credential(credential, endpoint=block.endpoint)
         self.poll_interval_s = poll_interval_s
         self._lock = threading.Lock()

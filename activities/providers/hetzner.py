@@ -81,8 +81,10 @@ class HetznerProvider(Provider):
     name: ClassVar[str] = "hetzner"
     block: HetznerClass
 
-    def __init__(self, block: HetznerClass, credential: str | None) -> None:
-        super().__init__(block, credential)
+    def __init__(
+        self, block: HetznerClass, credential: str | None, namespace: str | None = None
+    ) -> None:
+        super().__init__(block, credential, namespace)
         if not credential:
             raise FatalError(self.name, "no API token", _AUTH_FIX)
         self.endpoint = (block.endpoint or DEFAULT_ENDPOINT).rstrip("/")

@@ -163,8 +163,10 @@ class OvhProvider(Provider):
     name: ClassVar[str] = "ovh"
     block: OvhClass
 
-    def __init__(self, block: OvhClass, credential: str | None) -> None:
-        super().__init__(block, credential)
+    def __init__(
+        self, block: OvhClass, credential: str | None, namespace: str | None = None
+    ) -> None:
+        super().__init__(block, credential, namespace)
         self._keys = self._parse_credential(credential)
         self._endpoint = endpoint_name(block.endpoint) if block.endpoint else block.api_endpoint
         self._base = f"/cloud/project/{block.project_id}"

@@ -68,8 +68,10 @@ class PluginProvider(Provider):
     name: ClassVar[str] = "plugin"
     block: PluginClass
 
-    def __init__(self, block: PluginClass, credential: str | None) -> None:
-        super().__init__(block, credential)
+    def __init__(
+        self, block: PluginClass, credential: str | None, namespace: str | None = None
+    ) -> None:
+        super().__init__(block, credential, namespace)
         if not block.endpoint:
             raise FatalError(self.name, "no plug-in endpoint configured", _ENDPOINT_FIX)
         self.endpoint = block.endpoint.rstrip("/")
@@ -187,6 +189,10 @@ class PluginProvider(Provider):
                 headers = {"Accept": "application/json", "User-Agent": USER_AGENT}
                 if self.credential:
                     headers["Authorization"] = f"Bearer {self.credential}"
+                if self.namespace:
+                    # The tenant this token is a credential of: the plug-in serves it that
+                    # namespace's instances alone (api/plugin.py).
+                    headers[contract.NAMESPACE_HEADER] = self.namespace
                 self._http = httpx.Client(
                     base_url=f"{self.endpoint}{contract.PREFIX}",
                     headers=headers,
@@ -239,7 +245,13 @@ class PluginProvider(Provider):
         if status == 404 and kind is contract.ErrorKind.NOT_FOUND:
             return None
         if status in (401, 403):
-            fix = _AUTH_FIX if status == 401 else f"the token lacks permission: {_AUTH_FIX}"
+            fix = (
+                _AUTH_FIX
+                if status == 401
+                else f"the token lacks permission (a token serves the namespaces the plug-in's "
+                f"operator gives it; this call is for {self.namespace or 'no namespace'}): "
+                f"{_AUTH_FIX}"
+            )
             raise FatalError(self.name, detail, fix)
         if kind is contract.ErrorKind.CAPACITY:
             if creating:

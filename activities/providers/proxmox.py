@@ -95,8 +95,10 @@ class ProxmoxProvider(Provider):
     name: ClassVar[str] = "proxmox"
     block: ProxmoxClass
 
-    def __init__(self, block: ProxmoxClass, credential: str | None) -> None:
-        super().__init__(block, credential)
+    def __init__(
+        self, block: ProxmoxClass, credential: str | None, namespace: str | None = None
+    ) -> None:
+        super().__init__(block, credential, namespace)
         user, token_name, token_value = _token_parts(credential)
         endpoint = urlsplit(block.endpoint)
         if endpoint.scheme != "https" or not endpoint.hostname:

@@ -81,8 +81,10 @@ class RedfishProvider(Provider):
     name: ClassVar[str] = "redfish"
     block: RedfishClass
 
-    def __init__(self, block: RedfishClass, credential: str | None) -> None:
-        super().__init__(block, credential)
+    def __init__(
+        self, block: RedfishClass, credential: str | None, namespace: str | None = None
+    ) -> None:
+        super().__init__(block, credential, namespace)
         try:
             logins = json.loads(credential or "{}")
         except ValueError:

@@ -105,8 +105,10 @@ class ScalewayProvider(Provider):
     name: ClassVar[str] = "scaleway"
     block: ScalewayClass
 
-    def __init__(self, block: ScalewayClass, credential: str | None) -> None:
-        super().__init__(block, credential)
+    def __init__(
+        self, block: ScalewayClass, credential: str | None, namespace: str | None = None
+    ) -> None:
+        super().__init__(block, credential, namespace)
         access_key, secret_key = self._keys(credential)
         self.endpoint = (block.endpoint or DEFAULT_ENDPOINT).rstrip("/")
         client = Client(

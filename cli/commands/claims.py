@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 from typing import Annotated
 
 import typer
+from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 from rich.live import Live
 from rich.table import Table
@@ -24,6 +25,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from api import NodeClaimStatus, search_attributes
 from api._base import CamelModel
 from api.messages import ScaleDownRequest, ScaleDownResult, claim_key_of, claim_workflow_id
+from cli.cluster_reads import deployed_tenancy
 from cli.connect import (
     AllNamespaces,
     Kubeconfig,
@@ -167,7 +169,12 @@ def claims_create(
     try:
         wanted = [parse_offering(text) for text in offering]
         api_client = kube_api_client(settings)
-        context = load_pool(api_client, namespace, pool, settings.tenancy())
+        # Judged as the worker and the trigger judge it: by the deployed settings (their
+        # ConfigMap), not this shell's environment, which may serve or allow more.
+        tenancy, judged_by = deployed_tenancy(k8s.CoreV1Api(api_client), settings)
+        if judged_by.startswith("this shell"):
+            err_console.print(f"note: tenancy from {judged_by}", style="yellow", highlight=False)
+        context = load_pool(api_client, namespace, pool, tenancy)
         offerings = []
         for candidate in wanted:
             priced, note = price_offering(api_client, context, candidate)

@@ -8,9 +8,16 @@ and to power it off and forget the script (`delete`). Python's standard library 
 
     python3 plugin_server.py --inventory machines.json --hooks hooks/ \
         --state /var/lib/cloudburst-plugin/state.json --listen 0.0.0.0:8790 \
-        --token-file /etc/cloudburst-plugin/token [--tls-cert C --tls-key K]
+        --tokens-file /etc/cloudburst-plugin/tokens.json --tls-cert C --tls-key K
 
 What it shows of the contract:
+- every machine's instance belongs to one namespace (a tenant): each request names its
+  namespace (header `Cloudburst-Namespace`), and the operator's tokens file says which
+  token serves which namespace (`{"team-a": "<token>", "team-b": "<token>"}`; never the
+  tenant's NodeClass). A token that is no one's is 401, one that serves another namespace
+  403 (`fatal`, naming no one else); a namespace sees, lists and deletes its own instances
+  alone (another's id is 404 `notFound`), and the same claim name in two namespaces is two
+  instances;
 - every create is checked against the contract's JSON Schema before anything happens
   (400 `fatal`, naming the fields);
 - create is idempotent by the claim's name: a second create of a name it has answers that
@@ -27,7 +34,7 @@ What it shows of the contract:
 
 Hooks get the machine's inventory `env` and `CLOUDBURST_INSTANCE_ID`, `CLOUDBURST_MACHINE_ID`,
 `CLOUDBURST_MACHINE_ADDRESS`, `CLOUDBURST_CLAIM`, `CLOUDBURST_CLUSTER_ID`,
-`CLOUDBURST_NODE_POOL`, `CLOUDBURST_REGION`, `CLOUDBURST_INSTANCE_TYPE`, `CLOUDBURST_IMAGE`
+`CLOUDBURST_NAMESPACE`, `CLOUDBURST_NODE_POOL`, `CLOUDBURST_REGION`, `CLOUDBURST_INSTANCE_TYPE`, `CLOUDBURST_IMAGE`
 and `CLOUDBURST_PROVIDER_ID` (`plugin:///<region>/<instance id>`: what the machine must
 write to /etc/cloudburst/provider-id before the first-boot script runs; the shipped create
 hook does it with a cloud-init vendor-data file).
@@ -68,6 +75,9 @@ PROVIDER_ID_SCHEME = "plugin"
 EX_UNAVAILABLE = 69  # sysexits.h: the machine cannot be had now -> capacity
 EX_TEMPFAIL = 75  # sysexits.h: try again later -> retryable
 MAX_BODY_BYTES = 1 << 20
+# The tenant a request is for (Cloudburst's api/plugin.py NAMESPACE_HEADER): a namespace name.
+NAMESPACE_HEADER = "Cloudburst-Namespace"
+NAMESPACE_PATTERN = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 
 
 class ContractError(Exception):
@@ -264,7 +274,7 @@ class Inventory:
 
 @dataclass
 class Record:
-    """One instance: one life of one machine, for one claim."""
+    """One instance: one life of one machine, for one claim of one namespace."""
 
     id: str
     name: str
@@ -278,6 +288,8 @@ class Record:
     created_at: str
     image: str | None = None
     error: str | None = None  # the last hook failure of a delete still to be done
+    # The tenant whose instance it is ("": a server without tokens asked without one).
+    namespace: str = ""
 
     def answer(self, address: str | None) -> dict[str, Any]:
         """The contract's Instance."""
@@ -319,14 +331,14 @@ class Homelab:
             if not os.access(path, os.X_OK):
                 raise FileNotFoundError(f"hook {path} is missing or not executable")
         self._lock = threading.Lock()
-        self._records: dict[str, Record] = {}  # by claim name
+        self._records: dict[tuple[str, str], Record] = {}  # by (namespace, claim name)
         self._lives: Counter[str] = Counter()  # machine -> lives so far (instance ids)
         self._deleting: set[str] = set()  # instance ids whose delete hook runs now
         self._load()
 
     # ---- the operations -------------------------------------------------------------------
 
-    def create(self, request: Any) -> tuple[int, dict[str, Any]]:
+    def create(self, request: Any, namespace: str = "") -> tuple[int, dict[str, Any]]:
         problems = self.contract.problems("CreateInstanceRequest", request)
         if problems:
             raise ContractError(
@@ -338,7 +350,7 @@ class Homelab:
         name = str(request["name"])
         cluster = str(request["clusterID"])
         with self._lock:
-            held = self._records.get(name)
+            held = self._records.get((namespace, name))
             if held is not None:
                 if held.cluster_id != cluster:
                     raise ContractError(
@@ -348,13 +360,13 @@ class Homelab:
                         fix="delete that instance, or give this cluster its own claim names",
                     )
                 return 200, self._answer(held)
-            record = self._reserve(request)
+            record = self._reserve(request, namespace)
             self._save()
         try:
             self._run_hook("create", record, stdin=str(request["userData"]))
         except ContractError:
             with self._lock:
-                self._records.pop(record.name, None)
+                self._records.pop((record.namespace, record.name), None)
                 self._save()
             raise
         with self._lock:
@@ -363,23 +375,26 @@ class Homelab:
             log.info("instance %s of claim %s is running", record.id, record.name)
             return 201, self._answer(record)
 
-    def get(self, instance_id: str) -> dict[str, Any]:
+    def get(self, instance_id: str, namespace: str = "") -> dict[str, Any]:
         with self._lock:
-            return self._answer(self._by_id(instance_id))
+            return self._answer(self._by_id(instance_id, namespace))
 
-    def owned(self, cluster: str) -> dict[str, Any]:
+    def owned(self, cluster: str, namespace: str = "") -> dict[str, Any]:
+        """The cluster's instances of `namespace`: never another namespace's."""
         if not cluster:
             raise ContractError(400, "fatal", "the query parameter cluster is required")
         with self._lock:
             return {
                 "instances": [
-                    self._answer(r) for r in self._records.values() if r.cluster_id == cluster
+                    self._answer(r)
+                    for r in self._records.values()
+                    if r.cluster_id == cluster and r.namespace == namespace
                 ]
             }
 
-    def delete(self, instance_id: str) -> dict[str, Any]:
+    def delete(self, instance_id: str, namespace: str = "") -> dict[str, Any]:
         with self._lock:
-            record = self._by_id(instance_id)
+            record = self._by_id(instance_id, namespace)
             record.state = "stopping"
             self._save()
             start = record.id not in self._deleting
@@ -421,8 +436,8 @@ class Homelab:
 
     # ---- helpers (with the lock held where they say so) -----------------------------------
 
-    def _reserve(self, request: dict[str, Any]) -> Record:
-        """A free machine for the request, as a pending instance (lock held)."""
+    def _reserve(self, request: dict[str, Any], namespace: str) -> Record:
+        """A free machine for the request, as a pending instance of `namespace` (lock held)."""
         wanted = str(request["instanceType"])
         region = str(request.get("region") or self.inventory.default_region)
         if wanted not in self.inventory.types:
@@ -462,14 +477,20 @@ class Homelab:
             state="pending",
             created_at=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
             image=request.get("image"),
+            namespace=namespace,
         )
-        self._records[record.name] = record
+        self._records[(namespace, record.name)] = record
         log.info("machine %s reserved for claim %s as %s", machine.id, record.name, record.id)
         return record
 
-    def _by_id(self, instance_id: str) -> Record:
+    def _by_id(self, instance_id: str, namespace: str) -> Record:
+        """`namespace`'s instance of that id; another namespace's is as good as none (and
+        the answer says no more). An instance made before requests named their namespace
+        (in the state with none) is read and deleted by id as it was then, so that its
+        claim still deletes it after an upgrade; no namespace lists it (a list feeds orphan
+        garbage collection, which must see only its own)."""
         for record in self._records.values():
-            if record.id == instance_id:
+            if record.id == instance_id and record.namespace in (namespace, ""):
                 return record
         raise ContractError(404, "notFound", f"no instance {instance_id}")
 
@@ -488,7 +509,7 @@ class Homelab:
             log.warning("delete of %s failed (retried at the next DELETE): %s", record.id, err)
             return
         with self._lock:
-            self._records.pop(record.name, None)
+            self._records.pop((record.namespace, record.name), None)
             self._deleting.discard(record.id)
             self._save()
         log.info("instance %s of claim %s is gone", record.id, record.name)
@@ -503,6 +524,7 @@ class Homelab:
             "CLOUDBURST_MACHINE_ID": record.machine,
             "CLOUDBURST_MACHINE_ADDRESS": (machine.address if machine else None) or "",
             "CLOUDBURST_CLAIM": record.name,
+            "CLOUDBURST_NAMESPACE": record.namespace,
             "CLOUDBURST_CLUSTER_ID": record.cluster_id,
             "CLOUDBURST_NODE_POOL": record.node_pool,
             "CLOUDBURST_REGION": record.region,
@@ -558,10 +580,10 @@ class Homelab:
             # unknown and its script is gone (never stored), so the machine is let go.
             if record.state in ("pending", "stopping"):
                 record.state = "stopping"
-            self._records[record.name] = record
+            self._records[(record.namespace, record.name)] = record
         for record in list(self._records.values()):
             if record.state == "stopping":
-                self.delete(record.id)
+                self.delete(record.id, record.namespace)
 
     def _save(self) -> None:
         """Write the state atomically (lock held)."""
@@ -594,8 +616,8 @@ class _Handler(BaseHTTPRequestHandler):
             # Read first, whatever the answer: a body left unread would be taken for the
             # connection's next request.
             payload = self._body()
-            self._authenticate()
-            status, body = self._route(self.command, parts, parse_qs(url.query), payload)
+            namespace = self._tenant()
+            status, body = self._route(self.command, parts, parse_qs(url.query), payload, namespace)
         except ContractError as err:
             status, body = err.status, err.body()
         except Exception:
@@ -603,31 +625,68 @@ class _Handler(BaseHTTPRequestHandler):
             status, body = 500, ContractError(500, "retryable", "plug-in error").body()
         self._answer(status, body, url.path)
 
-    def _authenticate(self) -> None:
-        token = self.server.token
-        if token is None:
-            return
-        given = self.headers.get("Authorization", "")
-        if not hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):
+    def _tenant(self) -> str:
+        """The namespace the request is for, once its token is known to serve it.
+
+        Without tokens (`--tokens-file` not given) every caller is served, and the header
+        only keeps namespaces' instances apart. With them, the header is required and the
+        token must be the one the operator gave that namespace: any other token is 401 (no
+        one's) or 403 (another namespace's), and neither answer names who it serves.
+        """
+        namespace = self.headers.get(NAMESPACE_HEADER, "")
+        if namespace and not NAMESPACE_PATTERN.fullmatch(namespace):
+            raise ContractError(400, "fatal", f"header {NAMESPACE_HEADER} is no namespace name")
+        tokens = self.server.tokens
+        if tokens is None:
+            return namespace
+        given = self.headers.get("Authorization", "").encode()
+        # Every token compared, so the time taken says nothing of which one matched.
+        matches = {
+            served: hmac.compare_digest(given, f"Bearer {token}".encode())
+            for served, token in tokens.items()
+        }
+        if not any(matches.values()):
             raise ContractError(
                 401, "fatal", "missing or wrong bearer token", fix="check the token Secret"
             )
+        if not namespace:
+            raise ContractError(
+                400,
+                "fatal",
+                f"header {NAMESPACE_HEADER} is required: this plug-in serves each namespace "
+                "its own instances",
+                fix="a Cloudburst that speaks contract v1 with tenancy sends it",
+            )
+        if not matches.get(namespace, False):
+            raise ContractError(
+                403,
+                "fatal",
+                f"this token does not serve namespace {namespace}",
+                fix=f"the token Secret of a NodeClass in {namespace} holds the token the "
+                f"plug-in's operator gives {namespace}",
+            )
+        return namespace
 
     def _route(
-        self, method: str, parts: list[str], query: dict[str, list[str]], payload: bytes
+        self,
+        method: str,
+        parts: list[str],
+        query: dict[str, list[str]],
+        payload: bytes,
+        namespace: str,
     ) -> tuple[int, dict[str, Any] | None]:
         lab = self.server.homelab
         if parts[:1] != ["v1"]:
             raise ContractError(404, "fatal", "this plug-in serves contract v1 under /v1/")
         rest = parts[1:]
         if rest == ["instances"] and method == "POST":
-            return lab.create(_json(payload))
+            return lab.create(_json(payload), namespace)
         if rest == ["instances"] and method == "GET":
-            return 200, lab.owned(query.get("cluster", [""])[-1])
+            return 200, lab.owned(query.get("cluster", [""])[-1], namespace)
         if len(rest) == 2 and rest[0] == "instances" and method == "GET":
-            return 200, lab.get(rest[1])
+            return 200, lab.get(rest[1], namespace)
         if len(rest) == 2 and rest[0] == "instances" and method == "DELETE":
-            return 202, lab.delete(rest[1])
+            return 202, lab.delete(rest[1], namespace)
         if rest == ["instance-types"] and method == "GET":
             return 200, lab.instance_types()
         raise ContractError(404, "fatal", f"no operation {method} /{'/'.join(parts)}")
@@ -663,11 +722,12 @@ class _HTTPServer(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
     homelab: Homelab
-    token: str | None
+    tokens: dict[str, str] | None  # namespace -> its token; None: no authentication
 
 
 class PluginServer:
-    """The HTTP face of a `Homelab`, served from a daemon thread (`start`/`stop`, or `with`)."""
+    """The HTTP face of a `Homelab`, served from a daemon thread (`start`/`stop`, or `with`).
+    `tokens`: namespace -> the token that serves it (None: every caller is served)."""
 
     def __init__(
         self,
@@ -675,25 +735,25 @@ class PluginServer:
         host: str = "127.0.0.1",
         port: int = 0,
         *,
-        token: str | None = None,
+        tokens: dict[str, str] | None = None,
         tls: ssl.SSLContext | None = None,
     ) -> None:
         self.homelab = homelab
         self._httpd = _HTTPServer((host, port), _Handler)
         self._httpd.homelab = homelab
-        self._httpd.token = token
+        self._httpd.tokens = tokens
         self._scheme = "https" if tls else "http"
         if tls is not None:
             self._httpd.socket = tls.wrap_socket(self._httpd.socket, server_side=True)
         self._thread: threading.Thread | None = None
 
     @property
-    def token(self) -> str | None:
-        return self._httpd.token
+    def tokens(self) -> dict[str, str] | None:
+        return self._httpd.tokens
 
-    @token.setter
-    def token(self, value: str | None) -> None:
-        self._httpd.token = value
+    @tokens.setter
+    def tokens(self, value: dict[str, str] | None) -> None:
+        self._httpd.tokens = value
 
     @property
     def url(self) -> str:
@@ -726,7 +786,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hooks", type=Path, default=HERE / "hooks", help="create, delete")
     parser.add_argument("--state", type=Path, required=True, help="where instances are kept")
     parser.add_argument("--listen", default="127.0.0.1:8790", help="host:port")
-    parser.add_argument("--token-file", type=Path, help="the bearer token clients must send")
+    parser.add_argument(
+        "--tokens-file",
+        type=Path,
+        help='JSON {"<namespace>": "<token>"}: the bearer token that serves each namespace',
+    )
     parser.add_argument("--schema", type=Path, help="plugin_contract.schema.json")
     parser.add_argument("--hook-timeout", type=float, default=50.0, help="seconds")
     parser.add_argument("--tls-cert", type=Path)
@@ -742,15 +806,20 @@ def main(argv: list[str] | None = None) -> int:
         Contract.load(args.schema),
         hook_timeout_s=args.hook_timeout,
     )
-    token = args.token_file.read_text(encoding="utf-8").strip() if args.token_file else None
+    tokens = _read_tokens(args.tokens_file) if args.tokens_file else None
     tls = None
     if args.tls_cert:
         tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         tls.load_cert_chain(args.tls_cert, args.tls_key)
     host, _, port = args.listen.rpartition(":")
-    server = PluginServer(homelab, host or "127.0.0.1", int(port), token=token, tls=tls)
-    if token is None:
-        log.warning("no --token-file: every caller that reaches %s is served", server.url)
+    server = PluginServer(homelab, host or "127.0.0.1", int(port), tokens=tokens, tls=tls)
+    if tokens is None:
+        log.warning("no --tokens-file: every caller that reaches %s is served", server.url)
+    if tls is None:
+        log.warning(
+            "no --tls-cert: tokens and first-boot scripts cross in cleartext (Cloudburst calls "
+            "an http:// plug-in only where an operator allows that very URL)"
+        )
     log.info(
         "serving contract v1 on %s: %d machines of %d types",
         server.url,
@@ -764,6 +833,23 @@ def main(argv: list[str] | None = None) -> int:
         stopped.wait()
     server.stop()
     return 0
+
+
+def _read_tokens(path: Path) -> dict[str, str]:
+    """The tokens file: one token per namespace, each a different one."""
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    if not isinstance(doc, dict) or not doc:
+        raise SystemExit(f"{path}: a JSON object of namespace -> token")
+    tokens: dict[str, str] = {}
+    for namespace, token in doc.items():
+        if not NAMESPACE_PATTERN.fullmatch(str(namespace)):
+            raise SystemExit(f"{path}: {namespace!r} is no namespace name")
+        if not isinstance(token, str) or len(token.strip()) < 16:
+            raise SystemExit(f"{path}: the token of {namespace} must be 16 characters or more")
+        tokens[str(namespace)] = token.strip()
+    if len(set(tokens.values())) != len(tokens):
+        raise SystemExit(f"{path}: a token serves one namespace: give each its own")
+    return tokens
 
 
 if __name__ == "__main__":

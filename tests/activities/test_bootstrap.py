@@ -47,6 +47,7 @@ from tests.activities.conftest import (
     WORKER_NAMESPACE,
     WORKER_USER,
     AuditLog,
+    create_namespace,
     identity_client,
     wait_until_allowed,
 )
@@ -131,7 +132,8 @@ def run(fn: Any, arg: Any) -> Any:
     if isinstance(arg, BootstrapInput):
         return run_bootstrap(_admin[0], fn, arg)
     if isinstance(arg, BootstrapRefs):  # its claim's, by its script's name
-        return claims_env("default", arg.script_secret.removesuffix("-bootstrap")).run(fn, arg)
+        claim_namespace, _, claim = arg.script_secret.removesuffix("-bootstrap").partition(".")
+        return claims_env(claim_namespace, claim).run(fn, arg)
     return ActivityEnvironment().run(fn, arg)
 
 
@@ -147,7 +149,7 @@ def test_token_secret_has_kubeadm_shape(acts, core, namespace, unique):
     assert refs.namespace == WORKER_NAMESPACE
     assert core.list_namespaced_secret(namespace).items == []
     assert refs.token_secret_namespace == "kube-system"
-    assert refs.script_secret == f"{claim}-bootstrap"
+    assert refs.script_secret == f"{namespace}.{claim}-bootstrap"
     secret = core.read_namespaced_secret(refs.token_secret, "kube-system")
     assert secret.type == "bootstrap.kubernetes.io/token"
     token_id = secret_text(secret, "token-id")
@@ -847,7 +849,7 @@ def test_another_claims_workflow_deletes_none_of_a_claims_join_secrets(
         other.run(acts.delete_bootstrap_secrets, refs)
     assert "not authorised by the cluster" in str(refused.value)
     # Its own script's name with the victim's token: its script records no token, nothing goes.
-    own = refs.model_copy(update={"script_secret": f"other-{unique}-bootstrap"})
+    own = refs.model_copy(update={"script_secret": f"{namespace}.other-{unique}-bootstrap"})
     other.run(acts.delete_bootstrap_secrets, own)
     stray = refs.model_copy(update={"token_secret": "bootstrap-token-abcdef"})
     with pytest.raises(ApplicationError):
@@ -919,3 +921,85 @@ def test_an_older_claims_script_in_the_pools_namespace_is_left_when_forbidden(
     with pytest.raises(ApiException) as deleted:
         core.read_namespaced_secret(refs.script_secret, WORKER_NAMESPACE)
     assert deleted.value.status == 404
+
+
+# --- same-named claims of two namespaces ------------------------------------------------------
+
+
+def test_same_named_claims_of_two_namespaces_keep_their_own_scripts_and_tokens(
+    acts, core, namespace, unique
+):
+    """Issue #55: every claim's script was `<claim>-bootstrap` in the worker's namespace, so a
+    same-named claim of another namespace found the first's script (a 409), reused its token,
+    rewrote the script with its own labels and, when it ended, deleted the first's token and
+    script. Fails on that name: the two claims share one script and one token."""
+    other_namespace = create_namespace(core, f"t-{unique}-b")
+    claim = f"burst-{unique}"
+    first: BootstrapRefs = run(acts.prepare_bootstrap, make_input(namespace, claim))
+    second: BootstrapRefs = run(acts.prepare_bootstrap, make_input(other_namespace, claim))
+
+    assert first.script_secret != second.script_secret
+    assert first.token_secret != second.token_secret
+    for refs, claim_namespace in ((first, namespace), (second, other_namespace)):
+        script = core.read_namespaced_secret(refs.script_secret, WORKER_NAMESPACE)
+        assert script.metadata.labels[labels.NODEPOOL_NAMESPACE] == claim_namespace
+        assert script.metadata.annotations[labels.TOKEN_SECRET] == refs.token_secret
+        assert secret_text(script, "token").startswith(refs.token_secret.rsplit("-", 1)[1])
+
+    run(acts.delete_bootstrap_secrets, second)
+    for name, ns in (
+        (second.token_secret, "kube-system"),
+        (second.script_secret, WORKER_NAMESPACE),
+    ):
+        with pytest.raises(ApiException) as gone:
+            core.read_namespaced_secret(name, ns)
+        assert gone.value.status == 404
+    # The first claim's are untouched: its node can still join.
+    assert core.read_namespaced_secret(first.token_secret, "kube-system")
+    kept = core.read_namespaced_secret(first.script_secret, WORKER_NAMESPACE)
+    assert kept.metadata.annotations[labels.TOKEN_SECRET] == first.token_secret
+
+
+def _renamed_to_legacy(core: client.CoreV1Api, refs: BootstrapRefs, claim: str) -> BootstrapRefs:
+    """The claim's script as a release naming it `<claim>-bootstrap` wrote it: its refs, as
+    that claim's history records them."""
+    script = core.read_namespaced_secret(refs.script_secret, WORKER_NAMESPACE)
+    legacy = f"{claim}-bootstrap"
+    core.create_namespaced_secret(
+        WORKER_NAMESPACE,
+        client.V1Secret(
+            metadata=client.V1ObjectMeta(
+                name=legacy,
+                labels=script.metadata.labels,
+                annotations=script.metadata.annotations,
+            ),
+            data=script.data,
+        ),
+    )
+    core.delete_namespaced_secret(refs.script_secret, WORKER_NAMESPACE)
+    return refs.model_copy(update={"script_secret": legacy})
+
+
+def test_a_claim_of_the_previous_release_deletes_its_old_named_script(
+    acts, core, namespace, unique
+):
+    """A claim begun before scripts carried the namespace in their name records
+    `<claim>-bootstrap`: its cleanup still deletes that script and its token (the upgrade
+    leaks nothing); one that name now holds for another namespace's claim is left to it."""
+    claim = f"burst-{unique}"
+    refs = _renamed_to_legacy(
+        core, run(acts.prepare_bootstrap, make_input(namespace, claim)), claim
+    )
+    claims_env(namespace, claim).run(acts.delete_bootstrap_secrets, refs)
+    for name, ns in ((refs.token_secret, "kube-system"), (refs.script_secret, WORKER_NAMESPACE)):
+        with pytest.raises(ApiException) as gone:
+            core.read_namespaced_secret(name, ns)
+        assert gone.value.status == 404
+
+    other_namespace = create_namespace(core, f"t-{unique}-b")
+    theirs = _renamed_to_legacy(
+        core, run(acts.prepare_bootstrap, make_input(other_namespace, claim)), claim
+    )
+    claims_env(namespace, claim).run(acts.delete_bootstrap_secrets, theirs)
+    assert core.read_namespaced_secret(theirs.script_secret, WORKER_NAMESPACE)
+    assert core.read_namespaced_secret(theirs.token_secret, "kube-system")

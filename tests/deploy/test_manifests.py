@@ -200,7 +200,9 @@ def test_the_codec_server_admits_its_clients_only_and_its_work_fits_its_memory(
     [rule] = spec["ingress"]
     assert rule["from"] == [
         {
-            "namespaceSelector": {},
+            "namespaceSelector": {
+                "matchLabels": {"kubernetes.io/metadata.name": deployment["metadata"]["namespace"]}
+            },
             "podSelector": {"matchLabels": {"cloudburst.io/codec-server-client": "true"}},
         }
     ]

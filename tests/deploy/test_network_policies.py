@@ -45,7 +45,7 @@ PROMETHEUS = {
     "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}},
 }
 CODEC_SERVER_CLIENTS = {
-    "namespaceSelector": {},
+    "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "cloudburst-system"}},
     "podSelector": {"matchLabels": {"cloudburst.io/codec-server-client": "true"}},
 }
 # What a port admits when nothing restricts it: any source at all.
@@ -353,6 +353,31 @@ def test_no_rule_admits_every_pod_or_every_port(
                 assert "port" in rule_port, f"{name}: {rule_port} opens every port"
                 assert any(opens(rule_port, p) for pod in guarded for p in pod.ports), (
                     f"{name}: no pod it guards listens on {rule_port}"
+                )
+
+
+# The one namespace label no one sets: the API server gives every Namespace its own name.
+NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
+
+
+@pytest.mark.parametrize("overlay", ALL_OVERLAYS)
+def test_no_rule_admits_pods_by_a_label_a_tenant_can_set(
+    overlays: dict[str, list[Manifest]], overlay: str
+) -> None:
+    """A peer with a namespaceSelector names its namespaces by name: a pod label admits only
+    where tenants have no rights. `namespaceSelector: {}` (every namespace) with a pod label,
+    as the codec server's policy had (issue #55), admits any pod a namespace editor labels so;
+    a selector on another namespace label, any namespace labelled so. Fails on that policy."""
+    for policy in policies_of(overlays[overlay]):
+        name = f"{overlay}: NetworkPolicy {policy['metadata']['name']}"
+        for rule in policy["spec"].get("ingress") or []:
+            for peer in rule.get("from") or []:
+                if "namespaceSelector" not in peer:
+                    continue  # the policy's own namespace: the operator's
+                selector = peer["namespaceSelector"]
+                assert set(selector) == {"matchLabels"}, f"{name}: {peer}"
+                assert set(selector["matchLabels"]) == {NAMESPACE_NAME_LABEL}, (
+                    f"{name}: {peer} names its namespaces by labels others can set"
                 )
 
 

@@ -266,12 +266,15 @@ async def test_with_a_token_every_request_must_carry_it(tmp_path: Path, token_fi
         emptied = await http.post(f"{url}/decode", json=one, headers={"Authorization": "Bearer x"})
         assert emptied.status_code == 503
 
-    # The Deployment's optional Secret, not created: served without a token until it is.
+    # The Deployment's optional Secret, not created: the operator named a token, so nothing is
+    # served until it is there (issue #55: it was served to anyone then).
     later = tmp_path / "later"
     async with serving(codec_app([UI], later)) as url, httpx.AsyncClient() as http:
-        assert (await http.post(f"{url}/decode", json=one)).status_code == 200
+        assert (await http.post(f"{url}/decode", json=one)).status_code == 503
         later.write_text(TOKEN)
         assert (await http.post(f"{url}/decode", json=one)).status_code == 401
+        with_token = {"Authorization": f"Bearer {TOKEN}"}
+        assert (await http.post(f"{url}/decode", json=one, headers=with_token)).status_code == 200
         later.unlink()
         assert (await http.post(f"{url}/decode", json=one)).status_code == 503
 

@@ -63,7 +63,7 @@ async def test_claim_lives_its_whole_life(stack: Stack) -> None:
         assert status.node_name == name
         # One worker wrote the first-boot script and made the create call: it was handed
         # over in memory, never read back from its Secret.
-        script = BootstrapActivities.script_secret_name(name)
+        script = BootstrapActivities.script_secret_name("default", name)
         written = [
             r.verb
             for r in stack.cluster.kube.audit(after=mark)

@@ -29,6 +29,7 @@ from tests.providers.harness import ProviderHarness
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "plugin-provider"
 REGION = "lab-1"
 INSTANCE_TYPE = "pl-small"
+NAMESPACE = "default"
 SHAPES = {INSTANCE_TYPE: (2.0, 4.0, "x86_64"), "pl-large": (8.0, 32.0, "x86_64")}
 
 # Stands in front of the shipped hooks: a failure asked for (FAULT_DIR/create) is the
@@ -101,9 +102,18 @@ class ReferencePlugin:
 
     provider = "plugin"
 
-    def __init__(self, root: Path, *, machines: int = 8, token: str | None = None) -> None:
+    def __init__(
+        self,
+        root: Path,
+        *,
+        machines: int = 8,
+        token: str | None = None,
+        namespace: str = NAMESPACE,
+    ) -> None:
         self.root = root
         self.credential = token or secrets.token_hex(16)
+        # The namespace its one token serves (the tests' NodeClasses live in "default").
+        self.namespace = namespace
         self.seeds = root / "seeds"
         self.faults = root / "faults"
         hooks = root / "hooks"
@@ -126,7 +136,7 @@ class ReferencePlugin:
             module.Contract.load(),
             hook_timeout_s=20.0,
         )
-        self.server = module.PluginServer(self.homelab, token=self.credential)
+        self.server = module.PluginServer(self.homelab, tokens={self.namespace: self.credential})
 
     # ---- lifecycle ---------------------------------------------------------------------------
 
@@ -159,7 +169,8 @@ class ReferencePlugin:
 
     def inject(self, kind: str) -> None:
         if kind == "auth":
-            self.server.token = secrets.token_hex(16)  # the caller's token is now a wrong one
+            # The caller's token is now a wrong one.
+            self.server.tokens = {self.namespace: secrets.token_hex(16)}
         else:
             (self.faults / "create").write_text(kind)
 
@@ -167,7 +178,7 @@ class ReferencePlugin:
         (self.faults / "delete").write_text("bmc")
 
     def clear(self) -> None:
-        self.server.token = self.credential
+        self.server.tokens = {self.namespace: self.credential}
         for op in ("create", "delete"):
             (self.faults / op).unlink(missing_ok=True)
 
@@ -227,7 +238,9 @@ def running_reference(machines: int = 8) -> Iterator[ReferencePlugin]:
 def harness() -> Iterator[ProviderHarness]:
     with running_reference() as plugin:
         provider = PluginProvider(
-            PluginClass(endpoint=plugin.endpoint, region=REGION), plugin.credential
+            PluginClass(endpoint=plugin.endpoint, region=REGION),
+            plugin.credential,
+            plugin.namespace,
         )
         try:
             yield ProviderHarness(

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import secrets
 import signal
 import socket
 import stat
@@ -22,7 +23,7 @@ import httpx
 import jsonschema
 import pytest
 
-from activities.providers.base import CapacityError, InstanceSpec, RetryableError
+from activities.providers.base import CapacityError, FatalError, InstanceSpec, RetryableError
 from activities.providers.plugin import PluginProvider
 from api import labels as L
 from api import plugin as contract
@@ -47,8 +48,14 @@ def lab() -> Iterator[ReferencePlugin]:
         yield plugin
 
 
-def provider(lab: ReferencePlugin) -> PluginProvider:
-    return PluginProvider(PluginClass(endpoint=lab.endpoint, region=REGION), lab.credential)
+def provider(
+    lab: ReferencePlugin, token: str | None = None, namespace: str | None = None
+) -> PluginProvider:
+    return PluginProvider(
+        PluginClass(endpoint=lab.endpoint, region=REGION),
+        lab.credential if token is None else token,
+        namespace or lab.namespace,
+    )
 
 
 def spec(name: str, instance_type: str = INSTANCE_TYPE) -> InstanceSpec:
@@ -161,7 +168,11 @@ def test_a_failed_delete_stays_stopping_and_is_retried(lab: ReferencePlugin) -> 
 
 
 def raw(lab: ReferencePlugin, method: str, path: str, **kw: Any) -> httpx.Response:
-    headers = {"Authorization": f"Bearer {lab.credential}", **kw.pop("headers", {})}
+    headers = {
+        "Authorization": f"Bearer {lab.credential}",
+        contract.NAMESPACE_HEADER: lab.namespace,
+        **kw.pop("headers", {}),
+    }
     return httpx.request(method, f"{lab.endpoint}{path}", headers=headers, timeout=10, **kw)
 
 
@@ -262,12 +273,80 @@ def test_instances_survive_a_restart_and_an_interrupted_create_is_let_go(tmp_pat
         assert p.create(spec("claim-new")).id == "plugin/lab-1/m-02.2"
 
 
+# ---- tenancy: a credential per namespace ---------------------------------------------------------
+
+
+def test_a_call_with_another_namespaces_credential_is_refused(lab: ReferencePlugin) -> None:
+    """Issue #55: requests carried no namespace and the plug-in's one token served every
+    tenant, so any holder listed and deleted every instance. Fails on that server (made to
+    accept these tokens as it accepted its one): team-b's create of `claim-x` answers
+    team-a's instance, and team-a's token is served for team-b."""
+    tokens = {"team-a": secrets.token_hex(16), "team-b": secrets.token_hex(16)}
+    lab.server.tokens = tokens
+    team_a = provider(lab, tokens["team-a"], "team-a")
+    team_b = provider(lab, tokens["team-b"], "team-b")
+    # The same claim name in two namespaces: two instances, each its namespace's.
+    mine = team_a.create(spec("claim-x"))
+    theirs = team_b.create(spec("claim-x"))
+    assert mine.id != theirs.id
+
+    # team-a's token, for team-b's namespace: refused, whatever the operation.
+    thief = provider(lab, tokens["team-a"], "team-b")
+    refusals = [
+        lambda: thief.list_owned(CLUSTER),
+        lambda: thief.get(theirs.id),
+        lambda: thief.delete(theirs.id),
+        lambda: thief.create(spec("claim-y")),
+        lambda: thief.instance_types(),
+    ]
+    for call in refusals:
+        with pytest.raises(FatalError, match="HTTP 403") as refused:
+            call()
+        assert "team-a" not in str(refused.value)  # names no other tenant
+    with pytest.raises(FatalError, match="HTTP 401"):
+        provider(lab, secrets.token_hex(16), "team-b").list_owned(CLUSTER)
+    with pytest.raises(FatalError, match="HTTP 400"):  # no namespace named: none served
+        PluginProvider(
+            PluginClass(endpoint=lab.endpoint, region=REGION), tokens["team-b"]
+        ).list_owned(CLUSTER)
+
+    # Each namespace sees its own instances alone; another's id is none of its business.
+    assert [i.id for i in team_a.list_owned(CLUSTER)] == [mine.id]
+    assert [i.id for i in team_b.list_owned(CLUSTER)] == [theirs.id]
+    assert team_a.get(theirs.id) is None
+    team_a.delete(theirs.id)  # notFound: nothing happens
+    still = team_b.get(theirs.id)
+    assert still is not None and still.state.value == "running"
+    record = lab.record(theirs.id.split("/", 2)[2])
+    assert record is not None and record.namespace == "team-b"
+
+
+def test_an_instance_made_before_namespaces_is_still_its_claims_to_delete(tmp_path: Path) -> None:
+    """An upgrade leaks no machine: an instance of the state from before requests named their
+    namespace is read and deleted by id (its claim holds the id), and listed to no namespace
+    (whose orphan GC would take it for its own)."""
+    with ReferencePlugin(tmp_path, machines=2) as first:
+        made = provider(first).create(spec("claim-old"))
+    state = json.loads((tmp_path / "state.json").read_text())
+    for instance in state["instances"]:
+        del instance["namespace"]  # as the earlier release wrote it
+    (tmp_path / "state.json").write_text(json.dumps(state))
+    with ReferencePlugin(tmp_path, machines=2) as second:
+        p = provider(second)
+        assert p.list_owned(CLUSTER) == []
+        kept = p.get(made.id)
+        assert kept is not None and kept.state.value == "running"
+        p.delete(made.id)
+        gone(p, made.id)
+
+
 # ---- the program ------------------------------------------------------------------------------
 
 
 def test_it_runs_as_the_readme_says(tmp_path: Path) -> None:
     (tmp_path / "machines.json").write_text(json.dumps(inventory(1, {"SEED_DIR": "/nonexistent"})))
-    (tmp_path / "token").write_text("tok-123\n")
+    token = "tok-123-0123456789abcdef"
+    (tmp_path / "tokens.json").write_text(json.dumps({"shop": token}))
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -281,8 +360,8 @@ def test_it_runs_as_the_readme_says(tmp_path: Path) -> None:
             str(tmp_path / "state" / "state.json"),
             "--listen",
             f"127.0.0.1:{port}",
-            "--token-file",
-            str(tmp_path / "token"),
+            "--tokens-file",
+            str(tmp_path / "tokens.json"),
         ],
         stderr=subprocess.PIPE,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
@@ -293,7 +372,7 @@ def test_it_runs_as_the_readme_says(tmp_path: Path) -> None:
             try:
                 answer = httpx.get(
                     f"http://127.0.0.1:{port}/v1/instance-types",
-                    headers={"Authorization": "Bearer tok-123"},
+                    headers={"Authorization": f"Bearer {token}", "Cloudburst-Namespace": "shop"},
                     timeout=2,
                 )
                 break

@@ -5,17 +5,23 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from api.labels import TENANT_LABEL, TENANT_TAINT
+from api.nodeclass import NodeClassSpec
 from api.nodepool import NodePoolSpec
 from api.selectors import LabelSelector
 from cluster.tenancy import (
     DEFAULT_TOLERATIONS_ANNOTATION,
+    ENDPOINT_NOT_ALLOWED,
+    NAMESPACE_NOT_SERVED,
     NAMESPACE_SELECTOR_NOT_ALLOWED,
     NODE_SELECTOR_ANNOTATION,
     TOLERATIONS_WHITELIST_ANNOTATION,
     Tenancy,
     tenant_namespace_annotations,
     tenant_toleration,
+    url_parts,
     with_default_tolerations,
 )
 
@@ -97,3 +103,129 @@ def test_a_pod_in_a_file_gets_its_namespaces_default_toleration_as_admission_giv
     assert with_default_tolerations([other], {}) == [other]
     broken = {DEFAULT_TOLERATIONS_ANNOTATION: "not json"}
     assert with_default_tolerations([other], broken) == [other]
+
+
+# ---- the endpoint allow-list's edges ---------------------------------------------------------
+
+PLUGIN_GATEWAY = Tenancy(allowed_endpoints={"plugin": ("https://gw/plugins/team-a",)})
+
+
+@pytest.mark.parametrize(
+    "endpoint",
+    [
+        "https://gw/plugins/team-a/../team-b",
+        "https://gw/plugins/team-a/%2e%2e/team-b",
+        "https://gw/plugins/team-a/%2E%2E/team-b",
+        "https://gw/plugins/team-a/.%2e/team-b",
+        "https://gw/plugins/team-a/%2E%2E/",
+        "https://gw/plugins/team-a/%2e%2e%2fteam-b",
+        "https://gw/plugins/team-a%2F..%2Fteam-b",
+        "https://gw/plugins/team-a/%252e%252e/team-b",
+        "https://gw/plugins/team-a/..%5Cteam-b",
+        "https://gw/plugins/team-a/..\\team-b",
+        "https://gw/plugins/team-a/./../../plugins/team-b",
+    ],
+)
+def test_a_path_that_leaves_the_allowed_prefix_is_refused_however_it_is_spelt(
+    endpoint: str,
+) -> None:
+    """Issue #55: the allow-list judged `…/team-a/../team-b` (and its percent-encoded forms)
+    segment by segment, as lying under `…/team-a`, while the server that receives it resolves
+    it to `…/team-b`. Each is admitted without the normalisation in `url_parts`."""
+    assert not PLUGIN_GATEWAY.endpoint_allowed("plugin", endpoint)
+    refusal = PLUGIN_GATEWAY.refusal(
+        "team-a",
+        NodeClassSpec.model_validate(
+            {"plugin": {"endpoint": endpoint}, "join": {"hostApiServer": "https://10.0.0.1:6443"}}
+        ),
+    )
+    assert refusal is not None and refusal.reason == ENDPOINT_NOT_ALLOWED
+
+
+@pytest.mark.parametrize(
+    "endpoint",
+    [
+        "https://gw/plugins/team-a",
+        "https://GW:443/plugins/team-a/",
+        "https://gw/plugins/team-a/./v1",
+        "https://gw/plugins/%74eam-a",  # an unreserved character, percent-encoded
+        "https://gw/plugins/team-b/../team-a",
+    ],
+)
+def test_a_path_that_resolves_under_the_allowed_prefix_is_admitted(endpoint: str) -> None:
+    assert PLUGIN_GATEWAY.endpoint_allowed("plugin", endpoint)
+
+
+def test_url_parts_resolves_the_path_as_a_server_does() -> None:
+    assert url_parts("https://gw/a/%2e%2E/b/./c") == ("https", "gw", 443, ("b", "c"))
+    assert url_parts("http://gw:8790/x%20y") == ("http", "gw", 8790, ("x y",))
+    for ambiguous in (
+        "https://gw/a%2fb",
+        "https://gw/a%5Cb",
+        "https://gw/a%25b",
+        "https://gw/a\\b",
+    ):
+        assert url_parts(ambiguous) is None
+
+
+def test_a_plugins_plain_http_endpoint_needs_an_http_entry_naming_it() -> None:
+    """A plug-in's requests carry its token and every first-boot script: over plain http only
+    to an endpoint the operator names by an `http://` entry, never one under such an entry
+    (without `CLEARTEXT_EXACT_SERVICES`, `http://gw:8790/plugins/anything` is admitted)."""
+    tenancy = Tenancy(
+        allowed_endpoints={
+            "plugin": ("http://gw:8790/plugins", "https://gw/plugins"),
+            "hetzner": ("http://proxy:8080/v1",),
+        }
+    )
+    assert tenancy.endpoint_allowed("plugin", "http://gw:8790/plugins")
+    assert tenancy.endpoint_allowed("plugin", "http://gw:8790/plugins/")
+    assert not tenancy.endpoint_allowed("plugin", "http://gw:8790/plugins/team-b")
+    assert not tenancy.endpoint_allowed("plugin", "http://gw/plugins")  # not the https entry
+    assert tenancy.endpoint_allowed("plugin", "https://gw/plugins/team-b")
+    assert tenancy.endpoint_allowed("hetzner", "http://proxy:8080/v1/servers")
+
+
+def test_redfish_image_url_is_judged_by_the_allow_list() -> None:
+    """Issue #55: a BMC boots whatever `imageUrl` points at, and the allow-list never saw it
+    (without it in `RedfishClass.addresses`, this class is admitted)."""
+    spec = NodeClassSpec.model_validate(
+        {
+            "redfish": {
+                "machines": [
+                    {
+                        "name": "m1",
+                        "bmc": "https://bmc.lab/redfish/v1",
+                        "credentialsSecretRef": {"name": "bmc", "key": "m1"},
+                    }
+                ],
+                "seedUrl": "https://seed.lab/seeds",
+                "boot": "Cd",
+                "imageUrl": "https://images.elsewhere.example/live.iso",
+            },
+            "join": {"hostApiServer": "https://10.0.0.1:6443"},
+        }
+    )
+    tenancy = Tenancy(allowed_endpoints={"redfish": ("https://bmc.lab", "https://seed.lab/seeds")})
+    refusal = tenancy.refusal("team-a", spec)
+    assert refusal is not None and refusal.reason == ENDPOINT_NOT_ALLOWED
+    assert "spec.redfish.imageUrl" in refusal.message
+    lab = Tenancy(
+        allowed_endpoints={
+            "redfish": (
+                "https://bmc.lab",
+                "https://seed.lab/seeds",
+                "https://images.elsewhere.example",
+            )
+        }
+    )
+    assert lab.refusal("team-a", spec) is None
+
+
+def test_namespace_not_served_names_no_other_tenant() -> None:
+    """Issue #55: the refusal, on the refused namespace's own NodeClass, listed every tenant
+    namespace (`now: team-a, team-b`)."""
+    refusal = TENANCY.refusal("team-c")
+    assert refusal is not None and refusal.reason == NAMESPACE_NOT_SERVED
+    assert "team-c" in refusal.message
+    assert "team-a" not in refusal.message and "team-b" not in refusal.message
