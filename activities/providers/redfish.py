@@ -319,7 +319,9 @@ class RedfishProvider(Provider):
                     # Not booted yet (a create interrupted before its seed was written, or
                     # before power-on): once booted, its seed is never written again.
                     self._write_seed(machine, spec, what)
-                return self._boot(machine, spec, what, seen)
+                # The record's holder: a record written before records carried uids keeps
+                # naming the claim by name, and so does its id.
+                return self._boot(machine, spec, what, seen, holder=_holder(record or {}))
         unreachable: list[str] = []
         for machine, record in records.items():
             if record is not None:
@@ -349,7 +351,12 @@ class RedfishProvider(Provider):
         )
 
     def _boot(
-        self, machine: str, spec: InstanceSpec, what: str, seen: _Machine | None = None
+        self,
+        machine: str,
+        spec: InstanceSpec,
+        what: str,
+        seen: _Machine | None = None,
+        holder: str | None = None,
     ) -> Instance:
         """Boot override and power on (both idempotent); the holding as an Instance."""
         seen = seen or self._look(machine, what)
@@ -373,7 +380,7 @@ class RedfishProvider(Provider):
             raise error from None
         log.info("machine %s powering on for %s", machine, spec.name)
         labels = spec.holder_labels()
-        holder = spec.claim_uid or spec.name
+        holder = holder or spec.claim_uid or spec.name
         return self._instance(machine, holder, spec.name, labels, spec.instance_type, seen.power)
 
     def _insert_media(self, system: Any, what: str) -> None:

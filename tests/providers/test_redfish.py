@@ -251,3 +251,26 @@ def test_a_bmc_that_does_not_answer_leaves_its_machine_listed(
     finally:
         blind.close()
     assert held.id in listed and other.id in listed
+
+
+def test_a_holding_recorded_before_uids_is_resumed_under_its_name(
+    bridge: RedfishBridge, provider: RedfishProvider
+) -> None:
+    """A create retried across the upgrade finds its claim's record without a uid: it resumes
+    it, and the id it returns still finds the holding. Fails without it: the id named the
+    uid the record lacks, so `get` took the machine for returned."""
+    machine = next(
+        m.name
+        for m in bridge.machines
+        if bridge.seed.read(m.name, "meta-data") is None and bridge.power_state(m.name) == "Off"
+    )
+    bridge.seed.write(
+        machine,
+        "meta-data",
+        b'cloudburst.io/cluster: "c1"\ncloudburst.io/nodeclaim: "nc-old"\n'
+        b'cloudburst.io/instance-type: "metal-16c64g"\n',
+    )
+    inst = provider.create(claim("nc-old", "team-a", "uid-old", "cccccc.cccccccccccccccc"))
+    assert inst.id == f"redfish/on-prem/nc-old/{machine}"
+    assert provider.get(inst.id) is not None
+    assert provider.list_owned("c1") and bridge.seed.seeded(machine)
