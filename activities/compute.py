@@ -91,6 +91,8 @@ class ComputeActivities:
                 input.claim_name, node_pool=warrant.node_pool, cluster_id=input.cluster_id
             ),
             capacity_type=offering.capacity_type,
+            namespace=warrant.namespace,
+            claim_uid=warrant.uid,
         )
         if offering.spot and not provider.supports_spot:
             # As good as out of spot capacity: the claim goes on to its next offering.

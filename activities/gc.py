@@ -10,7 +10,12 @@ get `activity.client()`) stays small and the sync ones run on the worker's threa
   is skipped with a log line: no read, no call); plus every first-boot script Secret in the
   worker's namespace and the bootstrap token each one names (tokens live in kube-system,
   which the worker may write but not read or list). A provider that cannot be listed is
-  reported and skipped; the others are still collected.
+  reported and skipped; the others are still collected. What a failed or partial listing
+  leaves unknown is not judged: when any scope of a provider fails to list, none of that
+  provider's VMs goes to the workflow (who else holds them is not known). A VM that records
+  its claim's namespace (Redfish machines, Proxmox VMs: `cloudburst.io/nodepool-namespace`)
+  is judged and removed only through a scope of that namespace, never through another
+  tenant's NodeClass that reaches the same hardware.
 - `claim_workflow_states` (async, in `activities/claim_workflows.py`, which the pools use
   too): `nodeclaim-<claim>` running, closed or unknown.
 - `remove_orphans` (sync): deletes the VMs the workflow chose (idempotent; waits until each
@@ -111,6 +116,8 @@ class GcActivities:
             scopes = self._scopes(errors)
             vms: list[OwnedVm] = []
             seen: dict[str, OwnedVm] = {}
+            failed: set[str] = set()  # providers a listing of which failed
+            elsewhere: dict[str, str] = {}  # VM id -> its owner namespace, listed by others
             for index, scope in enumerate(scopes):
                 where = f"{scope.provider} (NodeClass {scope.namespace}/{scope.node_class_name})"
                 progress["scope"] = where
@@ -123,8 +130,13 @@ class GcActivities:
                 except (ProviderError, ApplicationError, ApiException, KeyError) as exc:
                     log.warning("orphan GC: cannot list %s: %s", where, _message(exc))
                     errors.append(f"{where}: {_message(exc)}")
+                    failed.add(scope.provider)
                     continue
                 for inst in owned:
+                    owner = inst.labels.get(labels.NODEPOOL_NAMESPACE)
+                    if owner and owner != scope.namespace:
+                        elsewhere.setdefault(inst.id, owner)  # not this scope's to judge
+                        continue
                     known = seen.get(inst.id)
                     if known is not None:  # two NodeClasses reaching the same account
                         if scope.namespace not in known.namespaces:
@@ -141,6 +153,19 @@ class GcActivities:
                         created_at=inst.created_at,
                     )
                     vms.append(vm)
+            for vm_id, owner in sorted(elsewhere.items()):
+                if vm_id not in seen and owner not in {s.namespace for s in scopes}:
+                    errors.append(
+                        f"{vm_id}: held for namespace {owner}, no scope of which lists it"
+                    )
+            if failed:
+                unjudged = [vm for vm in vms if vm.provider in failed]
+                vms = [vm for vm in vms if vm.provider not in failed]
+                if unjudged:
+                    errors.append(
+                        f"{len(unjudged)} VM(s) of {', '.join(sorted(failed))} not judged: "
+                        "a listing of that provider failed"
+                    )
             progress["scope"] = "bootstrap Secrets"
             secrets = self._secrets()
         log.info(

@@ -5,6 +5,9 @@ NODEPOOL = "cloudburst.io/nodepool"
 NODECLAIM = "cloudburst.io/nodeclaim"
 # The namespace of a Node's (and a Secret's) claim and pool: names are unique only within it.
 NODEPOOL_NAMESPACE = "cloudburst.io/nodepool-namespace"
+# The NodeClaim object's uid, on what a claim holds of shared hardware (a Redfish machine's
+# holding record, a Proxmox VM's tags): a name and a VM id are reused, a uid never.
+NODECLAIM_UID = "cloudburst.io/nodeclaim-uid"
 PROVIDER = "cloudburst.io/provider"
 REGION = "cloudburst.io/region"
 INSTANCE_TYPE = "cloudburst.io/instance-type"

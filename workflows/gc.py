@@ -5,8 +5,10 @@ overlap SKIP). One run: list (activity) → ask which claim workflows still run 
 decide here → remove (activity) → report. The rules:
 
 - a VM labelled for this cluster is an orphan when its claim's workflow is closed or unknown
-  in every namespace whose NodeClasses reach its account (or it has no claim label) and it
-  is older than the grace period;
+  in every namespace whose NodeClasses reach its account (or, for a VM that records its
+  claim's namespace, in that namespace alone; or it has no claim label) and it is older than
+  the grace period. The activity leaves out what a failed or partial listing makes unknown:
+  none of a provider's VMs when one of its listings failed;
 - a bootstrap-token Secret is stale when it has expired, or its claim workflow is closed, or
   the workflow is unknown and the Secret is older than the grace period; a bootstrap-script
   Secret likewise, without the expiry rule.

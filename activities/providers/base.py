@@ -38,12 +38,26 @@ class InstanceSpec(BaseModel):
     labels: dict[str, str] = {}
     # "spot": a VM the provider may reclaim (AWS spot, GCP Spot VM, Azure Spot priority).
     capacity_type: str = "on-demand"
+    # The NodeClaim's namespace and uid (from the cluster, `ClaimWarrant`): what the providers
+    # of shared hardware (Redfish, Proxmox) record a holding under, see `holder_labels`.
+    namespace: str | None = None
+    claim_uid: str | None = None
 
     def vm_labels(self) -> dict[str, str]:
         """What the VM is labelled with: `labels`, then the claim's ownership labels, which
         win (orphan GC and the look-up of an interrupted create select on them)."""
         owned = L.ownership_labels(self.name, node_pool=self.node_pool, cluster_id=self.cluster_id)
         return {**self.labels, **owned}
+
+    def holder_labels(self) -> dict[str, str]:
+        """`vm_labels` and the claim's namespace and uid: whose a machine or VM of shared
+        hardware is, so that a reused name or VM id is never taken for this claim's."""
+        held = self.vm_labels()
+        if self.namespace:
+            held[L.NODEPOOL_NAMESPACE] = self.namespace
+        if self.claim_uid:
+            held[L.NODECLAIM_UID] = self.claim_uid
+        return held
 
 
 class Instance(BaseModel):

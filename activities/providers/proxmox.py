@@ -6,6 +6,11 @@
   lists every VM with its owner; the description repeats them as `key=value` lines, written
   by the clone itself, so that a create interrupted before its tags were set is still
   recognised (a VM named like the claim whose description names the claim and cluster).
+  The tags and the description carry the claim's namespace and uid: VM ids are reused at
+  once, so an instance id is `proxmox/<cluster>/<claim uid>/<vmid>` and a get or delete acts
+  only on a VM that still carries that uid (a reused id's new VM survives an old claim's
+  retried delete). An id of an earlier release, `proxmox/<cluster>/<vmid>`, is judged by
+  the managed tag alone, as it was.
 - Create is idempotent: that VM is resumed (configured, started) and returned, never made
   twice. Otherwise a whitelisted node with room is picked (`/nodes/{node}/status` less what
   the running VMs and ours hold, see `_room`) and a free VM id of `vmidRange` (`/cluster/
@@ -85,7 +90,14 @@ _UNREACHABLE = {503, 595, 596}
 LABEL_TAG_PREFIX = "cb-"
 # The label keys a VM's tags carry besides the managed tag (the claim's ownership labels)
 # and the shape it was made as.
-_TAGGED_KEYS = (L.CLUSTER, L.NODEPOOL, L.NODECLAIM, L.INSTANCE_TYPE)
+_TAGGED_KEYS = (
+    L.CLUSTER,
+    L.NODEPOOL,
+    L.NODECLAIM,
+    L.INSTANCE_TYPE,
+    L.NODEPOOL_NAMESPACE,
+    L.NODECLAIM_UID,
+)
 _STATES = {"running": InstanceState.RUNNING, "paused": InstanceState.RUNNING}
 
 
@@ -194,8 +206,10 @@ class ProxmoxProvider(Provider):
             state is InstanceState.TERMINATED and raw.get("lock")
         ):
             state = InstanceState.PENDING
+        holder = labels.get(L.NODECLAIM_UID) or labels.get(L.NODECLAIM)
+        native = f"{holder}/{raw['vmid']}" if holder else str(raw["vmid"])
         return Instance(
-            id=instance_id(self.name, self.block.cluster, str(raw["vmid"])),
+            id=instance_id(self.name, self.block.cluster, native),
             name=str(raw.get("name") or ""),
             provider=self.name,
             region=self.block.cluster,
@@ -204,20 +218,26 @@ class ProxmoxProvider(Provider):
             labels=labels,
         )
 
-    def _vmid(self, value: str) -> int:
+    def _vmid(self, value: str) -> tuple[str | None, int]:
+        """The claim an instance id names (its uid, or its name for a VM tagged before VMs
+        carried uids; None in an id of an earlier release) and the VM id."""
         try:
             provider, _region, native = split_instance_id(value)
             if provider != self.name:
                 raise ValueError(provider)
-            return int(native)
+            holder, _, vmid = native.rpartition("/")
+            return holder or None, int(vmid)
         except ValueError as exc:
             raise FatalError(self.name, f"{value!r} is not a proxmox instance id") from exc
 
-    def _find(self, vmid: int, what: str) -> dict[str, Any] | None:
-        """VM `vmid` when it is ours; None when it is gone (or the id is someone else's now)."""
+    def _find(self, vmid: int, what: str, holder: str | None = None) -> dict[str, Any] | None:
+        """VM `vmid` when it is ours and, for an id naming a claim, still that claim's; None
+        when it is gone, or the id is someone else's now (VM ids are reused at once)."""
         for raw in self._resources(what):
             if raw.get("type") == "qemu" and int(raw.get("vmid") or 0) == vmid:
-                return raw if self._is_ours(raw) else None
+                if not self._is_ours(raw):
+                    return None
+                return raw if holder is None or _is_holder(self._owner(raw), holder) else None
         return None
 
     # ---- Provider --------------------------------------------------------------------------
@@ -261,7 +281,7 @@ class ProxmoxProvider(Provider):
         yet) by its name and the ownership lines of its description."""
         for raw in vms:
             owner = self._owner(raw)
-            if owner.get(L.NODECLAIM) == spec.name and owner.get(L.CLUSTER) == spec.cluster_id:
+            if _claims(owner, spec):
                 return raw
         lower, upper = self.block.vmid_range.lower, self.block.vmid_range.upper
         for raw in vms:
@@ -272,10 +292,7 @@ class ProxmoxProvider(Provider):
                 continue
             config = self._config(str(raw["node"]), vmid, f"{what}: read VM {vmid}")
             recorded = _description_labels(str(config.get("description") or ""))
-            if (
-                recorded.get(L.NODECLAIM) == spec.name
-                and recorded.get(L.CLUSTER) == spec.cluster_id
-            ):
+            if _claims(recorded, spec):
                 return raw
         return None
 
@@ -405,7 +422,7 @@ class ProxmoxProvider(Provider):
         )
 
     def _vm_tags(self, spec: InstanceSpec) -> list[str]:
-        labels = {**spec.vm_labels(), L.INSTANCE_TYPE: spec.instance_type}
+        labels = {**spec.holder_labels(), L.INSTANCE_TYPE: spec.instance_type}
         return [self.block.tag] + [
             f"{LABEL_TAG_PREFIX}{key.removeprefix(f'{L.GROUP}/')}.{escape_tag_value(labels[key])}"
             for key in _TAGGED_KEYS
@@ -467,9 +484,9 @@ class ProxmoxProvider(Provider):
         return self._instance(raw, dict(status or {}))
 
     def get(self, instance_id: str) -> Instance | None:
-        vmid = self._vmid(instance_id)
+        holder, vmid = self._vmid(instance_id)
         what = f"get VM {instance_id}"
-        raw = self._find(vmid, what)
+        raw = self._find(vmid, what, holder)
         if raw is None:
             return None
         node = str(raw["node"])
@@ -491,12 +508,15 @@ class ProxmoxProvider(Provider):
         ]
 
     def delete(self, instance_id: str) -> None:
-        vmid = self._vmid(instance_id)
+        holder, vmid = self._vmid(instance_id)
         what = f"delete VM {instance_id}"
-        raw = self._find(vmid, what)
+        raw = self._find(vmid, what, holder)
         if raw is None:
             log.info("VM %s already gone", instance_id)
-            self._remove_seed(list(self.block.nodes), vmid, what)
+            if not any(int(r.get("vmid") or 0) == vmid for r in self._resources(what)):
+                # Its seed is removed only while no VM has the id: a reused id's seed is
+                # the later VM's.
+                self._remove_seed(list(self.block.nodes), vmid, what)
             return
         node = str(raw["node"])
         self._destroy(node, vmid, what)
@@ -736,8 +756,23 @@ def _seed_name(vmid: int) -> str:
 
 
 def _description(spec: InstanceSpec) -> str:
-    lines = [f"{key}={value}" for key, value in sorted(spec.vm_labels().items())]
+    lines = [f"{key}={value}" for key, value in sorted(spec.holder_labels().items())]
     return "Cloudburst node (its tags say whose: do not edit them)\n\n" + "\n".join(lines)
+
+
+def _claims(owner: dict[str, str], spec: InstanceSpec) -> bool:
+    """Whether a VM's ownership labels are this claim's: cluster and name, and uid where the
+    VM has one (a same-named claim made later is another claim)."""
+    if owner.get(L.NODECLAIM) != spec.name or owner.get(L.CLUSTER) != spec.cluster_id:
+        return False
+    return not spec.claim_uid or owner.get(L.NODECLAIM_UID, spec.claim_uid) == spec.claim_uid
+
+
+def _is_holder(owner: dict[str, str], holder: str) -> bool:
+    """Whether the claim an instance id names (uid, or name) is still the VM's owner."""
+    if L.NODECLAIM_UID in owner:
+        return owner[L.NODECLAIM_UID] == holder
+    return owner.get(L.NODECLAIM) == holder
 
 
 def _description_labels(text: str) -> dict[str, str]:

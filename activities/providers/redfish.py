@@ -3,24 +3,36 @@
 The inventory is the NodeClass's `spec.redfish.machines`; a claim holds one machine from its
 create to its delete:
 
-- Which claim holds a machine is recorded in the machine's cloud-init seed, on the operator's
-  seed server (`seedUrl`): `<seedUrl>/<machine>/meta-data` names the claim, its pool and
-  cluster and the shape, and `user-data` beside it is the first-boot script. Redfish has no
-  tags: the one writable free-text field, `AssetTag`, is not a compare-and-set, many BMCs cap
-  its length well below a claim's labels, and sushy-tools' emulator neither shows nor
-  accepts it; the seed, though, must be written for the machine to join at all, and goes when
-  the machine is returned. The record is created with `If-None-Match: *` (RFC 9110): on a
+- Which claim holds a machine is recorded on the operator's seed server (`seedUrl`, the
+  contract in docs/providers.md): `<seedUrl>/<machine>/meta-data` names the claim (its
+  namespace, name and uid), its pool and cluster and the shape, and holds no secret. Redfish
+  has no tags: the one writable free-text field, `AssetTag`, is not a compare-and-set, many
+  BMCs cap its length well below a claim's labels, and sushy-tools' emulator neither shows
+  nor accepts it; the record, though, must be written for the machine to join at all, and
+  goes when the machine is returned. It is created with `If-None-Match: *` (RFC 9110): on a
   server that honours it two workers cannot take the same machine (412 to the second).
+- The first-boot script (it carries the join token) is a one-time NoCloud seed at an
+  unguessable per-claim address, `<seedUrl>/<machine>/<key>/{meta-data,user-data}`: the key
+  is 256 bits derived from the script itself (HMAC-SHA256 keyed by the script, which holds
+  the claim's secret token: nobody without the script can compute it, and a retried create
+  derives the same one). The seed server answers the `user-data` once and forgets it as it
+  answers; nothing at any other address is a script. The worker removes what is left with
+  `DELETE <seedUrl>/<machine>/seed` when the machine is returned.
 - A free machine is one without a record that is powered off. Create takes one of the
   requested shape, writes its seed, sets a one-time boot from the network (`boot: Pxe`, the
-  operator's PXE/iPXE hands the machine `ds=nocloud;s=<seedUrl>/<machine>/`) or inserts
+  operator's PXE/iPXE hands the machine `ds=nocloud;s=<seedUrl>/<machine>/<key>/`, the
+  address the seed server was given for it) or inserts
   `imageUrl` as virtual media and boots it once (`boot: Cd`), and powers it on. A create
   that finds the claim's record resumes it (boot override, power) and makes nothing twice.
-- Delete forces the power off, ejects the virtual media and removes the seed, the record
-  last: the machine is free again once it is off.
-- The instance id is `redfish/<site>/<claim>/<machine>`: a machine serves claim after claim,
-  and an id names one holding, so a late delete of an earlier claim never powers off a later
-  claim's node. Its last segment, the machine, is what the node's providerID ends in
+- Delete forces the power off, ejects the virtual media and removes the one-time seed, the
+  record last: the machine is free again once it is off.
+- The instance id is `redfish/<site>/<claim uid>/<machine>` (the claim's name in place of
+  its uid for a holding recorded before records carried uids): a machine serves claim after
+  claim, and an id names one holding, so a late delete of an earlier claim, or of another
+  namespace's claim of the same name, never powers off a later claim's node.
+- Listing what a cluster holds reads the records; a BMC that does not answer leaves its
+  machine listed (power unknown, pending), never dropped: a missing machine would look
+  returned to the orphan GC. Its last segment, the machine, is what the node's providerID ends in
   (`redfish:///<site>/<machine>`, from the seed's `cloudburst-machine`).
 - A shape is named by its size, `metal-<cpu>c<memory>g` (`-arm64` for arm64), from the BMC's
   `ProcessorSummary.Count` and `MemorySummary.TotalSystemMemoryGiB`, or the inventory's `cpu`
@@ -33,6 +45,8 @@ create to its delete:
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import logging
 from dataclasses import dataclass
@@ -65,6 +79,8 @@ log = logging.getLogger(__name__)
 ProviderError_ = FatalError | RetryableError
 TIMEOUT_S = 15.0
 MACHINE_KEY = "cloudburst-machine"
+# Under `<seedUrl>/<machine>/`: the one-time seed's name in the contract's DELETE.
+ONE_TIME_SEED = "seed"
 _STATES = {
     "On": InstanceState.RUNNING,
     "PoweringOn": InstanceState.PENDING,
@@ -232,7 +248,7 @@ class RedfishProvider(Provider):
 
     def _claim(self, machine: str, spec: InstanceSpec, what: str) -> bool:
         """Write the record (create-only); False when another claim took the machine first."""
-        labels = {**spec.vm_labels(), L.INSTANCE_TYPE: spec.instance_type}
+        labels = {**spec.holder_labels(), L.INSTANCE_TYPE: spec.instance_type}
         lines = [
             f"instance-id: {json.dumps(f'cloudburst-{machine}-{spec.name}')}",
             f"local-hostname: {json.dumps(spec.name)}",
@@ -252,23 +268,32 @@ class RedfishProvider(Provider):
             self._seed_error(exc, f"{what}: record the claim on {machine}", creating=True)
         mine = self._record(machine, what, creating=True) or {}
         # A server that ignores If-None-Match lets the last writer win: read back who did.
-        return mine.get(L.NODECLAIM) == spec.name and mine.get(L.CLUSTER) == spec.cluster_id
+        return _holds(mine, spec)
 
-    def _write_user_data(self, machine: str, user_data: str, what: str) -> None:
+    def _write_seed(self, machine: str, spec: InstanceSpec, what: str) -> None:
+        """Write the claim's one-time NoCloud seed at its per-claim address (a retry writes the
+        same address again: the key is derived, not drawn)."""
+        base = f"{self.seed_url}/{machine}/{seed_key(spec.user_data, machine, spec.name)}"
+        meta = (
+            f"instance-id: {json.dumps(f'cloudburst-{machine}-{spec.name}')}\n"
+            f"local-hostname: {json.dumps(spec.name)}\n"
+        )
         try:
-            self._http.put(
-                f"{self.seed_url}/{machine}/user-data",
-                content=user_data.encode(),
-                headers={"Content-Type": "text/plain; charset=utf-8"},
-            ).raise_for_status()
+            for name, body in (("meta-data", meta), ("user-data", spec.user_data)):
+                self._http.put(
+                    f"{base}/{name}",
+                    content=body.encode(),
+                    headers={"Content-Type": "text/plain; charset=utf-8"},
+                ).raise_for_status()
         except httpx.HTTPError as exc:
             self._seed_error(
                 exc, f"{what}: write the first-boot script of {machine}", creating=True
             )
 
     def _release(self, machine: str, what: str) -> None:
-        """Remove the seed: the script (it holds a join token), then the record."""
-        for name in ("user-data", "meta-data"):
+        """Remove the one-time seed (it holds a join token) and the script at the address of
+        the contract before it (a holding from an earlier release), then the record."""
+        for name in (ONE_TIME_SEED, "user-data", "meta-data"):
             try:
                 response = self._http.delete(f"{self.seed_url}/{machine}/{name}")
                 if response.status_code != 404:
@@ -289,9 +314,16 @@ class RedfishProvider(Provider):
             )
         records = {m: self._record(m, what, creating=True) for m in self.machines}
         for machine, record in records.items():
-            if _holds(record, spec.name, spec.cluster_id):
+            if _holds(record, spec):
                 log.info("machine %s already holds %s; resuming", machine, spec.name)
-                return self._boot(machine, spec, what)
+                seen = self._look(machine, what)
+                if seen.power in ("Off", "PoweringOff"):
+                    # Not booted yet (a create interrupted before its seed was written, or
+                    # before power-on): once booted, its seed is never written again.
+                    self._write_seed(machine, spec, what)
+                # The record's holder: a record written before records carried uids keeps
+                # naming the claim by name, and so does its id.
+                return self._boot(machine, spec, what, seen, holder=_holder(record or {}))
         unreachable: list[str] = []
         for machine, record in records.items():
             if record is not None:
@@ -308,7 +340,7 @@ class RedfishProvider(Provider):
                 log.info("machine %s was taken meanwhile", machine)
                 continue
             try:
-                self._write_user_data(machine, spec.user_data, what)
+                self._write_seed(machine, spec, what)
                 return self._boot(machine, spec, what, seen)
             except (FatalError, CapacityError):
                 self._release_quietly(machine, what)
@@ -321,7 +353,12 @@ class RedfishProvider(Provider):
         )
 
     def _boot(
-        self, machine: str, spec: InstanceSpec, what: str, seen: _Machine | None = None
+        self,
+        machine: str,
+        spec: InstanceSpec,
+        what: str,
+        seen: _Machine | None = None,
+        holder: str | None = None,
     ) -> Instance:
         """Boot override and power on (both idempotent); the holding as an Instance."""
         seen = seen or self._look(machine, what)
@@ -344,8 +381,9 @@ class RedfishProvider(Provider):
                 raise CapacityError(self.name, error.message) from None
             raise error from None
         log.info("machine %s powering on for %s", machine, spec.name)
-        labels = {**spec.vm_labels()}
-        return self._instance(machine, spec.name, labels, spec.instance_type, seen.power)
+        labels = spec.holder_labels()
+        holder = holder or spec.claim_uid or spec.name
+        return self._instance(machine, holder, spec.name, labels, spec.instance_type, seen.power)
 
     def _insert_media(self, system: Any, what: str) -> None:
         for media in system.virtual_media.get_members():
@@ -366,10 +404,18 @@ class RedfishProvider(Provider):
             log.warning("could not return machine %s after a failed create: %s", machine, exc)
 
     def _instance(
-        self, machine: str, claim: str, labels: dict[str, str], shape: str, power: str
+        self,
+        machine: str,
+        holder: str,
+        claim: str,
+        labels: dict[str, str],
+        shape: str,
+        power: str,
     ) -> Instance:
+        """`holder` is the claim's uid (its name for a holding recorded without one): an id
+        names one holding, never a later claim's of the same name."""
         return Instance(
-            id=instance_id(self.name, self.block.site, f"{claim}/{machine}"),
+            id=instance_id(self.name, self.block.site, f"{holder}/{machine}"),
             name=claim,
             provider=self.name,
             region=self.block.site,
@@ -392,17 +438,26 @@ class RedfishProvider(Provider):
             ) from exc
         return claim, machine
 
-    def _from_record(self, machine: str, record: dict[str, str], what: str) -> Instance:
+    def _from_record(
+        self, machine: str, record: dict[str, str], what: str, *, listing: bool = False
+    ) -> Instance:
         labels = {k: v for k, v in record.items() if k.startswith(f"{L.GROUP}/")}
         shape = labels.pop(L.INSTANCE_TYPE, "")
-        power = self._look(machine, what).power
-        return self._instance(machine, record.get(L.NODECLAIM, ""), labels, shape, power)
+        try:
+            power = self._look(machine, what).power
+        except RetryableError as exc:
+            if not listing:
+                raise
+            log.warning("machine %s listed with its power unknown: %s", machine, exc)
+            power = ""
+        holder = _holder(record)
+        return self._instance(machine, holder, record.get(L.NODECLAIM, ""), labels, shape, power)
 
     def get(self, instance_id: str) -> Instance | None:
-        claim, machine = self._holding(instance_id)
+        holder, machine = self._holding(instance_id)
         what = f"get {instance_id}"
         record = self._record(machine, what)
-        if record is None or record.get(L.NODECLAIM) != claim:
+        if record is None or not _is_holder(record, holder):
             return None  # returned, perhaps held by a later claim now
         return self._from_record(machine, record, what)
 
@@ -412,14 +467,14 @@ class RedfishProvider(Provider):
         for machine in self.machines:
             record = self._record(machine, what)
             if record and record.get(L.CLUSTER) == cluster_id and record.get(L.NODECLAIM):
-                found.append(self._from_record(machine, record, what))
+                found.append(self._from_record(machine, record, what, listing=True))
         return found
 
     def delete(self, instance_id: str) -> None:
-        claim, machine = self._holding(instance_id)
+        holder, machine = self._holding(instance_id)
         what = f"delete {instance_id}"
         record = self._record(machine, what)
-        if record is None or record.get(L.NODECLAIM) != claim:
+        if record is None or not _is_holder(record, holder):
             log.info("%s already returned", instance_id)
             return
         seen = self._look(machine, what)
@@ -433,7 +488,7 @@ class RedfishProvider(Provider):
         except sushy_errors.SushyError as exc:
             raise self._bmc_error(machine, exc, f"{what}: power off") from None
         self._release(machine, what)
-        log.info("machine %s powered off and returned (was %s)", machine, claim)
+        log.info("machine %s powered off and returned (was %s)", machine, holder)
 
     def instance_types(self) -> list[InstanceType]:
         what = "list machine shapes"
@@ -478,7 +533,33 @@ class _Machine:
     system: Any
 
 
-def _holds(record: dict[str, str] | None, claim: str, cluster_id: str) -> bool:
+def seed_key(user_data: str, machine: str, claim: str) -> str:
+    """The one-time seed's address segment: HMAC-SHA256 keyed by the first-boot script (it
+    holds the claim's secret join token), so only who has the script can compute it."""
+    message = f"cloudburst-seed/{machine}/{claim}".encode()
+    return hmac.new(user_data.encode(), message, hashlib.sha256).hexdigest()
+
+
+def _holds(record: dict[str, str] | None, spec: InstanceSpec) -> bool:
+    """Whether `record` is this claim's: its cluster and name, and its uid where it has one
+    (a same-named claim made later is another claim)."""
+    if not record or record.get(L.CLUSTER) != spec.cluster_id:
+        return False
+    if record.get(L.NODECLAIM) != spec.name:
+        return False
+    return not spec.claim_uid or record.get(L.NODECLAIM_UID, spec.claim_uid) == spec.claim_uid
+
+
+def _holder(record: dict[str, str]) -> str:
+    """The instance id's claim segment: the claim's uid, or its name in a record without one
+    (written before records carried uids)."""
+    return record.get(L.NODECLAIM_UID) or record.get(L.NODECLAIM, "")
+
+
+def _is_holder(record: dict[str, str] | None, holder: str) -> bool:
+    """Whether the holding named by an instance id's claim segment is still `record`."""
     if not record:
         return False
-    return record.get(L.NODECLAIM) == claim and record.get(L.CLUSTER) == cluster_id
+    if L.NODECLAIM_UID in record:
+        return record[L.NODECLAIM_UID] == holder
+    return record.get(L.NODECLAIM) == holder

@@ -44,7 +44,7 @@ def harness() -> Iterator[ProviderHarness]:
         provider = ProxmoxProvider(block(cloud), cloud.credential)
 
         def user_data_of(iid: str) -> str:
-            vm = cloud.peek(split_instance_id(iid)[2])
+            vm = cloud.peek(split_instance_id(iid)[2].rpartition("/")[2])
             assert vm is not None, f"{iid} does not exist"
             return str(vm["user_data"])
 

@@ -10,7 +10,7 @@ the seed server is the operator's netboot side. Where the suite's expectations m
 - `auth`: the emulator's BMC password is changed (its htpasswd file is read per request), so
   the emulator itself answers 401.
 
-User data is what the seed server received for the machine. Powering off takes the fake driver
+User data is what the seed server last received for the machine (at its one-time address). Powering off takes the fake driver
 1-11 s, and a machine is free only once off: the inventory has machines enough for the suite.
 """
 
@@ -45,7 +45,7 @@ def harness() -> Iterator[ProviderHarness]:
 
         def user_data_of(iid: str) -> str:
             machine = split_instance_id(iid)[2].rsplit("/", 1)[-1]
-            data = bridge.seed.read(machine, "user-data")
+            data = bridge.seed.script_of(machine)
             assert data is not None, f"{iid} has no seed"
             return data.decode()
 

@@ -52,8 +52,13 @@ def provider(cloud: ProxmoxStandin, **overrides: object) -> ProxmoxProvider:
     return ProxmoxProvider(block(cloud, **overrides), cloud.credential)
 
 
+def vmid_of(iid: str) -> str:
+    """The VM id, the instance id's last segment (`proxmox/<cluster>/<claim>/<vmid>`)."""
+    return split_instance_id(iid)[2].rpartition("/")[2]
+
+
 def vm(cloud: ProxmoxStandin, iid: str) -> dict[str, object]:
-    found = cloud.peek(split_instance_id(iid)[2])
+    found = cloud.peek(vmid_of(iid))
     assert found is not None
     return found
 
@@ -64,7 +69,7 @@ def test_vms_go_to_whitelisted_nodes_and_ids_in_range(cloud: ProxmoxStandin) -> 
     for inst in made:
         detail = vm(cloud, inst.id)
         assert detail["node"] in ("pve2", "pve3")
-        assert VMID_RANGE[0] <= int(split_instance_id(inst.id)[2]) <= VMID_RANGE[1]
+        assert VMID_RANGE[0] <= int(vmid_of(inst.id)) <= VMID_RANGE[1]
     # Spread: the emptiest node is chosen each time.
     assert {vm(cloud, i.id)["node"] for i in made} == {"pve2", "pve3"}
 
@@ -72,7 +77,7 @@ def test_vms_go_to_whitelisted_nodes_and_ids_in_range(cloud: ProxmoxStandin) -> 
 def test_a_claims_vm_is_tagged_sized_seeded_and_serialled(cloud: ProxmoxStandin) -> None:
     p = provider(cloud)
     inst = p.create(spec("nc-seed", shape="vm-4c8g", user_data="#!/bin/bash\necho ünï\n"))
-    vmid = int(split_instance_id(inst.id)[2])
+    vmid = int(vmid_of(inst.id))
     detail = vm(cloud, inst.id)
     assert detail["cores"] == 4 and detail["memory_mib"] == 8 * 1024
     assert detail["serial"] == str(vmid)  # what the first-boot script reads for --provider-id
@@ -168,7 +173,7 @@ def test_an_interrupted_create_is_resumed_not_repeated(cloud: ProxmoxStandin) ->
             },
         )
     inst = p.create(spec(name))
-    assert inst.id == "proxmox/pve/1250"
+    assert inst.id == "proxmox/pve/nc-resume/1250"
     assert cloud.stats()["created_by_name"][name] == 1
     assert vm(cloud, inst.id)["serial"] == "1250"
     got = p.get(inst.id)
@@ -182,7 +187,7 @@ def test_a_vm_of_the_same_name_that_is_not_the_claims_is_left_alone(
     with cloud._lock:
         cloud._clone("pve1", TEMPLATE_VMID, {"newid": "1260", "name": "nc-stranger"})
     inst = p.create(spec("nc-stranger"))
-    assert inst.id != "proxmox/pve/1260"
+    assert vmid_of(inst.id) != "1260"
     assert p.get("proxmox/pve/1260") is None  # not ours: never reported, never deleted
 
 
@@ -240,3 +245,24 @@ def test_a_failed_start_removes_the_vm(cloud: ProxmoxStandin) -> None:
     assert not any((cloud.peek(v) or {}).get("name") == "nc-nomem" for v in cloud.instance_states())
     with pytest.raises(ProviderError):
         p.create(spec("nc-bad-shape", shape="vm-64c"))
+
+
+def test_a_reused_vmids_new_vm_survives_an_old_claims_retried_delete(
+    cloud: ProxmoxStandin,
+) -> None:
+    """Issue #55: a VM is known by its claim's uid, not by its VM id alone. Fails without it:
+    the old claim's id was `proxmox/pve/1200`, and its retried delete destroyed the new
+    claim's VM, which had been given the same id at once."""
+    p = provider(cloud, vmid_range={"lower": 1200, "upper": 1200})
+    old = p.create(spec("nc-old").model_copy(update={"namespace": "team-a", "claim_uid": "u-old"}))
+    p.delete(old.id)
+    new = p.create(spec("nc-new").model_copy(update={"namespace": "team-b", "claim_uid": "u-new"}))
+    assert vmid_of(new.id) == vmid_of(old.id) == "1200"
+    assert p.get(old.id) is None
+    p.delete(old.id)  # the old claim's delete, retried
+    kept = p.get(new.id)
+    assert kept is not None and kept.labels[L.NODEPOOL_NAMESPACE] == "team-b"
+    assert kept.labels[L.NODECLAIM_UID] == "u-new"
+    config = vm(cloud, new.id)["config"]
+    assert isinstance(config, dict)
+    assert any("cloudburst-seed-1200" in str(v) for v in config.values())

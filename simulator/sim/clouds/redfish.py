@@ -9,18 +9,20 @@ Redfish emulator) runs as a subprocess on a free port with its fake driver
 (`SUSHY_EMULATOR_STATE_DIR`). The provider talks to it with sushy, as to a real BMC.
 
 Beside it, `SeedServer` is what the operator's netboot setup would serve: the cloud-init
-NoCloud seed of each machine, `PUT`/`GET`/`DELETE /seed/<machine>/{user-data,meta-data}`,
-`If-None-Match: *` honoured (412 when the file exists). The provider writes a machine's seed
-before powering it on; a real machine PXE-boots with `ds=nocloud;s=<seedUrl>/<machine>/` and
-cloud-init runs the `user-data`.
+holding record of each machine, `PUT`/`GET`/`DELETE /seed/<machine>/meta-data`,
+`If-None-Match: *` honoured (412 when the file exists), and each claim's first-boot script as
+a one-time seed at its per-claim address (answered once; docs/providers.md, "The seed
+server"). The provider writes a machine's seed before powering it on; a real machine
+PXE-boots with `ds=nocloud;s=<seedUrl>/<machine>/<key>/` and cloud-init runs the `user-data`;
+here the bridge fetches it, once, over HTTP as cloud-init would.
 
 The bridge is the `BootableCloud` of the kubelets: it polls the emulator's systems (at most
 once every `poll_s`; the fake driver applies a power change 1-11 s after the request, and only
 when the system is next read, so the polling is also what lands it, and why the emulator's
 `EXTERNAL_NOTIFICATION_URL`, sent only then, cannot replace it), and reports each machine
-that has a seed: powered on for `boot_delay_s` → "running" (its `user-data` is what
-`peek` hands the kubelet), on for less → "pending", off → "terminated". A machine whose seed
-is removed is no longer listed, so its node is lost as a deleted VM's is.
+that has a one-time seed: powered on for `boot_delay_s` → "running" (its `user-data`, fetched
+once, is what `peek` hands the kubelet), on for less → "pending", off → "terminated". A
+machine whose seed is removed is no longer listed, so its node is lost as a deleted VM's is.
 
 Failure injection (`inject_failure(op, kind)`, op `create`): `unavailable` and `throttle`
 make the seed server's next PUTs answer 503 and 429; `auth` changes the BMC password in the
@@ -83,11 +85,26 @@ def inventory(spec: tuple[tuple[str, int, int, int], ...] = INVENTORY) -> list[M
 
 
 class SeedServer:
-    """The NoCloud seeds of the machines, as the operator's netboot server would keep them."""
+    """The NoCloud seeds of the machines, as the operator's netboot server keeps them under the
+    contract of docs/providers.md ("The seed server"):
+
+    - `<machine>/meta-data`: the holding record (PUT with `If-None-Match: *`, GET, DELETE);
+    - `<machine>/<key>/{meta-data,user-data}`: the machine's one-time seed at its per-claim
+      address (PUT; a PUT under another key replaces the machine's seed). `user-data` is
+      answered once and forgotten as it is answered;
+    - `DELETE <machine>/seed`: the machine's one-time seed, whatever its key.
+
+    No other address holds a script: `GET <machine>/user-data` is 404. What the netboot side
+    hands the machine is `boot_address(machine)`, the seed's base address.
+    """
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
         self._lock = threading.Lock()
         self.files: dict[tuple[str, str], bytes] = {}
+        # machine -> (key, {"meta-data"|"user-data": bytes}): the one-time seeds.
+        self.seeds: dict[str, tuple[str, dict[str, bytes]]] = {}
+        # machine -> the last script written for it (what the tests compare; never served).
+        self.scripts: dict[str, bytes] = {}
         self.failures = Failures(("create",), ("unavailable", "throttle"))
         self.claims_by_name: Counter[str] = Counter()
         self._http = StandinHTTPServer(self._route, host=host, port=port, name="seed-server")
@@ -114,41 +131,95 @@ class SeedServer:
         with self._lock:
             self.files.pop((machine, name), None)
 
+    def seeded(self, machine: str) -> bool:
+        """Whether the machine has a one-time seed (fetched or not) to boot into a cluster."""
+        with self._lock:
+            return machine in self.seeds
+
+    def boot_address(self, machine: str) -> str | None:
+        """What the netboot side hands the machine: `ds=nocloud;s=<this>/`."""
+        with self._lock:
+            seed = self.seeds.get(machine)
+        return f"{self.url}/{machine}/{seed[0]}" if seed else None
+
+    def script_of(self, machine: str) -> bytes | None:
+        with self._lock:
+            return self.scripts.get(machine)
+
     def _route(self, request: Request) -> Response:
         parts = request.path.removeprefix(SEED_PATH).strip("/").split("/")
-        if not request.path.startswith(SEED_PATH + "/") or len(parts) != 2:
-            return Response(404, "not found", content_type="text/plain")
-        key = (parts[0], parts[1])
+        if not request.path.startswith(SEED_PATH + "/") or len(parts) not in (2, 3):
+            return _not_found()
         with self._lock:
+            if len(parts) == 3:
+                return self._one_time_seed(request, parts[0], parts[1], parts[2])
+            machine, name = parts
+            if name == "seed":
+                if request.method != "DELETE":
+                    return Response(405, "method not allowed", content_type="text/plain")
+                if self.seeds.pop(machine, None) is None:
+                    return _not_found()
+                return Response(204)
+            if name == "user-data":
+                return _not_found()  # the script is only ever at its one-time address
+            key = (machine, name)
             if request.method == "GET":
                 data = self.files.get(key)
                 if data is None:
-                    return Response(404, "not found", content_type="text/plain")
+                    return _not_found()
                 return Response(200, data, content_type="text/plain")
             if request.method == "PUT":
-                kind = self.failures.take("create")
-                if kind == "unavailable":
-                    return Response(503, "unavailable (injected)", content_type="text/plain")
-                if kind == "throttle":
-                    return Response(
-                        429,
-                        "too many requests (injected)",
-                        {"Retry-After": "1"},
-                        content_type="text/plain",
-                    )
+                refused = self._injected()
+                if refused is not None:
+                    return refused
                 if request.headers.get("if-none-match") == "*" and key in self.files:
                     return Response(412, "exists", content_type="text/plain")
                 self.files[key] = request.body
-                if key[1] == "meta-data":
-                    claim = _meta_data(request.body).get("cloudburst.io/nodeclaim")
-                    if claim:
-                        self.claims_by_name[claim] += 1
+                claim = _meta_data(request.body).get("cloudburst.io/nodeclaim")
+                if claim and name == "meta-data":
+                    self.claims_by_name[claim] += 1
                 return Response(201)
             if request.method == "DELETE":
                 if self.files.pop(key, None) is None:
-                    return Response(404, "not found", content_type="text/plain")
+                    return _not_found()
                 return Response(204)
         return Response(405, "method not allowed", content_type="text/plain")
+
+    def _one_time_seed(self, request: Request, machine: str, key: str, name: str) -> Response:
+        if name not in ("meta-data", "user-data"):
+            return _not_found()
+        held = self.seeds.get(machine)
+        if request.method == "PUT":
+            refused = self._injected()
+            if refused is not None:
+                return refused
+            if held is None or held[0] != key:
+                held = self.seeds[machine] = (key, {})
+            held[1][name] = request.body
+            if name == "user-data":
+                self.scripts[machine] = request.body
+            return Response(201)
+        if request.method == "GET":
+            if held is None or held[0] != key or name not in held[1]:
+                return _not_found()
+            if name == "user-data":
+                return Response(200, held[1].pop(name), content_type="text/plain")  # once
+            return Response(200, held[1][name], content_type="text/plain")
+        return Response(405, "method not allowed", content_type="text/plain")
+
+    def _injected(self) -> Response | None:
+        kind = self.failures.take("create")
+        if kind == "unavailable":
+            return Response(503, "unavailable (injected)", content_type="text/plain")
+        if kind == "throttle":
+            return Response(
+                429, "too many requests (injected)", {"Retry-After": "1"}, content_type="text/plain"
+            )
+        return None
+
+
+def _not_found() -> Response:
+    return Response(404, "not found", content_type="text/plain")
 
 
 class RedfishBridge:
@@ -181,6 +252,7 @@ class RedfishBridge:
         self._on_since: dict[str, float] = {}
         self._polled = 0.0
         self._occupied: list[str] = []
+        self._scripts: dict[str, bytes] = {}  # one-time seed address -> what the machine read
         self._numbers = {m.name: n for n, m in enumerate(self.machines, start=1)}
         self._write_config()
 
@@ -340,7 +412,7 @@ class RedfishBridge:
         power: dict[str, str] = {}
         login = base64.b64encode(f"{USER}:{self.password}".encode()).decode()
         for m in self.machines:
-            if self.seed.read(m.name, "user-data") is None:
+            if not self.seed.seeded(m.name):
                 continue
             request = urllib.request.Request(
                 f"{self.endpoint}/Systems/{m.uuid}", headers={"Authorization": f"Basic {login}"}
@@ -365,7 +437,7 @@ class RedfishBridge:
         now = time.monotonic()
         states: dict[str, str] = {}
         for m in self.machines:
-            if self.seed.read(m.name, "user-data") is None:
+            if not self.seed.seeded(m.name):
                 continue  # nothing to boot into the cluster
             if power.get(m.name) == "On":
                 since = self._on_since.get(m.name, now)
@@ -378,19 +450,35 @@ class RedfishBridge:
         machine = self.by_name.get(native_id)
         if machine is None:
             return None
-        user_data = self.seed.read(native_id, "user-data")
+        user_data = self._first_boot_script(native_id)
         meta = _meta_data(self.seed.read(native_id, "meta-data") or b"")
         return {
             "id": native_id,
             "name": meta.get("local-hostname", ""),
             "region": SITE,
             "instance_type": meta.get("cloudburst.io/instance-type", machine.shape),
-            "user_data": (user_data or b"").decode(),
+            "user_data": user_data.decode(),
             "private_ip": private_ip(self._numbers[native_id], 172),
             "labels": {k: v for k, v in meta.items() if k.startswith("cloudburst.io/")},
             "power": self._power.get(native_id, ""),
             "image": "netboot",
         }
+
+    def _first_boot_script(self, machine: str) -> bytes:
+        """What the machine's cloud-init fetched at its first boot: the one-time seed's
+        `user-data`, read over HTTP at the address the netboot side hands it, once per seed
+        (empty when someone else read it first: the machine does not join)."""
+        address = self.seed.boot_address(machine)
+        if address is None:
+            return b""
+        with self._lock:
+            fetched = self._scripts.get(address)
+        if fetched is None:
+            answer = httpx.get(f"{address}/user-data", timeout=5)
+            fetched = answer.content if answer.status_code == 200 else b""
+            with self._lock:
+                fetched = self._scripts.setdefault(address, fetched)
+        return fetched
 
     def instance_shape(self, instance_type: str) -> tuple[float, float, str] | None:
         for m in self.machines:
