@@ -203,7 +203,9 @@ async def test_prometheus_scrapes_one_pool_gauge_writer_and_runs_every_query(
             # One series (one writer among two triggers and two workers), the pool's namespace
             # kept over the target's, and its sum the pool's one node.
             series = await eventually(
-                lambda: query(prom, held), lambda found: found and found[0]["value"][1] == "1", 60
+                lambda: query(prom, held),
+                lambda found: bool(found) and found[0]["value"][1] == "1",
+                60,
             )
             assert len(series) == 1, series
             [total] = await query(prom, f"sum({held})")
