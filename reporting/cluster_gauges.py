@@ -36,15 +36,16 @@ POOL_CONDITIONS = (READY, LIMIT_REACHED, PRICES_STALE, VALIDATION_SUCCEEDED)
 POOL_RESOURCES = ("nodes", "cpu", "memory")
 
 PoolKey = tuple[str, str]  # (namespace, name)
+PendingPod = tuple[str, str, PoolKey]  # the pod's namespace and name, the pool it waits for
 
 
 def cluster_families(
     pools: Iterable[Mapping[str, Any]],
     claims: Iterable[Mapping[str, Any]],
-    pending_pods: Mapping[PoolKey, int],
+    pending_pods: Iterable[PendingPod],
 ) -> list[GaugeMetricFamily]:
     """The pool and claim gauges of these NodePools and NodeClaims (raw objects, as listed),
-    and the pods waiting for each pool as the trigger holds them."""
+    and the pods waiting for a pool as the trigger holds them."""
     usage = GaugeMetricFamily(
         "cloudburst_nodepools_usage",
         "Resources held by a NodePool's claims that are not Deleted or Failed (nodes; cpu in"
@@ -67,6 +68,12 @@ def cluster_families(
         "Pods unschedulable in the cluster that the trigger sent to this NodePool",
         labels=["namespace", "nodepool"],
     )
+    pod_state = GaugeMetricFamily(
+        "cloudburst_pods_state",
+        "1 per unschedulable pod the trigger sent to a NodePool (namespace: the pod's;"
+        " nodepool_namespace: the pool's)",
+        labels=["namespace", "name", "nodepool", "nodepool_namespace", "phase"],
+    )
     claim_state = GaugeMetricFamily(
         "cloudburst_nodeclaims_state",
         "1 per NodeClaim, labeled by its phase (Deleting once its deletion began)",
@@ -83,6 +90,10 @@ def cluster_families(
         "Deprecated: cloudburst_nodepools_limit",
         labels=["nodepool", "resource"],
     )
+    waiting: dict[PoolKey, int] = {}
+    for pod_namespace, pod_name, (pool_namespace, pool_name) in sorted(pending_pods):
+        pod_state.add_metric([pod_namespace, pod_name, pool_name, pool_namespace, "Pending"], 1.0)
+        waiting[pool_namespace, pool_name] = waiting.get((pool_namespace, pool_name), 0) + 1
     usage_by_name: dict[tuple[str, str], float] = {}
     limit_by_name: dict[tuple[str, str], float] = {}
 
@@ -96,7 +107,7 @@ def cluster_families(
             limit_by_name[name, resource] = limit_by_name.get((name, resource), 0.0) + value
         for type_, true in pool_conditions(pool).items():
             condition.add_metric([namespace, name, type_], 1.0 if true else 0.0)
-        pending.add_metric([namespace, name], float(pending_pods.get((namespace, name), 0)))
+        pending.add_metric([namespace, name], float(waiting.get((namespace, name), 0)))
     for (name, resource), value in sorted(usage_by_name.items()):
         usage_old.add_metric([name, resource], value)
     for (name, resource), value in sorted(limit_by_name.items()):
@@ -117,7 +128,7 @@ def cluster_families(
             ],
             1.0,
         )
-    return [usage, limit, condition, pending, claim_state, usage_old, limit_old]
+    return [usage, limit, condition, pending, pod_state, claim_state, usage_old, limit_old]
 
 
 def pool_usage(pool: Mapping[str, Any]) -> dict[str, float]:
@@ -187,7 +198,7 @@ class ClusterGauges(Collector):
         api_client: k8s.ApiClient,
         *,
         serving: Callable[[], bool],
-        pending_pods: Callable[[], Mapping[PoolKey, int]],
+        pending_pods: Callable[[], Iterable[PendingPod]],
         timeout_s: float = 10.0,
     ) -> None:
         self._custom = k8s.CustomObjectsApi(api_client)

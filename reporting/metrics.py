@@ -41,13 +41,6 @@ DISRUPTION_REASONS = frozenset(
         DisruptionReason.NODE_LOST,
     }
 )
-# The series renamed to Karpenter's names, still recorded under the old name for one release
-# (CHANGELOG.md, "Deprecated"): old name -> new name.
-DEPRECATED_NAMES = {
-    "cloudburst_pods_provisioning_latency_seconds": "cloudburst_pods_provisioning_bound_duration_seconds",
-    "cloudburst_nodepool_usage": "cloudburst_nodepools_usage",
-    "cloudburst_nodepool_limit": "cloudburst_nodepools_limit",
-}
 
 # Seconds: cloud calls take from tens of milliseconds (get) to minutes (create and wait).
 _CLOUD_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)

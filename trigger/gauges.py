@@ -19,7 +19,7 @@ def cluster_gauges(
     return ClusterGauges(
         api_client,
         serving=lambda: peers.mine(GAUGES_KEY),
-        pending_pods=pending.pending_pods_by_pool,
+        pending_pods=pending.pending_pods,
     )
 
 

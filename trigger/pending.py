@@ -16,7 +16,6 @@ its Event names only those: another tenant's pools are neither used nor shown.
 from __future__ import annotations
 
 import asyncio
-import collections
 import logging
 import threading
 import time
@@ -420,11 +419,19 @@ class PendingPodTrigger:
         self._pending_since.setdefault(uid, _unschedulable_since(pod))
         self._batch(pool).add(demand)
 
-    def pending_pods_by_pool(self) -> dict[PoolKey, int]:
-        """How many unschedulable pods this trigger sent to each pool and holds pending
-        (`cloudburst_nodepools_pending_pods`); called from the metrics server's thread."""
-        # One C-level copy of the values under the GIL: the loop's changes are never half-seen.
-        return dict(collections.Counter(list(self._pending.values())))
+    def pending_pods(self) -> list[tuple[str, str, PoolKey]]:
+        """The unschedulable pods this trigger sent to a pool and holds pending, as (pod
+        namespace, pod name, pool): `cloudburst_pods_state`, and each pool's count. Called
+        from the metrics server's thread: one C-level copy of each dict under the GIL, so the
+        loop's changes are never half-seen (a pod dropped between the two copies is left out).
+        """
+        pending = list(self._pending.items())
+        demands = dict(self._pending_demand)
+        return [
+            (demand.namespace, demand.name, pool)
+            for uid, pool in pending
+            if (demand := demands.get(uid)) is not None
+        ]
 
     async def _observe_bound(self) -> None:
         """The provisioning latency of the pods that left the unbound pods' watch bound: from

@@ -224,6 +224,8 @@ async def test_prometheus_scrapes_one_pool_gauge_writer_and_runs_every_query(
                 lambda found: [s["metric"]["nodepool"] for s in found] == ["mon-full"],
                 60,
             )
+            [waiting] = await query(prom, 'cloudburst_pods_state{nodepool="mon-full"}')
+            assert waiting["metric"]["name"] == "mon-full-0", waiting
 
             # The node empties: its claim ends (terminated, disrupted as Empty), scraped a few
             # times (a rate needs two samples), and then the pools are deleted.

@@ -62,7 +62,11 @@ def test_two_pools_of_one_name_in_two_namespaces_are_two_series() -> None:
                 pool("team-b", "web", nodes=1, cpu="500m"),
             ],
             [],
-            {("team-a", "web"): 3},
+            [
+                ("team-a", "a-0", ("team-a", "web")),
+                ("team-a", "a-1", ("team-a", "web")),
+                ("team-c", "c-0", ("team-a", "web")),  # a pod of another namespace, shared pool
+            ],
         )
     )
     usage = "cloudburst_nodepools_usage"
@@ -81,15 +85,30 @@ def test_two_pools_of_one_name_in_two_namespaces_are_two_series() -> None:
     assert not [k for k in found if k[0] == limit and ("namespace", "team-b") in k[1]]
     pending = "cloudburst_nodepools_pending_pods"
     assert found[pending, (("namespace", "team-a"), ("nodepool", "web"))] == 3
+    state = "cloudburst_pods_state"
+    assert (
+        found[
+            state,
+            (
+                ("name", "c-0"),
+                ("namespace", "team-c"),
+                ("nodepool", "web"),
+                ("nodepool_namespace", "team-a"),
+                ("phase", "Pending"),
+            ),
+        ]
+        == 1
+    )
     assert found[pending, (("namespace", "team-b"), ("nodepool", "web"))] == 0
     # The deprecated names, by pool name alone: the sum over namespaces (one series each).
     assert found["cloudburst_nodepool_usage", (("nodepool", "web"), ("resource", "nodes"))] == 3
 
 
 def test_a_pool_that_is_gone_has_no_series_and_a_new_one_none_before_its_status() -> None:
-    found = samples(cluster_families([pool("team-a", "new", status=False)], [], {}))
+    found = samples(cluster_families([pool("team-a", "new", status=False)], [], []))
     assert not [k for k in found if k[0] == "cloudburst_nodepools_usage"]
-    assert not samples(cluster_families([], [], {("team-a", "gone"): 2}))
+    gone = samples(cluster_families([], [], []))
+    assert not [k for k in gone if k[0].startswith("cloudburst_nodepools")]
 
 
 def test_conditions_are_one_and_zero_and_unknown_ones_are_left_out() -> None:
@@ -107,7 +126,7 @@ def test_conditions_are_one_and_zero_and_unknown_ones_are_left_out() -> None:
                 )
             ],
             [],
-            {},
+            [],
         )
     )
     condition = "cloudburst_nodepools_condition"
@@ -125,7 +144,7 @@ def test_a_claim_whose_deletion_began_is_deleting_until_it_ended() -> None:
                 claim("a", "web-2", "Deleted", deleting=True),
                 claim("a", "web-3", "Joining"),
             ],
-            {},
+            [],
         )
     )
     phases = {
@@ -142,7 +161,7 @@ def test_only_the_serving_trigger_lists_and_serves_them() -> None:
     unreachable = k8s.ApiClient(k8s.Configuration(host="http://127.0.0.1:9"))
     registry = CollectorRegistry()
     registry.register(
-        ClusterGauges(unreachable, serving=lambda: False, pending_pods=dict, timeout_s=1)
+        ClusterGauges(unreachable, serving=lambda: False, pending_pods=list, timeout_s=1)
     )
     assert b"cloudburst_" not in generate_latest(registry)
 
@@ -151,6 +170,6 @@ def test_an_unreachable_api_server_costs_the_gauges_not_the_scrape() -> None:
     unreachable = k8s.ApiClient(k8s.Configuration(host="http://127.0.0.1:9"))
     registry = CollectorRegistry()
     registry.register(
-        ClusterGauges(unreachable, serving=lambda: True, pending_pods=dict, timeout_s=1)
+        ClusterGauges(unreachable, serving=lambda: True, pending_pods=list, timeout_s=1)
     )
     assert b"cloudburst_nodepools" not in generate_latest(registry)
