@@ -92,18 +92,19 @@ class ComputeActivities:
             ),
             capacity_type=offering.capacity_type,
         )
-        if offering.spot and not provider.supports_spot:
-            # As good as out of spot capacity: the claim goes on to its next offering.
-            with _classified():
-                raise CapacityError(
-                    offering.provider, f"{offering.key}: {offering.provider} sells no spot VMs"
-                )
-        with (
-            heartbeating(details=lambda: f"creating {offering.key}"),
-            _classified(),
-            metrics.cloud_call(offering.provider, "create"),
-        ):
-            instance = provider.create(spec)
+        with metrics.offering_attempt(input.namespace, warrant.node_pool, offering):
+            if offering.spot and not provider.supports_spot:
+                # As good as out of spot capacity: the claim goes on to its next offering.
+                with _classified():
+                    raise CapacityError(
+                        offering.provider, f"{offering.key}: {offering.provider} sells no spot VMs"
+                    )
+            with (
+                heartbeating(details=lambda: f"creating {offering.key}"),
+                _classified(),
+                metrics.cloud_call(offering.provider, "create"),
+            ):
+                instance = provider.create(spec)
         log.info("instance %s ready for claim %s", instance.id, input.claim_name)
         # Counted once the activity has its VM: a retry that finds it again after a crash
         # between create and completion is the only double count, and it is rare.

@@ -28,7 +28,7 @@ from opentelemetry.metrics import (
     Observation,
 )
 
-from api.nodeclaim import DisruptionReason
+from api.nodeclaim import DisruptionReason, Offering
 
 METER_NAME = "cloudburst"
 # Voluntary and involuntary reasons that count as a disruption (Karpenter's reasons, ours).
@@ -60,6 +60,7 @@ class _Instruments:
     plan_duration: Histogram
     cloud_duration: Histogram
     cloud_errors: Counter
+    offering_failures: Counter
 
 
 def bind(provider: MeterProvider) -> None:
@@ -125,6 +126,30 @@ def observe_plan_duration(namespace: str, nodepool: str, seconds: float) -> None
 def set_prices_as_of(as_of_by_provider: dict[str, float]) -> None:
     """The time (Unix seconds) of the oldest price a plan chose among, per provider."""
     _prices_as_of.update(as_of_by_provider)
+
+
+@contextmanager
+def offering_attempt(namespace: str, nodepool: str, offering: Offering) -> Iterator[None]:
+    """One launch of a claim on one of its offerings: a failure (out of capacity, refused,
+    the provider's error) is counted by offering and by the class of the provider's own
+    error under the Temporal one (re-raised unchanged)."""
+    try:
+        yield
+    except Exception as exc:
+        cause = exc.__cause__ if isinstance(exc.__cause__, Exception) else exc
+        _instruments.offering_failures.add(
+            1,
+            {
+                "namespace": namespace,
+                "nodepool": nodepool,
+                "provider": offering.provider,
+                "region": offering.region,
+                "instance_type": offering.instance_type,
+                "capacity_type": offering.capacity_type,
+                "error_class": type(cause).__name__,
+            },
+        )
+        raise
 
 
 @contextmanager
@@ -213,6 +238,10 @@ def _make_instruments(provider: MeterProvider) -> _Instruments:
         ),
         cloud_errors=meter.create_counter(
             "cloudburst_cloudprovider_errors", description="Failed cloud provider calls"
+        ),
+        offering_failures=meter.create_counter(
+            "cloudburst_offerings_launch_failures",
+            description="Launches of a claim on an offering that failed, by offering",
         ),
     )
 

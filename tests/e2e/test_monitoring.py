@@ -38,7 +38,11 @@ DASHBOARD = ROOT / "deploy" / "chart" / "files" / "grafana-dashboard.json"
 LEASE_S = 6
 # Dashboard panels with no series after a lifecycle without a failure: a counter (ours or
 # the Temporal SDK's) appears on its first increment.
-EMPTY_WITHOUT_FAILURES = {"Cloud call errors", "Workflow task and activity failures"}
+EMPTY_WITHOUT_FAILURES = {
+    "Cloud call errors",
+    "Offering launch failures",
+    "Workflow task and activity failures",
+}
 
 
 @contextlib.contextmanager

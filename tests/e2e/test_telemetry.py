@@ -15,8 +15,11 @@ from kubernetes import client as k8s
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from temporalio.client import Client
+from temporalio.exceptions import ApplicationError
 
+from activities.providers.base import CapacityError
 from api.messages import claim_workflow_id
+from api.nodeclaim import Offering
 from api.nodepool.messages import pool_workflow_id
 from reporting import metrics
 from sim.cluster import SimulatedCluster
@@ -214,6 +217,10 @@ def test_the_facade_names_every_metric_like_karpenter(telemetry: Telemetry) -> N
     metrics.set_prices_as_of({"hetzner": 1_700_000_000.0})
     with pytest.raises(ZeroDivisionError), metrics.cloud_call("hetzner", "create"):
         raise ZeroDivisionError
+    offering = Offering(provider="hetzner", region="fsn1", instance_type="cx22")
+    with pytest.raises(ApplicationError), metrics.offering_attempt("ns", "p", offering):
+        # As `_classified` raises it: the provider's error under the Temporal one.
+        raise ApplicationError("out of cx22") from CapacityError("hetzner", "out of cx22")
 
     assert telemetry.metrics_port is not None
     text = scrape(telemetry.metrics_port)
@@ -231,6 +238,7 @@ def test_the_facade_names_every_metric_like_karpenter(telemetry: Telemetry) -> N
         f'cloudburst_build_info{{version="{metrics.version()}"}} 1.0',
         'cloudburst_cloudprovider_duration_seconds_count{method="create",provider="hetzner"} 1.0',
         'cloudburst_cloudprovider_errors_total{error_class="ZeroDivisionError",method="create",provider="hetzner"} 1.0',
+        f'cloudburst_offerings_launch_failures_total{{capacity_type="on-demand",error_class="CapacityError",instance_type="cx22",{labels},provider="hetzner",region="fsn1"}} 1.0',
     ):
         assert line in text, f"{line}\nnot in\n{text}"
 
