@@ -8,32 +8,25 @@ of one name apart. Of the triggers side by side, one serves these series (`trigg
 picks it: `GAUGES_KEY`), so `sum()` over every target counts each pool once.
 
 `cluster_families` is the decision (objects in, metric families out), pure and tested on its
-own; `ClusterGauges` is the prometheus_client collector that lists the objects for it.
+own; `trigger/gauges.py` is the prometheus_client collector that lists the objects for it.
 """
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Any, cast
+from collections.abc import Iterable, Mapping
+from typing import Any
 
-from kubernetes import client as k8s
 from prometheus_client.core import GaugeMetricFamily
-from prometheus_client.registry import Collector
 
 from api.nodeclaim import NodeClaimPhase
 from api.nodepool import LIMIT_REACHED, PRICES_STALE, READY, VALIDATION_SUCCEEDED
 from api.quantity import parse_quantity
 
-log = logging.getLogger(__name__)
-
-GROUP, VERSION = "cloudburst.io", "v1alpha1"
 # What the triggers' rendezvous hashing (trigger/peers.py) is asked about: the one running
 # trigger it gives this key to serves the gauges.
 GAUGES_KEY = "cloudburst-cluster-gauges"
 # The pool conditions exported as 1 (True) / 0 (False); others are for `kubectl describe`.
 POOL_CONDITIONS = (READY, LIMIT_REACHED, PRICES_STALE, VALIDATION_SUCCEEDED)
-POOL_RESOURCES = ("nodes", "cpu", "memory")
 
 PoolKey = tuple[str, str]  # (namespace, name)
 PendingPod = tuple[str, str, PoolKey]  # the pod's namespace and name, the pool it waits for
@@ -186,39 +179,3 @@ def _quantity(value: Any) -> float:
         return float(parse_quantity(value))
     except (ValueError, ArithmeticError):
         return 0.0
-
-
-class ClusterGauges(Collector):
-    """Lists NodePools and NodeClaims (all namespaces) at each scrape, while `serving()` says
-    this process is the one that serves them; nothing otherwise, or when the API server does
-    not answer (the series then go missing rather than stale: `absent()` alerts on them)."""
-
-    def __init__(
-        self,
-        api_client: k8s.ApiClient,
-        *,
-        serving: Callable[[], bool],
-        pending_pods: Callable[[], Iterable[PendingPod]],
-        timeout_s: float = 10.0,
-    ) -> None:
-        self._custom = k8s.CustomObjectsApi(api_client)
-        self._serving = serving
-        self._pending_pods = pending_pods
-        self._timeout_s = timeout_s
-
-    def collect(self) -> Iterator[GaugeMetricFamily]:
-        if not self._serving():
-            return
-        try:
-            pools = self._list("nodepools")
-            claims = self._list("nodeclaims")
-        except Exception as err:  # the scrape goes on with the process' own series
-            log.warning("pool and claim gauges not served: %s", err)
-            return
-        yield from cluster_families(pools, claims, self._pending_pods())
-
-    def _list(self, plural: str) -> list[dict[str, Any]]:
-        listing = self._custom.list_cluster_custom_object(
-            GROUP, VERSION, plural, _request_timeout=self._timeout_s
-        )
-        return list(cast("dict[str, Any]", listing).get("items") or [])

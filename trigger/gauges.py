@@ -1,14 +1,67 @@
 """The pool and claim gauges on this trigger's metrics endpoint, while it is the one of the
-running triggers that serves them (`reporting/cluster_gauges.py`)."""
+running triggers that serves them: the NodePools and NodeClaims listed at each scrape, turned
+into series by `reporting/cluster_gauges.py`."""
 
 from __future__ import annotations
 
-from kubernetes import client as k8s
+import logging
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, cast
 
-from reporting.cluster_gauges import GAUGES_KEY, ClusterGauges
+from kubernetes import client as k8s
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from reporting.cluster_gauges import GAUGES_KEY, PendingPod, cluster_families
 from trigger.peers import TriggerPeers
 from trigger.pending import PendingPodTrigger
 from worker.telemetry import current_telemetry
+
+log = logging.getLogger(__name__)
+
+GROUP, VERSION = "cloudburst.io", "v1alpha1"
+
+
+class ClusterGauges(Collector):
+    """Lists NodePools and NodeClaims (all namespaces) at each scrape, while `serving()` says
+    this process is the one that serves them; nothing otherwise, or when the API server does
+    not answer (the series then go missing rather than stale: `absent()` alerts on them)."""
+
+    def __init__(
+        self,
+        api_client: k8s.ApiClient,
+        *,
+        serving: Callable[[], bool],
+        pending_pods: Callable[[], Iterable[PendingPod]],
+        timeout_s: float = 10.0,
+    ) -> None:
+        self._custom = k8s.CustomObjectsApi(api_client)
+        self._serving = serving
+        self._pending_pods = pending_pods
+        self._timeout_s = timeout_s
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        if not self._serving():
+            return
+        try:
+            pools = _items(
+                self._custom.list_cluster_custom_object(
+                    GROUP, VERSION, "nodepools", _request_timeout=self._timeout_s
+                )
+            )
+            claims = _items(
+                self._custom.list_cluster_custom_object(
+                    GROUP, VERSION, "nodeclaims", _request_timeout=self._timeout_s
+                )
+            )
+        except Exception as err:  # the scrape goes on with the process' own series
+            log.warning("pool and claim gauges not served: %s", err)
+            return
+        yield from cluster_families(pools, claims, self._pending_pods())
+
+
+def _items(listing: object) -> list[dict[str, Any]]:
+    return list(cast("dict[str, Any]", listing).get("items") or [])
 
 
 def cluster_gauges(

@@ -7,7 +7,8 @@ from typing import Any
 from kubernetes import client as k8s
 from prometheus_client import CollectorRegistry, generate_latest
 
-from reporting.cluster_gauges import ClusterGauges, cluster_families
+from reporting.cluster_gauges import cluster_families
+from trigger.gauges import ClusterGauges
 
 
 def pool(
