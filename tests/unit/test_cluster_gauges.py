@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from typing import Any, ClassVar
 
+import pytest
 from kubernetes import client as k8s
 from prometheus_client import CollectorRegistry, generate_latest
 
@@ -174,3 +179,60 @@ def test_an_unreachable_api_server_costs_the_gauges_not_the_scrape() -> None:
         ClusterGauges(unreachable, serving=lambda: True, pending_pods=list, timeout_s=1)
     )
     assert b"cloudburst_nodepools" not in generate_latest(registry)
+
+
+class _Listings(BaseHTTPRequestHandler):
+    """An API server that lists one NodePool and no NodeClaim, and counts the lists."""
+
+    requests: ClassVar[list[str]] = []
+
+    def do_GET(self) -> None:
+        type(self).requests.append(self.path)
+        items = [pool("a", "p", nodes=1)] if "nodepools" in self.path else []
+        body = json.dumps({"apiVersion": "v1", "kind": "List", "items": items}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def api_server() -> Iterator[str]:
+    _Listings.requests = []
+    server = HTTPServer(("127.0.0.1", 0), _Listings)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_scrapes_within_the_reuse_window_list_the_api_server_once(api_server: str) -> None:
+    """However often it is scraped, the API server is listed once per `reuse_s` (fails
+    without the reuse: a list of every NodePool and NodeClaim per scrape)."""
+    now = [0.0]
+    registry = CollectorRegistry()
+    registry.register(
+        ClusterGauges(
+            k8s.ApiClient(k8s.Configuration(host=api_server)),
+            serving=lambda: True,
+            pending_pods=list,
+            reuse_s=5,
+            clock=lambda: now[0],
+        )
+    )
+    for at in (0.0, 1.0, 4.9):
+        now[0] = at
+        assert b'cloudburst_nodepools_usage{namespace="a",nodepool="p",resource="nodes"} 1.0' in (
+            generate_latest(registry)
+        )
+    assert len(_Listings.requests) == 2  # NodePools and NodeClaims, once
+    now[0] = 5.0
+    generate_latest(registry)
+    assert len(_Listings.requests) == 4
