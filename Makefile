@@ -49,6 +49,11 @@ controlplane: setup
 # The first-boot script's test needs shellcheck (the Debian package; CI runs as root).
 test: lint typecheck controlplane
 	@command -v shellcheck >/dev/null || (apt-get update -qq && apt-get install -y -qq shellcheck)
+	@# promtool and Prometheus itself (Debian's package): the shipped alert rules are checked
+	@# and unit-tested, and tests/e2e/test_monitoring.py has a real Prometheus scrape the stack.
+	@command -v promtool >/dev/null || (apt-get update -qq && apt-get install -y -qq --no-install-recommends prometheus)
+	promtool check rules deploy/chart/files/prometheus-rules.yaml
+	promtool test rules tests/monitoring/prometheus-rules.test.yaml
 	@# Bytecode, as the image has it: the workflow sandbox loads workflow modules afresh for
 	@# every run, and compiles them each time where none was written (PYTHONDONTWRITEBYTECODE).
 	$(BIN)/python -m compileall -q api activities approver cluster cli reporting simulator/sim trigger worker workflows >/dev/null

@@ -94,22 +94,23 @@ class ComputeActivities:
             namespace=warrant.namespace,
             claim_uid=warrant.uid,
         )
-        if offering.spot and not provider.supports_spot:
-            # As good as out of spot capacity: the claim goes on to its next offering.
-            with _classified():
-                raise CapacityError(
-                    offering.provider, f"{offering.key}: {offering.provider} sells no spot VMs"
-                )
-        with (
-            heartbeating(details=lambda: f"creating {offering.key}"),
-            _classified(),
-            metrics.cloud_call(offering.provider, "create"),
-        ):
-            instance = provider.create(spec)
+        with metrics.offering_attempt(input.namespace, warrant.node_pool, offering):
+            if offering.spot and not provider.supports_spot:
+                # As good as out of spot capacity: the claim goes on to its next offering.
+                with _classified():
+                    raise CapacityError(
+                        offering.provider, f"{offering.key}: {offering.provider} sells no spot VMs"
+                    )
+            with (
+                heartbeating(details=lambda: f"creating {offering.key}"),
+                _classified(),
+                metrics.cloud_call(offering.provider, "create"),
+            ):
+                instance = provider.create(spec)
         log.info("instance %s ready for claim %s", instance.id, input.claim_name)
         # Counted once the activity has its VM: a retry that finds it again after a crash
         # between create and completion is the only double count, and it is rare.
-        metrics.record_claim_created(warrant.node_pool, offering.provider)
+        metrics.record_claim_created(input.namespace, warrant.node_pool, offering.provider)
         return _info(instance)
 
     @activity.defn(name="get_instance")
@@ -137,6 +138,7 @@ class ComputeActivities:
             provider = self._provider(ref.provider, ref.namespace, ref.node_class)
             instance = found = self._find(provider, ref)
             last_request = 0.0
+            first_request: float | None = None
             while instance is not None:
                 # Deletion is asynchronous at every cloud; re-ask now and then in case the
                 # first request was lost, and return only when the VM is really gone.
@@ -144,11 +146,14 @@ class ComputeActivities:
                     with metrics.cloud_call(ref.provider, "delete"):
                         provider.delete(instance.id)
                     last_request = time.monotonic()
+                    if first_request is None:
+                        first_request = last_request
                 time.sleep(_DELETE_POLL_S)
                 with metrics.cloud_call(ref.provider, "get"):
                     instance = provider.get(instance.id)
         if found is not None:
-            _record_terminated(ref, found)
+            waited = None if first_request is None else time.monotonic() - first_request
+            _record_terminated(ref, found, waited)
 
     def _provider(self, name: str, namespace: str, node_class: NodeClassSpec) -> Provider:
         """The provider of the claim's NodeClass, its credential read from the claim's own
@@ -177,13 +182,18 @@ class ComputeActivities:
         return next((i for i in owned if i.labels.get(labels.NODECLAIM) == ref.claim_name), None)
 
 
-def _record_terminated(ref: InstanceRef, instance: Instance) -> None:
-    # The pool is on the VM's own labels; the workflow passes why the VM goes.
+def _record_terminated(ref: InstanceRef, instance: Instance, waited_s: float | None) -> None:
+    # The pool is on the VM's own labels (of the claim's namespace); the workflow passes why
+    # the VM goes. `waited_s`: from this attempt's first delete request to the VM gone.
     nodepool = instance.labels.get(labels.NODEPOOL, "unknown")
     reason = ref.reason or "Deleted"
-    metrics.record_claim_terminated(nodepool, ref.provider, reason)
+    metrics.record_claim_terminated(ref.namespace, nodepool, ref.provider, reason)
     if reason in metrics.DISRUPTION_REASONS:
-        metrics.record_claim_disrupted(nodepool, reason)
+        metrics.record_claim_disrupted(ref.namespace, nodepool, reason)
+    if waited_s is not None:
+        metrics.observe_instance_termination_duration(
+            ref.namespace, nodepool, ref.provider, waited_s
+        )
 
 
 def _info(instance: Instance) -> InstanceInfo:

@@ -26,7 +26,6 @@ from api.messages import MirrorInput, MirrorResult
 from api.nodeclaim import NodeClaimStatus
 from api.nodepool import READY, VALIDATION_SUCCEEDED
 from api.nodepool.messages import NodePoolStatusUpdate
-from reporting import metrics
 from reporting.events import record_event
 
 log = logging.getLogger(__name__)
@@ -93,18 +92,9 @@ class MirrorActivities:
 
     @activity.defn(name="sync_nodepool_status")
     def sync_nodepool_status(self, update: NodePoolStatusUpdate) -> None:
-        """The pool's status subresource (`kubectl get nodepools`) and its usage/limit gauges."""
+        """The pool's status subresource (`kubectl get nodepools`): what the pool's gauges
+        are read from at scrape time (`reporting/cluster_gauges.py`)."""
         pool = update.name
-        metrics.set_nodepool_usage(pool, "nodes", update.status.nodes)
-        metrics.set_nodepool_usage(pool, "cpu", update.cpu_m / 1000)
-        metrics.set_nodepool_usage(pool, "memory", update.memory_bytes)
-        for resource, limit in (
-            ("nodes", update.max_nodes),
-            ("cpu", None if update.limit_cpu_m is None else update.limit_cpu_m / 1000),
-            ("memory", update.limit_memory_bytes),
-        ):
-            if limit is not None:
-                metrics.set_nodepool_limit(pool, resource, limit)
         status = update.status.model_dump(mode="json", by_alias=True, exclude_none=True)
         for _ in range(_CONFLICT_RETRIES):
             current = self._read_pool(update.namespace, pool)

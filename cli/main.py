@@ -195,6 +195,7 @@ def trigger(
     log_format: LogFormat = None,
 ) -> None:
     """Run the watchers: pending pods -> pool demand; claim nodes and their pods -> claims."""
+    from trigger.gauges import serve_cluster_gauges
     from trigger.nodes import NodeWatcher
     from trigger.peers import TriggerPeers, group_label
     from trigger.pending import BatchWindows, PendingPodTrigger
@@ -227,7 +228,9 @@ def trigger(
             windows=BatchWindows.of(settings),
             pool_task_timeout=settings.pool_task_timeout(),
             claim_task_timeout=settings.claim_task_timeout(),
+            observes=lambda uid: peers.mine(f"pod/{uid}"),
         )
+        serve_cluster_gauges(api_client, peers, pending)
         with serving_health(settings.health_port, client, api_client):
             await asyncio.gather(
                 peers.run(stop), NodeWatcher(client, api_client, peers).run(stop), pending.run(stop)

@@ -1,20 +1,15 @@
-"""The metrics operators read, named in parallel with Karpenter's where the meaning is the same.
+"""The metrics each process records as it works: counters and histograms, named after
+Karpenter's where the meaning is the same (`cloudburst_` where Karpenter has `karpenter_`).
 
 Activities and watchers record through these functions only (it lives in `reporting/`, below
 both, so that activities and the trigger import it without importing sideways or upwards). They
 are no-ops until `worker.telemetry.setup_telemetry` binds a meter provider (the CLI and unit
-tests record nothing). Served as Prometheus text by the process' metrics endpoint:
+tests record nothing). Served as Prometheus text by the process' metrics endpoint. Every
+process counts only what it did itself, so `sum()` over the replicas is the install's total.
 
-| Prometheus name                                   | labels                        |
-|---------------------------------------------------|-------------------------------|
-| cloudburst_nodeclaims_created_total               | nodepool, provider, reason    |
-| cloudburst_nodeclaims_terminated_total            | nodepool, provider, reason    |
-| cloudburst_nodeclaims_disrupted_total             | nodepool, reason              |
-| cloudburst_pods_provisioning_latency_seconds      | nodepool (histogram)          |
-| cloudburst_cloudprovider_duration_seconds         | provider, method (histogram)  |
-| cloudburst_cloudprovider_errors_total             | provider, method, error_class |
-| cloudburst_nodepool_usage                         | nodepool, resource            |
-| cloudburst_nodepool_limit                         | nodepool, resource            |
+The gauges of pools and claims are not here: they have one writer, computed from the
+cluster's objects when scraped (`reporting/cluster_gauges.py`). docs/monitoring.md lists every
+series with its labels and meaning; `namespace` is always the NodePool's (or NodeClaim's).
 """
 
 from __future__ import annotations
@@ -23,18 +18,17 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from importlib import metadata
 
 from opentelemetry.metrics import (
     Counter,
     Histogram,
     MeterProvider,
     NoOpMeterProvider,
-)
-from opentelemetry.metrics import (
-    _Gauge as Gauge,  # the synchronous gauge; public name still pending upstream
+    Observation,
 )
 
-from api.nodeclaim import DisruptionReason
+from api.nodeclaim import DisruptionReason, Offering
 
 METER_NAME = "cloudburst"
 # Voluntary and involuntary reasons that count as a disruption (Karpenter's reasons, ours).
@@ -51,6 +45,8 @@ DISRUPTION_REASONS = frozenset(
 # Seconds: cloud calls take from tens of milliseconds (get) to minutes (create and wait).
 _CLOUD_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
 _PROVISIONING_BUCKETS = (1, 5, 10, 20, 30, 45, 60, 90, 120, 180, 300, 600, 900)
+# A plan is milliseconds for a few pods, seconds for thousands against a large catalog.
+_PLAN_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 
 
 @dataclass(frozen=True)
@@ -58,11 +54,13 @@ class _Instruments:
     created: Counter
     terminated: Counter
     disrupted: Counter
-    provisioning_latency: Histogram
+    bound_duration: Histogram
+    bound_duration_deprecated: Histogram
+    instance_termination_duration: Histogram
+    plan_duration: Histogram
     cloud_duration: Histogram
     cloud_errors: Counter
-    pool_usage: Gauge
-    pool_limit: Gauge
+    offering_failures: Counter
 
 
 def bind(provider: MeterProvider) -> None:
@@ -75,34 +73,83 @@ def unbind() -> None:
     bind(NoOpMeterProvider())
 
 
-def record_claim_created(nodepool: str, provider: str, reason: str = "provisioning") -> None:
+def version() -> str:
+    """The installed release (`cloudburst_build_info`'s `version`)."""
+    try:
+        return metadata.version("cloudburst")
+    except metadata.PackageNotFoundError:  # run from a checkout that was never installed
+        return "unknown"
+
+
+def record_claim_created(
+    namespace: str, nodepool: str, provider: str, reason: str = "provisioning"
+) -> None:
     """A VM was created for a claim (Karpenter's reasons: provisioning, disruption)."""
-    _instruments.created.add(1, {"nodepool": nodepool, "provider": provider, "reason": reason})
+    _instruments.created.add(
+        1, {"namespace": namespace, "nodepool": nodepool, "provider": provider, "reason": reason}
+    )
 
 
-def record_claim_terminated(nodepool: str, provider: str, reason: str) -> None:
+def record_claim_terminated(namespace: str, nodepool: str, provider: str, reason: str) -> None:
     """A claim's VM is confirmed gone; `reason` is the claim's deletion reason."""
-    _instruments.terminated.add(1, {"nodepool": nodepool, "provider": provider, "reason": reason})
+    _instruments.terminated.add(
+        1, {"namespace": namespace, "nodepool": nodepool, "provider": provider, "reason": reason}
+    )
 
 
-def record_claim_disrupted(nodepool: str, reason: str) -> None:
+def record_claim_disrupted(namespace: str, nodepool: str, reason: str) -> None:
     """A claim was taken down for a disruption reason (Empty, Expired, Drifted, NodeLost…)."""
-    _instruments.disrupted.add(1, {"nodepool": nodepool, "reason": reason})
+    _instruments.disrupted.add(1, {"namespace": namespace, "nodepool": nodepool, "reason": reason})
 
 
-def observe_pod_provisioning_latency(nodepool: str, seconds: float) -> None:
-    """From a pod first seen unschedulable to its binding to a burst node."""
-    _instruments.provisioning_latency.record(seconds, {"nodepool": nodepool})
+def observe_pod_provisioning_bound_duration(namespace: str, nodepool: str, seconds: float) -> None:
+    """From a pod first seen unschedulable to its binding to a burst node (Karpenter's
+    `pods_provisioning_bound_duration_seconds`); `namespace` is the pool's."""
+    _instruments.bound_duration.record(seconds, {"namespace": namespace, "nodepool": nodepool})
+    _instruments.bound_duration_deprecated.record(seconds, {"nodepool": nodepool})
 
 
-def set_nodepool_usage(nodepool: str, resource: str, value: float) -> None:
-    """What the pool's claims hold now: resource is `nodes`, `cpu` (cores), `memory` (bytes)."""
-    _instruments.pool_usage.set(value, {"nodepool": nodepool, "resource": resource})
+def observe_instance_termination_duration(
+    namespace: str, nodepool: str, provider: str, seconds: float
+) -> None:
+    """From the first delete request to the provider saying the VM is gone."""
+    _instruments.instance_termination_duration.record(
+        seconds, {"namespace": namespace, "nodepool": nodepool, "provider": provider}
+    )
 
 
-def set_nodepool_limit(nodepool: str, resource: str, value: float) -> None:
-    """The pool's limit for the same resources as `set_nodepool_usage`."""
-    _instruments.pool_limit.set(value, {"nodepool": nodepool, "resource": resource})
+def observe_plan_duration(namespace: str, nodepool: str, seconds: float) -> None:
+    """One plan of a pool's pending pods (`plan_capacity`), catalog read included."""
+    _instruments.plan_duration.record(seconds, {"namespace": namespace, "nodepool": nodepool})
+
+
+def set_prices_as_of(as_of_by_provider: dict[str, float]) -> None:
+    """The time (Unix seconds) of the oldest price a plan chose among, per provider."""
+    _prices_as_of.update(as_of_by_provider)
+
+
+@contextmanager
+def offering_attempt(namespace: str, nodepool: str, offering: Offering) -> Iterator[None]:
+    """One launch of a claim on one of its offerings: a failure (out of capacity, refused,
+    the provider's error) is counted by offering and by the class of the provider's own
+    error under the Temporal one (re-raised unchanged)."""
+    try:
+        yield
+    except Exception as exc:
+        cause = exc.__cause__ if isinstance(exc.__cause__, Exception) else exc
+        _instruments.offering_failures.add(
+            1,
+            {
+                "namespace": namespace,
+                "nodepool": nodepool,
+                "provider": offering.provider,
+                "region": offering.region,
+                "instance_type": offering.instance_type,
+                "capacity_type": offering.capacity_type,
+                "error_class": type(cause).__name__,
+            },
+        )
+        raise
 
 
 @contextmanager
@@ -122,8 +169,33 @@ def cloud_call(provider: str, method: str) -> Iterator[None]:
         )
 
 
+# The newest reading of each provider's price age in this process (set by planning, read at
+# collection): a value of the process' own, like the build info.
+_prices_as_of: dict[str, float] = {}
+
+
+def _observe_prices(_options: object) -> Iterator[Observation]:
+    for provider, as_of in sorted(_prices_as_of.items()):
+        yield Observation(as_of, {"provider": provider})
+
+
+def _observe_build(_options: object) -> Iterator[Observation]:
+    yield Observation(1, {"version": version()})
+
+
 def _make_instruments(provider: MeterProvider) -> _Instruments:
     meter = provider.get_meter(METER_NAME)
+    meter.create_observable_gauge(
+        "cloudburst_build_info",
+        callbacks=[_observe_build],
+        description="A constant 1 labeled by the version that runs",
+    )
+    meter.create_observable_gauge(
+        "cloudburst_prices_as_of_timestamp_seconds",
+        callbacks=[_observe_prices],
+        unit="",
+        description="When the oldest price a plan of this process chose among was read",
+    )
     return _Instruments(
         created=meter.create_counter(
             "cloudburst_nodeclaims_created", description="NodeClaims whose VM was created"
@@ -134,11 +206,29 @@ def _make_instruments(provider: MeterProvider) -> _Instruments:
         disrupted=meter.create_counter(
             "cloudburst_nodeclaims_disrupted", description="NodeClaims disrupted, by reason"
         ),
-        provisioning_latency=meter.create_histogram(
-            "cloudburst_pods_provisioning_latency",
+        bound_duration=meter.create_histogram(
+            "cloudburst_pods_provisioning_bound_duration",
             unit="s",
             description="Time from a pod pending for capacity to its binding to a burst node",
             explicit_bucket_boundaries_advisory=_PROVISIONING_BUCKETS,
+        ),
+        bound_duration_deprecated=meter.create_histogram(
+            "cloudburst_pods_provisioning_latency",
+            unit="s",
+            description="Deprecated: cloudburst_pods_provisioning_bound_duration_seconds",
+            explicit_bucket_boundaries_advisory=_PROVISIONING_BUCKETS,
+        ),
+        instance_termination_duration=meter.create_histogram(
+            "cloudburst_nodeclaims_instance_termination_duration",
+            unit="s",
+            description="Time from a claim's first VM delete request to the VM gone",
+            explicit_bucket_boundaries_advisory=_CLOUD_BUCKETS,
+        ),
+        plan_duration=meter.create_histogram(
+            "cloudburst_nodepools_plan_duration",
+            unit="s",
+            description="Time to plan a pool's pending pods",
+            explicit_bucket_boundaries_advisory=_PLAN_BUCKETS,
         ),
         cloud_duration=meter.create_histogram(
             "cloudburst_cloudprovider_duration",
@@ -149,11 +239,9 @@ def _make_instruments(provider: MeterProvider) -> _Instruments:
         cloud_errors=meter.create_counter(
             "cloudburst_cloudprovider_errors", description="Failed cloud provider calls"
         ),
-        pool_usage=meter.create_gauge(
-            "cloudburst_nodepool_usage", description="Resources held by a NodePool's claims"
-        ),
-        pool_limit=meter.create_gauge(
-            "cloudburst_nodepool_limit", description="A NodePool's resource limits"
+        offering_failures=meter.create_counter(
+            "cloudburst_offerings_launch_failures",
+            description="Launches of a claim on an offering that failed, by offering",
         ),
     )
 

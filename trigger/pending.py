@@ -19,6 +19,7 @@ import asyncio
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -118,6 +119,7 @@ class PendingPodTrigger:
         tenancy: Tenancy | None = None,
         pool_task_timeout: timedelta | None = None,
         claim_task_timeout: timedelta | None = None,
+        observes: Callable[[str], bool] | None = None,
     ) -> None:
         self._temporal = temporal
         self._tenancy = tenancy or Tenancy()
@@ -129,6 +131,9 @@ class PendingPodTrigger:
         self._claim_timings = claim_timings
         self._pool_task_timeout = pool_task_timeout  # None: Temporal's default
         self._claim_task_timeout = claim_task_timeout  # the same, for the pools' claims
+        # Whether this trigger observes a pod's provisioning duration (by the pod's uid): every
+        # trigger sees every pending pod, and one of them counts it (trigger/peers.py).
+        self._observes = observes or (lambda _uid: True)
         # The cluster's NodePools and NodeClasses as the watches show them.
         self._specs_seen = ClusterSpecs()
         self._pools = self._specs_seen.pools
@@ -142,7 +147,7 @@ class PendingPodTrigger:
         # Pods that left the watch of unbound pods while waiting: (namespace, name, pool name,
         # since). Kubernetes' watch reports a pod leaving a field selector as DELETED with its
         # object *before* the change, so whether it was bound or deleted is read afterwards.
-        self._left_waiting: list[tuple[str, str, str, float]] = []
+        self._left_waiting: list[tuple[str, str, PoolKey, float]] = []
         self._batches: dict[PoolKey, _Batch] = {}
         self._unmatched: dict[str, str] = {}  # pod uid -> reason already reported
         # Every pod waiting for capacity: one no pool could host is matched again when pools
@@ -386,12 +391,15 @@ class PendingPodTrigger:
             self._waiting_pods.pop(uid, None)
             if pool is not None:
                 self._batch(pool).resolve(uid)
-                if since is not None and pod.spec.node_name:
-                    metrics.observe_pod_provisioning_latency(pool[1], time.time() - since)
-                elif since is not None and event == "DELETED":
-                    # Bound or deleted: the event's object is the pod as it was while unbound.
-                    key = (pod.metadata.namespace, pod.metadata.name, pool[1], since)
-                    self._left_waiting.append(key)
+                if since is not None and self._observes(uid):
+                    if pod.spec.node_name:
+                        metrics.observe_pod_provisioning_bound_duration(
+                            pool[0], pool[1], time.time() - since
+                        )
+                    elif event == "DELETED":
+                        # Bound or deleted: the event's object is the pod as it was unbound.
+                        key = (pod.metadata.namespace, pod.metadata.name, pool, since)
+                        self._left_waiting.append(key)
             return
         demand = pod_demand(pod)
         self._waiting_pods[uid] = pod
@@ -411,6 +419,20 @@ class PendingPodTrigger:
         self._pending_since.setdefault(uid, _unschedulable_since(pod))
         self._batch(pool).add(demand)
 
+    def pending_pods(self) -> list[tuple[str, str, PoolKey]]:
+        """The unschedulable pods this trigger sent to a pool and holds pending, as (pod
+        namespace, pod name, pool): `cloudburst_pods_state`, and each pool's count. Called
+        from the metrics server's thread: one C-level copy of each dict under the GIL, so the
+        loop's changes are never half-seen (a pod dropped between the two copies is left out).
+        """
+        pending = list(self._pending.items())
+        demands = dict(self._pending_demand)
+        return [
+            (demand.namespace, demand.name, pool)
+            for uid, pool in pending
+            if (demand := demands.get(uid)) is not None
+        ]
+
     async def _observe_bound(self) -> None:
         """The provisioning latency of the pods that left the unbound pods' watch bound: from
         when the scheduler found no room to when it bound them (their PodScheduled
@@ -419,14 +441,16 @@ class PendingPodTrigger:
             self._left_waiting[:_BOUND_READS],
             self._left_waiting[_BOUND_READS:],
         )
-        for namespace, name, pool_name, since in left:
+        for namespace, name, pool, since in left:
             try:
                 pod = await asyncio.to_thread(self._core.read_namespaced_pod, name, namespace)
             except Exception as err:  # gone, or unreadable: no observation
                 log.debug("pod %s/%s not read for its latency: %s", namespace, name, err)
                 continue
             if pod.spec and pod.spec.node_name:
-                metrics.observe_pod_provisioning_latency(pool_name, _scheduled_at(pod) - since)
+                metrics.observe_pod_provisioning_bound_duration(
+                    pool[0], pool[1], _scheduled_at(pod) - since
+                )
 
     def _match(self, pod: Any, demand: PodDemand) -> PoolKey | None:
         """The pool that takes the pod (`cluster/matching.py`), else None + an Event naming

@@ -4,6 +4,7 @@ then plans purely (`activities/planning/plan.py`)."""
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -12,13 +13,14 @@ from kubernetes import client as k8s
 from temporalio import activity
 
 from activities.kube_reads import KubeReads
-from activities.planning.catalog import stale_price_notes
+from activities.planning.catalog import oldest_prices, stale_price_notes
 from activities.planning.config import PlanningConfig
 from activities.planning.inputs import PlanningInputs, RecommenderFactory
 from activities.planning.pending import PendingInCluster
 from activities.planning.plan import plan_capacity
 from api.planning import Plan, PlanRequest
 from cluster.tenancy import Tenancy
+from reporting import metrics
 
 log = logging.getLogger(__name__)
 
@@ -58,8 +60,15 @@ class PlanningActivities:
 
     def plan(self, request: PlanRequest) -> Plan:
         """Plan `request` as it is (consolidation's request: the pods of a node it read)."""
+        started = time.monotonic()
         offerings, overhead = self._inputs.planning_inputs(request)
         plan = plan_capacity(request, offerings, overhead)
+        metrics.observe_plan_duration(
+            request.namespace, request.pool_name, time.monotonic() - started
+        )
+        metrics.set_prices_as_of(
+            {provider: at.timestamp() for provider, at in oldest_prices(offerings).items()}
+        )
         plan.stale_prices = stale_price_notes(
             [node.offerings[0] for node in plan.new_nodes if node.offerings],
             datetime.now(UTC),

@@ -103,6 +103,9 @@ class WorkerProcess:
         task_queue: str,
         allowed_endpoints: dict[str, list[str]] | None = None,
         queues: str = "all",
+        *,
+        metrics_port: int = 0,
+        sdk_metrics_port: int = 0,
     ) -> None:
         self._env = {
             **os.environ,
@@ -110,10 +113,11 @@ class WorkerProcess:
             "CLOUDBURST_KUBECONFIG": str(kubeconfig),
             "CLOUDBURST_TASK_QUEUE": task_queue,
             "CLOUDBURST_WORKER_QUEUES": queues,
-            # Several may run at once: no two on the same probe and metrics ports.
+            # Several may run at once: no two on the same probe and metrics ports (none
+            # unless a test gives it free ones).
             "CLOUDBURST_HEALTH_PORT": "0",
-            "CLOUDBURST_METRICS_PORT": "0",
-            "CLOUDBURST_SDK_METRICS_PORT": "0",
+            "CLOUDBURST_METRICS_PORT": str(metrics_port),
+            "CLOUDBURST_SDK_METRICS_PORT": str(sdk_metrics_port),
             "CLOUDBURST_CLUSTER_ID": CLUSTER_ID,
             # The operator allows the simulated clouds (as the ConfigMap would).
             "CLOUDBURST_ALLOWED_ENDPOINTS": json.dumps(allowed_endpoints or {}),
@@ -158,8 +162,17 @@ class TriggerProcess(WorkerProcess):
         *,
         identity: str,
         lease_s: int,
+        metrics_port: int = 0,
+        sdk_metrics_port: int = 0,
     ) -> None:
-        super().__init__(temporal_address, kubeconfig, task_queue, allowed_endpoints)
+        super().__init__(
+            temporal_address,
+            kubeconfig,
+            task_queue,
+            allowed_endpoints,
+            metrics_port=metrics_port,
+            sdk_metrics_port=sdk_metrics_port,
+        )
         self._env["CLOUDBURST_TRIGGER_ID"] = identity
         self._env["CLOUDBURST_TRIGGER_LEASE_DURATION_S"] = str(lease_s)
 

@@ -15,8 +15,11 @@ from kubernetes import client as k8s
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from temporalio.client import Client
+from temporalio.exceptions import ApplicationError
 
+from activities.providers.base import CapacityError
 from api.messages import claim_workflow_id
+from api.nodeclaim import Offering
 from api.nodepool.messages import pool_workflow_id
 from reporting import metrics
 from sim.cluster import SimulatedCluster
@@ -165,16 +168,20 @@ async def test_one_claim_is_one_trace_and_fills_the_metrics(
     assert telemetry.metrics_port is not None
     text = scrape(telemetry.metrics_port)
     assert (
-        'cloudburst_nodeclaims_created_total{nodepool="tele",provider="fake",'
-        'reason="provisioning"} 1.0' in text
+        'cloudburst_nodeclaims_created_total{namespace="default",nodepool="tele",'
+        'provider="fake",reason="provisioning"} 1.0' in text
     ), samples(text, "cloudburst_nodeclaims_created_total")
     assert any(
-        'nodepool="tele"' in line and 'provider="fake"' in line and 'reason="Empty"' in line
+        'namespace="default"' in line
+        and 'nodepool="tele"' in line
+        and 'provider="fake"' in line
+        and 'reason="Empty"' in line
         for line in samples(text, "cloudburst_nodeclaims_terminated_total")
     ), samples(text, "cloudburst_nodeclaims_terminated_total")
-    assert 'cloudburst_nodeclaims_disrupted_total{nodepool="tele",reason="Empty"} 1.0' in text, (
-        samples(text, "cloudburst_nodeclaims_disrupted_total")
-    )
+    assert (
+        'cloudburst_nodeclaims_disrupted_total{namespace="default",nodepool="tele",'
+        'reason="Empty"} 1.0' in text
+    ), samples(text, "cloudburst_nodeclaims_disrupted_total")
     durations = samples(text, "cloudburst_cloudprovider_duration_seconds_count")
     for method in ("create", "get", "delete"):
         assert any(f'method="{method}"' in s and 'provider="fake"' in s for s in durations), (
@@ -182,17 +189,16 @@ async def test_one_claim_is_one_trace_and_fills_the_metrics(
             durations,
         )
     # The pod waited for the node and was bound to it: one observation for its pool.
-    assert 'cloudburst_pods_provisioning_latency_seconds_count{nodepool="tele"} 1.0' in text, (
-        samples(text, "cloudburst_pods_provisioning_latency_seconds_count")
-    )
-    # The pool's gauges: its limit, and its usage (back to no nodes once the claim ended).
-    assert 'cloudburst_nodepool_limit{nodepool="tele",resource="nodes"} 4.0' in text, samples(
-        text, "cloudburst_nodepool_limit"
-    )
+    assert (
+        'cloudburst_pods_provisioning_bound_duration_seconds_count{namespace="default",'
+        'nodepool="tele"} 1.0' in text
+    ), samples(text, "cloudburst_pods_provisioning_bound_duration_seconds_count")
     assert any(
-        'nodepool="tele"' in line and 'resource="cpu"' in line
-        for line in samples(text, "cloudburst_nodepool_usage")
-    ), samples(text, "cloudburst_nodepool_usage")
+        'namespace="default"' in line and 'nodepool="tele"' in line
+        for line in samples(text, "cloudburst_nodepools_plan_duration_seconds_count")
+    ), samples(text, "cloudburst_nodepools_plan_duration_seconds_count")
+    # The pool's gauges are not this process' to serve: the trigger's (tests/e2e/test_monitoring.py).
+    assert "cloudburst_nodepools_usage" not in text
 
     assert telemetry.sdk_metrics_port is not None
     sdk = scrape(telemetry.sdk_metrics_port)
@@ -202,26 +208,37 @@ async def test_one_claim_is_one_trace_and_fills_the_metrics(
 
 def test_the_facade_names_every_metric_like_karpenter(telemetry: Telemetry) -> None:
     """Every metric the facade records, by its Prometheus name and labels."""
-    metrics.record_claim_created("p", "hetzner", "provisioning")
-    metrics.record_claim_terminated("p", "hetzner", "Empty")
-    metrics.record_claim_disrupted("p", "Expired")
-    metrics.observe_pod_provisioning_latency("p", 42.0)
-    metrics.set_nodepool_usage("p", "cpu", 8)
-    metrics.set_nodepool_limit("p", "cpu", 100)
+    metrics.record_claim_created("ns", "p", "hetzner", "provisioning")
+    metrics.record_claim_terminated("ns", "p", "hetzner", "Empty")
+    metrics.record_claim_disrupted("ns", "p", "Expired")
+    metrics.observe_pod_provisioning_bound_duration("ns", "p", 42.0)
+    metrics.observe_instance_termination_duration("ns", "p", "hetzner", 12.0)
+    metrics.observe_plan_duration("ns", "p", 0.2)
+    metrics.set_prices_as_of({"hetzner": 1_700_000_000.0})
     with pytest.raises(ZeroDivisionError), metrics.cloud_call("hetzner", "create"):
         raise ZeroDivisionError
+    offering = Offering(provider="hetzner", region="fsn1", instance_type="cx22")
+    with pytest.raises(ApplicationError), metrics.offering_attempt("ns", "p", offering):
+        # As `_classified` raises it: the provider's error under the Temporal one.
+        raise ApplicationError("out of cx22") from CapacityError("hetzner", "out of cx22")
 
     assert telemetry.metrics_port is not None
     text = scrape(telemetry.metrics_port)
+    labels = 'namespace="ns",nodepool="p"'
     for line in (
-        'cloudburst_nodeclaims_created_total{nodepool="p",provider="hetzner",reason="provisioning"} 1.0',
-        'cloudburst_nodeclaims_terminated_total{nodepool="p",provider="hetzner",reason="Empty"} 1.0',
-        'cloudburst_nodeclaims_disrupted_total{nodepool="p",reason="Expired"} 1.0',
+        f'cloudburst_nodeclaims_created_total{{{labels},provider="hetzner",reason="provisioning"}} 1.0',
+        f'cloudburst_nodeclaims_terminated_total{{{labels},provider="hetzner",reason="Empty"}} 1.0',
+        f'cloudburst_nodeclaims_disrupted_total{{{labels},reason="Expired"}} 1.0',
+        f"cloudburst_pods_provisioning_bound_duration_seconds_count{{{labels}}} 1.0",
+        # The name before Karpenter's, kept for one release (CHANGELOG "Deprecated").
         'cloudburst_pods_provisioning_latency_seconds_count{nodepool="p"} 1.0',
+        f'cloudburst_nodeclaims_instance_termination_duration_seconds_count{{{labels},provider="hetzner"}} 1.0',
+        f"cloudburst_nodepools_plan_duration_seconds_count{{{labels}}} 1.0",
+        'cloudburst_prices_as_of_timestamp_seconds{provider="hetzner"} 1.7e+09',
+        f'cloudburst_build_info{{version="{metrics.version()}"}} 1.0',
         'cloudburst_cloudprovider_duration_seconds_count{method="create",provider="hetzner"} 1.0',
         'cloudburst_cloudprovider_errors_total{error_class="ZeroDivisionError",method="create",provider="hetzner"} 1.0',
-        'cloudburst_nodepool_usage{nodepool="p",resource="cpu"} 8.0',
-        'cloudburst_nodepool_limit{nodepool="p",resource="cpu"} 100.0',
+        f'cloudburst_offerings_launch_failures_total{{capacity_type="on-demand",error_class="CapacityError",instance_type="cx22",{labels},provider="hetzner",region="fsn1"}} 1.0',
     ):
         assert line in text, f"{line}\nnot in\n{text}"
 

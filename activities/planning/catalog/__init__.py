@@ -157,18 +157,28 @@ class Catalog:
 def stale_price_notes(offerings: list[Offering], now: datetime, max_age: timedelta) -> list[str]:
     """One line per provider whose price among `offerings` was read longer than `max_age`
     ago (the oldest date said); prices without a date are not judged."""
-    oldest: dict[str, datetime] = {}
-    for offering in offerings:
-        as_of = _parse_as_of(offering.price_as_of)
-        if as_of is None or now - as_of <= max_age:
-            continue
-        if offering.provider not in oldest or as_of < oldest[offering.provider]:
-            oldest[offering.provider] = as_of
+    oldest = {
+        provider: as_of
+        for provider, as_of in oldest_prices(offerings).items()
+        if now - as_of > max_age
+    }
     hours = max_age.total_seconds() / 3600
     return [
         f"{provider} prices as of {as_of.date().isoformat()} are older than {hours:g} h"
         for provider, as_of in sorted(oldest.items())
     ]
+
+
+def oldest_prices(offerings: list[Offering]) -> dict[str, datetime]:
+    """When each provider's oldest price among `offerings` was read (undated ones left out)."""
+    oldest: dict[str, datetime] = {}
+    for offering in offerings:
+        as_of = _parse_as_of(offering.price_as_of)
+        if as_of is not None and (
+            offering.provider not in oldest or as_of < oldest[offering.provider]
+        ):
+            oldest[offering.provider] = as_of
+    return oldest
 
 
 def _parse_as_of(text: str | None) -> datetime | None:
