@@ -67,14 +67,17 @@ def config_data(objects: list[dict[str, Any]]) -> dict[str, str]:
 
 
 def test_helm_lints_the_chart(helm: Path) -> None:
-    """`helm lint --strict` (every warning an error) with the one required value."""
+    """`helm lint --strict` (every warning an error) with the one required value. Failed on
+    the CRDs' kustomization.yaml before .helmignore left it out of the chart."""
     done = run_helm(helm, "lint", "--strict", *CLUSTER_ID)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "1 chart(s) linted, 0 chart(s) failed" in done.stdout
 
 
 def test_the_chart_renders_valid_kubernetes(helm: Path) -> None:
-    """Every object, with the CRDs and with the optional parts on, is valid Kubernetes."""
+    """Every object, with the CRDs and with the optional parts on, is valid Kubernetes.
+    Fails on a template that writes a field where the API has none (a topology constraint
+    rendered as a map, say)."""
     objects = template(
         helm,
         "--include-crds",
@@ -223,7 +226,8 @@ def _read_setting(model: Any, env: dict[str, str], prefix: str, name: str) -> An
 
 def test_the_chart_and_image_versions_are_the_package_version(helm: Path) -> None:
     """appVersion is the package's version, which is the image's tag by default; the chart's
-    own version is the same in SemVer."""
+    own version is the same in SemVer. Fails when pyproject.toml's version moves alone (the
+    manifests named 0.1.0 while the package was 0.2.0.dev0)."""
     package = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
     chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
     assert chart["appVersion"] == package
@@ -249,7 +253,8 @@ def _semver(pep440: str) -> str:
 def test_the_chart_serves_tenant_namespaces_as_cloudburst_tenant_rbac_does(helm: Path) -> None:
     """settings.tenantNamespaces both tells the processes which namespaces they serve and
     binds the worker's credential Role in each: the same Role and RoleBinding
-    `cloudburst tenant-rbac` prints (its Namespace annotations are the namespace owner's)."""
+    `cloudburst tenant-rbac` prints (its Namespace annotations are the namespace owner's).
+    Fails without the template's Roles, or when the two drift apart."""
     from cli.commands.tenant_rbac import tenant_objects
 
     objects = template(helm, *CLUSTER_ID, "--set", "settings.tenantNamespaces={team-a,team-b}")
@@ -276,7 +281,8 @@ def _without_labels(obj: dict[str, Any]) -> dict[str, Any]:
 def test_values_follow_karpenters_chart_where_they_mean_the_same(helm: Path) -> None:
     """An operator's Karpenter values carry over: priorityClassName, nodeSelector,
     tolerations, affinity, topology spread (a labelSelector filled in per Deployment), PDB,
-    serviceAccount annotations (the worker's: its cloud identity), resources, replicas."""
+    serviceAccount annotations (the worker's: its cloud identity), resources, replicas.
+    Fails when a template ignores one of them (its value rendered nowhere)."""
     objects = template(
         helm,
         *CLUSTER_ID,
@@ -322,7 +328,9 @@ def test_monitoring_is_off_by_default_and_renders_the_shipped_rules_and_dashboar
 ) -> None:
     """serviceMonitor, prometheusRule and dashboard are off by default; on, they scrape both
     metrics ports of both processes and carry files/prometheus-rules.yaml and
-    files/grafana-dashboard.json as they are; on without those files, they render nothing."""
+    files/grafana-dashboard.json as they are; on without those files, they render nothing.
+    Fails when a template renders a PrometheusRule or a dashboard with no file behind it, or
+    drops what the file says."""
     on = [
         "--set",
         "serviceMonitor.enabled=true,prometheusRule.enabled=true,dashboard.enabled=true",
