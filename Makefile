@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 # The end-to-end sessions' workflow histories, for the replay tests (tests/histories.py).
 E2E_HISTORIES := .pytest_cache/e2e-histories
 
-.PHONY: setup dev demo test lint typecheck unit controlplane clean
+.PHONY: setup dev demo test lint typecheck unit controlplane helm clean
 
 setup: $(VENV)/.installed
 
@@ -36,7 +36,7 @@ typecheck: setup
 # output, the manifests, and workflow logic with stand-in activities on one Temporal dev server
 # per process. CLOUDBURST_FAST_LANE makes a test that asks for a simulated cluster fail
 # (tests/conftest.py); `slow` ones (real process kills, hundreds of claims) run in `make test`.
-unit: setup
+unit: setup helm
 	CLOUDBURST_FAST_LANE=1 $(BIN)/pytest -n 2 -m "not slow" tests/unit tests/workflows tests/deploy
 
 # Kubernetes' own control plane (kube-apiserver, kube-controller-manager, kube-scheduler,
@@ -46,8 +46,13 @@ unit: setup
 controlplane: setup
 	$(BIN)/python -m sim.controlplane build
 
+# Helm, built from its Go module (simulator/helm/) into ~/.cache/cloudburst/helm once per
+# machine, for the chart's tests (tests/deploy/test_chart.py, tests/e2e/test_chart_install.py).
+helm: setup
+	$(BIN)/python -m sim.helm
+
 # The first-boot script's test needs shellcheck (the Debian package; CI runs as root).
-test: lint typecheck controlplane
+test: lint typecheck controlplane helm
 	@command -v shellcheck >/dev/null || (apt-get update -qq && apt-get install -y -qq shellcheck)
 	@# promtool and Prometheus itself (Debian's package): the shipped alert rules are checked
 	@# and unit-tested, and tests/e2e/test_monitoring.py has a real Prometheus scrape the stack.

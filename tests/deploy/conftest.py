@@ -22,6 +22,9 @@ COMPOSED = {
     "overlays/temporal-cloud+components": "overlays/temporal-cloud",
 }
 OVERLAYS = ["base", "overlays/dev", "overlays/temporal-cloud", *COMPOSED]
+# Overlays that build only once the operator has written their cluster id (cluster.env).
+NEEDS_CLUSTER_ID = {"overlays/temporal-cloud"}
+OPERATORS_CLUSTER_ID = "prod-eu"
 
 
 def kubectl() -> str | None:
@@ -45,9 +48,10 @@ def kustomize(overlay: str | Path) -> list[dict[str, Any]]:
     return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
 
 
-def composed(source: str, into: Path) -> Path:
-    """`source`'s kustomization with every component added, written in `into` (kustomize
-    takes only relative paths, so the copy's are rewritten from there)."""
+def composed(source: str, into: Path, components: list[str] = COMPONENTS) -> Path:
+    """`source`'s kustomization with `components` added, written in `into` (kustomize
+    takes only relative paths, so the copy's are rewritten from there), with the cluster id
+    an operator writes where the overlay asks for one (overlays/temporal-cloud's cluster.env)."""
     kustomization: dict[str, Any]
     if source == "base":  # an overlay of the base, as the shipped ones are
         kustomization = {"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization"}
@@ -56,18 +60,22 @@ def composed(source: str, into: Path) -> Path:
         kustomization = yaml.safe_load((DEPLOY / source / "kustomization.yaml").read_text())
         resources = [DEPLOY / source / entry for entry in kustomization["resources"]]
     kustomization["resources"] = [os.path.relpath(path, into) for path in resources]
-    kustomization["components"] = [os.path.relpath(DEPLOY / c, into) for c in COMPONENTS]
+    if components:
+        kustomization["components"] = [os.path.relpath(DEPLOY / c, into) for c in components]
+    for generator in kustomization.get("configMapGenerator", []):
+        for env_file in generator.get("envs", []):
+            (into / env_file).write_text(f"CLOUDBURST_CLUSTER_ID={OPERATORS_CLUSTER_ID}\n")
     (into / "kustomization.yaml").write_text(yaml.safe_dump(kustomization))
     return into
 
 
 @pytest.fixture(scope="session")
 def rendered(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict[str, Any]]]:
-    return {
-        overlay: kustomize(
-            composed(COMPOSED[overlay], tmp_path_factory.mktemp("overlay"))
-            if overlay in COMPOSED
-            else overlay
-        )
-        for overlay in OVERLAYS
-    }
+    def build(overlay: str) -> list[dict[str, Any]]:
+        if overlay in COMPOSED:
+            return kustomize(composed(COMPOSED[overlay], tmp_path_factory.mktemp("overlay")))
+        if overlay in NEEDS_CLUSTER_ID:
+            return kustomize(composed(overlay, tmp_path_factory.mktemp("overlay"), []))
+        return kustomize(overlay)
+
+    return {overlay: build(overlay) for overlay in OVERLAYS}
