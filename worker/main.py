@@ -33,7 +33,7 @@ from activities.mirror import MirrorActivities
 from activities.planning.activity import PlanningActivities
 from activities.planning.config import PriceSettings
 from activities.planning.consolidation import ConsolidationActivities
-from activities.planning.prices import PriceActivities
+from activities.prices.activity import PriceActivities
 from activities.tailscale import TailscaleActivities
 from cluster.tenancy import Tenancy
 from worker.client import (

@@ -1,5 +1,5 @@
 """The `plan_capacity` activity: reads the world (`PlanningInputs`: DaemonSets, offerings),
-then plans purely (`activities/planning/plan.py`)."""
+then plans purely (`planner/plan.py`)."""
 
 from __future__ import annotations
 
@@ -12,13 +12,13 @@ from kubernetes import client as k8s
 from temporalio import activity
 
 from activities.kube_reads import KubeReads
-from activities.planning.catalog import stale_price_notes
 from activities.planning.config import PlanningConfig
 from activities.planning.inputs import PlanningInputs, RecommenderFactory
 from activities.planning.pending import PendingInCluster
-from activities.planning.plan import plan_capacity
 from api.planning import Plan, PlanRequest
 from cluster.tenancy import Tenancy
+from planner.catalog import stale_price_notes
+from planner.plan import plan_capacity
 
 log = logging.getLogger(__name__)
 

@@ -23,7 +23,11 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
-from activities.planning.packing import (
+from api.nodeclaim import Offering
+from api.planning import Plan, PlannedNode, PlanRequest, PodDemand, Resources
+from api.quantity import format_cpu, format_memory
+from cluster.requirements import offering_filter, pool_can_host
+from planner.packing import (
     Bin,
     BinType,
     Budget,
@@ -32,11 +36,7 @@ from activities.planning.packing import (
     one_node_per_round,
     pack,
 )
-from activities.planning.regions import offering_allowed
-from api.nodeclaim import Offering
-from api.planning import Plan, PlannedNode, PlanRequest, PodDemand, Resources
-from api.quantity import format_cpu, format_memory
-from cluster.requirements import offering_filter, pool_can_host
+from planner.regions import offering_allowed
 
 MAX_PODS_PER_NODE = 110  # the kubelet's default --max-pods
 EVICTION_THRESHOLD_BYTES = 100 * 2**20  # kubelet's default memory.available<100Mi
@@ -163,7 +163,7 @@ def lp_lower_bound(
     ]
     if not tight:
         return lower_bound(items, types)
-    from activities.planning.bound import assignment_lower_bound
+    from planner.bound import assignment_lower_bound
 
     return assignment_lower_bound(items, types, [prep.eligible[p.uid] for p in pods])
 

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # packing.py imports this module
-    from activities.planning.packing import BinType, Vector
+    from planner.packing import BinType, Vector
 
 Column = tuple[tuple[int, int], ...]  # (shape, count) pairs, shapes ascending
 Pattern = dict[int, int]  # shape -> count

@@ -33,8 +33,8 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from activities.planning.lp import cover_lp
-from activities.planning.patterns import copies_that_fit, plan_patterns
+from planner.lp import cover_lp
+from planner.patterns import copies_that_fit, plan_patterns
 
 Vector = tuple[int, int, int]  # cpu millicores, memory bytes, pods
 _GIB = 2**30
