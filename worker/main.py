@@ -70,7 +70,7 @@ def build_activities(api_client: k8s.ApiClient, tenancy: Tenancy) -> list[Callab
         *MirrorActivities(api_client).activities(),
         *TailscaleActivities(api_client, tenancy).activities(),
         *planning.activities(),
-        *ConsolidationActivities(api_client, planning).activities(),
+        *ConsolidationActivities(api_client, planning.inputs).activities(),
         *prices.activities(),
     ]
 

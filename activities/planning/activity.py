@@ -37,6 +37,11 @@ class PlanningActivities:
         self._inputs = PlanningInputs(reads, recommender_factory, config, tenancy)
         self._pending = PendingInCluster(reads, tenancy or Tenancy())
 
+    @property
+    def inputs(self) -> PlanningInputs:
+        """What a plan reads of the world (offerings, overheads): consolidation reads the same."""
+        return self._inputs
+
     def activities(self) -> list[Callable[..., Any]]:
         return [self.plan_capacity]
 
