@@ -167,7 +167,7 @@ def _planning_alone(path: Path, runs: int) -> list[float]:
     from api.planning import PlanRequest, Resources
     from explain.plan import compare, expand
     from planner.catalog import Catalog
-    from planner.plan import kube_reserved
+    from planner.node_size import kube_reserved
     from planner.recommend import CatalogRecommender
 
     found = expand(yaml.safe_load_all(path.read_text()))

@@ -12,7 +12,7 @@ from api.nodeclaim import Offering
 from api.nodepool import Requirements
 from api.planning import Resources
 from planner.catalog import Catalog
-from planner.plan import kube_reserved, usable_capacity
+from planner.node_size import kube_reserved, usable_capacity
 
 # How many offerings to ask a recommender for: enough for packing and for failover lists.
 OFFERING_LIMIT = 500

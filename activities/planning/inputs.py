@@ -48,7 +48,7 @@ from cluster.requirements import (
 )
 from cluster.tenancy import Tenancy
 from planner.catalog import Catalog
-from planner.plan import OverheadFn, kube_reserved
+from planner.node_size import OverheadFn, kube_reserved
 from planner.recommend import OFFERING_LIMIT, CatalogRecommender, Recommender
 
 log = logging.getLogger(__name__)

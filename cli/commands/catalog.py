@@ -39,7 +39,7 @@ from cli.output import (
     stdout_console,
 )
 from planner.catalog import CATALOG_ENV, SHIPPED_PATH, Catalog
-from planner.plan import kube_reserved, usable_capacity
+from planner.node_size import kube_reserved, usable_capacity
 from worker.kube_client import kube_api_client
 
 catalog_app = typer.Typer(help="The built-in instance-type catalog and its prices.")

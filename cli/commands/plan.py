@@ -38,7 +38,7 @@ from cluster.matching import ClusterSpecs, PoolKey, match
 from cluster.tenancy import Tenancy
 from explain.plan import Workload, WorkloadError, compare, expand, limits_text
 from planner.catalog import Catalog
-from planner.plan import OverheadFn, kube_reserved
+from planner.node_size import OverheadFn, kube_reserved
 from planner.recommend import OFFERING_LIMIT, CatalogRecommender
 from worker.settings import Settings
 

@@ -13,6 +13,7 @@ from api.nodeclaim import Offering
 from api.nodepool import NodePoolSpec
 from api.planning import InFlightNode, Plan, PlanRequest, PodDemand, Resources
 from planner.catalog import Catalog
+from planner.node_size import kube_reserved, usable_capacity
 from planner.packing import (
     Bin,
     BinType,
@@ -26,13 +27,7 @@ from planner.packing import (
     undominated,
 )
 from planner.patterns import Limits, _MasterLP, best_pattern, plan_patterns
-from planner.plan import (
-    baseline_one_node_per_round,
-    kube_reserved,
-    lp_lower_bound,
-    plan_capacity,
-    usable_capacity,
-)
+from planner.plan import baseline_one_node_per_round, lp_lower_bound, plan_capacity
 
 MI = 2**20
 GI = 2**30
