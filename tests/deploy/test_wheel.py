@@ -5,9 +5,11 @@ setuptools (`--no-build-isolation`), from a copy of the checkout: an in-tree bui
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
+import tomllib
 import zipfile
 from pathlib import Path
 
@@ -42,7 +44,22 @@ def wheel_files(source: Path, out: Path) -> list[str]:
 def test_the_product_wheel_holds_no_simulator(checkout: Path, tmp_path: Path) -> None:
     files = wheel_files(checkout, tmp_path)
     assert "cli/main.py" in files and "worker/main.py" in files
+    assert "planner/plan.py" in files and "planner/catalog/catalog.json" in files
     assert [f for f in files if f.startswith(("sim/", "simulator/"))] == []
+
+
+def test_the_image_copies_every_package_of_the_wheel() -> None:
+    """The Dockerfile builds the wheel from the folders it copies: a package the wheel names
+    but the image does not copy is missing from the image alone. Fails without `COPY explain`
+    (missing once: the image's `cloudburst explain` and `plan` import it)."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    packages = {
+        pattern.rstrip("*")
+        for pattern in project["tool"]["setuptools"]["packages"]["find"]["include"]
+    }
+    dockerfile = (ROOT / "deploy" / "Dockerfile").read_text()
+    copied = set(re.findall(r"^COPY (\w+) \./\1$", dockerfile, re.MULTILINE))
+    assert packages == copied, f"packages not copied: {sorted(packages - copied)}"
 
 
 def test_the_simulator_wheel_holds_the_simulator_and_its_data(
