@@ -230,7 +230,8 @@ def dev(
 ) -> None:
     """Run the embedded stack: Temporal + Web UI, simulated cluster, worker, watcher."""
     _require_dev_tools("dev")
-    from cli.devstack import (
+    from sim.clouds import KNOWN_STANDINS
+    from sim.dev.stack import (
         SAMPLE_POOL,
         EmbeddedStack,
         StackOptions,
@@ -238,7 +239,6 @@ def dev(
         embedded_stack,
         standin_offering,
     )
-    from sim.clouds import KNOWN_STANDINS
     from worker.logs import configure_logging
 
     logging_settings = Settings()
@@ -332,11 +332,11 @@ def demo(
     """Run a scenario end to end on the embedded stack; exit 0 only if everything held."""
     _require_dev_tools("demo")
     from activities.providers import supported_providers
-    from cli.demo import BurstReport, LifecycleReport, run_burst, run_lifecycle
-    from cli.dr import DrReport, run_dr
-    from cli.hybrid import HybridReport, run_hybrid
-    from cli.spot import SpotReport, run_spot
     from sim.clouds import StandinMissingError, standin_module
+    from sim.dev.demo import BurstReport, LifecycleReport, run_burst, run_lifecycle
+    from sim.dev.dr import DrReport, run_dr
+    from sim.dev.hybrid import HybridReport, run_hybrid
+    from sim.dev.spot import SpotReport, run_spot
     from worker.logs import configure_logging
 
     if scenario not in ("lifecycle", "burst", "dr", "spot", "hybrid"):
@@ -487,7 +487,7 @@ def _require_dev_tools(command: str) -> None:
             f"`cloudburst {command}` runs on the simulator, which is not installed: "
             "run `make dev` in a checkout of the repository, or `pip install ./simulator` there"
         ) from None
-    from cli.devstack import temporal_cli
+    from sim.dev.stack import temporal_cli
 
     try:
         temporal_cli()
