@@ -5,6 +5,7 @@ setuptools (`--no-build-isolation`), from a copy of the checkout: an in-tree bui
 
 from __future__ import annotations
 
+import ast
 import re
 import shutil
 import subprocess
@@ -46,6 +47,30 @@ def test_the_product_wheel_holds_no_simulator(checkout: Path, tmp_path: Path) ->
     assert "cli/main.py" in files and "worker/main.py" in files
     assert "planner/plan.py" in files and "planner/catalog/catalog.json" in files
     assert [f for f in files if f.startswith(("sim/", "simulator/"))] == []
+
+
+def test_no_module_of_the_product_wheel_imports_the_simulator(
+    checkout: Path, tmp_path: Path
+) -> None:
+    """The development harness (the embedded stack, the demos and drills) is the simulator's
+    distribution's (sim/dev/): no module the product's wheel ships imports `sim`, even where
+    a guard would keep it from running. Fails on the embedded stack and its demos, which were
+    the product's (in cli/), and on the `dev` and `demo` commands' bodies in cli/main.py."""
+    files = wheel_files(checkout, tmp_path)
+    importing: list[str] = []
+    with zipfile.ZipFile(next(tmp_path.glob("*.whl"))) as archive:
+        for name in (f for f in files if f.endswith(".py")):
+            tree = ast.parse(archive.read(name).decode())
+            for node in ast.walk(tree):
+                if isinstance(node, ast.Import):
+                    modules = [alias.name for alias in node.names]
+                elif isinstance(node, ast.ImportFrom) and not node.level:
+                    modules = [node.module or ""]
+                else:
+                    continue
+                if any(m == "sim" or m.startswith("sim.") for m in modules):
+                    importing.append(f"{name}:{node.lineno}")
+    assert importing == []
 
 
 def test_the_image_copies_every_package_of_the_wheel() -> None:
