@@ -76,6 +76,7 @@ PACKAGES = (
     "api",
     "activities",
     "cluster",
+    "planner",
     "reporting",
     "simulator/sim",
     "trigger",
