@@ -63,7 +63,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from api.messages import claim_workflow_id
 from api.nodepool.messages import PoolSignal, pool_workflow_id
-from cli.demo import BURST_SHAPES, run_burst
+from sim.dev.demo import BURST_SHAPES, run_burst
 from worker.payload_codec import decompressed
 from worker.settings import BATCH_MAX_S
 

@@ -58,7 +58,7 @@ from temporalio.runtime import LogForwardingConfig, LoggingConfig, Runtime, Tele
 from api import search_attributes
 from api.errors import QUERY_REFUSED_DURING_TAKEOVER as REFUSAL
 from api.nodepool.messages import pool_workflow_id
-from cli.devstack import free_port, temporal_cli
+from sim.dev.stack import free_port, temporal_cli
 from worker.client import payload_converter
 from worker.settings import Settings
 from workflows.nodeclaim import NodeClaimWorkflow
@@ -76,6 +76,7 @@ PACKAGES = (
     "api",
     "activities",
     "cluster",
+    "planner",
     "reporting",
     "simulator/sim",
     "trigger",

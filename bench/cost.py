@@ -30,17 +30,17 @@ from collections.abc import Iterator
 
 from packing import mixed_pods, offerings, request  # bench/packing.py, beside this file
 
-from activities.planning.packing import BinType, Vector, undominated
-from activities.planning.plan import (
+from api.nodeclaim import Offering
+from api.nodepool import Requirements
+from api.planning import PlanRequest
+from planner.packing import BinType, Vector, undominated
+from planner.plan import (
     _prepare,  # the planner's own node types and pod shapes, for the exact check
     baseline_one_node_per_round,
     kube_reserved,
     lp_lower_bound,
     plan_capacity,
 )
-from api.nodeclaim import Offering
-from api.nodepool import Requirements
-from api.planning import PlanRequest
 
 SCENARIOS: list[tuple[str, Requirements]] = [
     ("any provider", Requirements()),

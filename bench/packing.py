@@ -16,11 +16,11 @@ import random
 import statistics
 import time
 
-from activities.planning.catalog import Catalog
-from activities.planning.plan import plan_capacity
 from api.nodeclaim import Offering
 from api.nodepool import NodePoolSpec, Requirements
 from api.planning import PlanRequest, PodDemand, Resources
+from planner.catalog import Catalog
+from planner.plan import plan_capacity
 
 PROVIDERS = ["aws", "gcp", "azure", "hetzner", "scaleway", "digitalocean", "ovh"]
 CPU_M = [100, 250, 500, 1000, 1500, 2000]

@@ -163,12 +163,12 @@ def _run(command: list[str], env: dict[str, str]) -> tuple[float, float, str]:
 
 def _planning_alone(path: Path, runs: int) -> list[float]:
     """`compare` on the file's pods, in this process: what the command computes."""
-    from activities.planning.catalog import Catalog
-    from activities.planning.plan import kube_reserved
-    from activities.planning.recommend import CatalogRecommender
     from api import NodeClass, NodePool
     from api.planning import PlanRequest, Resources
     from explain.plan import compare, expand
+    from planner.catalog import Catalog
+    from planner.node_size import kube_reserved
+    from planner.recommend import CatalogRecommender
 
     found = expand(yaml.safe_load_all(path.read_text()))
     pool = NodePool.model_validate(found.pools[0]).spec

@@ -82,7 +82,7 @@ from temporalio.client import Client, WorkflowExecutionStatus
 
 from api.labels import STARTUP_TAINT
 from api.messages import claim_workflow_id
-from cli.devstack import temporal_cli
+from sim.dev.stack import temporal_cli
 from worker.payload_codec import new_key_line
 
 ORDERS = {"worker-first": ("worker", "trigger"), "trigger-first": ("trigger", "worker")}

@@ -19,7 +19,6 @@ from temporalio.exceptions import ApplicationError
 
 from activities.claim_authority import ClaimNotAuthorised, create_nodeclaim
 from activities.credentials import read_secret_value
-from activities.planning.catalog import Catalog
 from activities.providers.base import ProviderError
 from activities.providers.fake import FakeProvider
 from api import NodeClaim, NodeClass, NodePool, Offering
@@ -29,6 +28,7 @@ from api.messages import ClaimTimings, NodeClaimInput, claim_task_queue, claim_w
 from api.nodeclaim import NodeClaimPhase, NodeClaimStatus
 from api.nodepool import PROVIDERS, NodePoolSpec
 from cluster.tenancy import Tenancy
+from planner.catalog import Catalog
 from workflows.nodeclaim import NodeClaimWorkflow
 
 GROUP, VERSION = "cloudburst.io", "v1alpha1"

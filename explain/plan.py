@@ -13,7 +13,6 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from activities.planning.plan import OverheadFn, lp_lower_bound, plan_capacity, usable_capacity
 from api.explain import PlanComparison, PlannedNodeView, SingleTypePlan
 from api.nodeclaim import Offering
 from api.nodepool import Limits
@@ -21,6 +20,8 @@ from api.planning import PlanRequest, PodDemand
 from api.quantity import format_cpu, format_memory
 from cluster.pod_view import pod_view
 from cluster.requirements import pod_demand
+from planner.node_size import OverheadFn, usable_capacity
+from planner.plan import lp_lower_bound, plan_capacity
 
 _REPLICATED = ("Deployment", "ReplicaSet", "StatefulSet")
 # A file asking for more pods than this is refused: a plan is for trying, not a load test.

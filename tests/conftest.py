@@ -32,11 +32,11 @@ from temporalio.client import Client
 from temporalio.testing import TimeSkippingConfig, WorkflowEnvironment
 
 from api import search_attributes
-from cli.devstack import seed_sample_resources
 from sim.cluster import SimulatedCluster
 from sim.controlplane import pinned_release
 from sim.controlplane.binaries import ControlPlaneUnavailable
 from sim.controlplane.cluster import KubernetesControlPlane
+from sim.dev.stack import seed_sample_resources
 from tests.payload_keys import KEYRING_FILE, SEALED_CONVERTER
 
 TEMPORAL_CLI = Path(sys.executable).parent / "temporal"

@@ -33,7 +33,7 @@ from activities.mirror import MirrorActivities
 from activities.planning.activity import PlanningActivities
 from activities.planning.config import PriceSettings
 from activities.planning.consolidation import ConsolidationActivities
-from activities.planning.prices import PriceActivities
+from activities.prices.activity import PriceActivities
 from activities.tailscale import TailscaleActivities
 from cluster.tenancy import Tenancy
 from worker.client import (
@@ -70,7 +70,7 @@ def build_activities(api_client: k8s.ApiClient, tenancy: Tenancy) -> list[Callab
         *MirrorActivities(api_client).activities(),
         *TailscaleActivities(api_client, tenancy).activities(),
         *planning.activities(),
-        *ConsolidationActivities(api_client, planning).activities(),
+        *ConsolidationActivities(api_client, planning.inputs).activities(),
         *prices.activities(),
     ]
 

@@ -7,7 +7,7 @@ continuing as new while claims signal it (Temporal refuses to close a run that h
 has not seen: `UnhandledCommand`), and the worker evicts and replays the pool each time. In
 a 300-claim teardown the pool's history had reached Temporal's suggestion (4,096 events,
 2 MB): each replay took 10-13 s on the busy worker and timed out, while the claims' reports
-kept coming (docs/design-notes.md).
+kept coming (docs/benchmarks-history.md, "Tried and not adopted").
 
 The bytes count from the run's first task: a run begins with what the last one carried over
 (a pool's state: ~700 bytes a claim, ~460 a pending pod, docs/capacity.md), and a bound on

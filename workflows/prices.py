@@ -18,7 +18,7 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
-    from activities.planning.prices import PriceActivities
+    from activities.prices.activity import PriceActivities
     from api.prices import (
         EXCHANGE_RATE,
         ExchangeRateRefresh,

@@ -1,5 +1,5 @@
 """The `plan_capacity` activity: reads the world (`PlanningInputs`: DaemonSets, offerings),
-then plans purely (`activities/planning/plan.py`)."""
+then plans purely (`planner/plan.py`)."""
 
 from __future__ import annotations
 
@@ -13,13 +13,13 @@ from kubernetes import client as k8s
 from temporalio import activity
 
 from activities.kube_reads import KubeReads
-from activities.planning.catalog import oldest_prices, stale_price_notes
 from activities.planning.config import PlanningConfig
 from activities.planning.inputs import PlanningInputs, RecommenderFactory
 from activities.planning.pending import PendingInCluster
-from activities.planning.plan import plan_capacity
 from api.planning import Plan, PlanRequest
 from cluster.tenancy import Tenancy
+from planner.catalog import oldest_prices, stale_price_notes
+from planner.plan import plan_capacity
 from reporting import metrics
 
 log = logging.getLogger(__name__)
@@ -38,6 +38,11 @@ class PlanningActivities:
         reads = KubeReads(api_client)
         self._inputs = PlanningInputs(reads, recommender_factory, config, tenancy)
         self._pending = PendingInCluster(reads, tenancy or Tenancy())
+
+    @property
+    def inputs(self) -> PlanningInputs:
+        """What a plan reads of the world (offerings, overheads): consolidation reads the same."""
+        return self._inputs
 
     def activities(self) -> list[Callable[..., Any]]:
         return [self.plan_capacity]

@@ -19,11 +19,11 @@ from typing import Any
 
 import httpx
 
-from activities.planning.recommend import Recommender, holds
-from activities.planning.regions import offering_allowed
 from api.nodeclaim import Offering
 from api.nodepool import Requirements
 from api.planning import Resources
+from planner.recommend import Recommender, holds
+from planner.regions import offering_allowed
 
 log = logging.getLogger(__name__)
 

@@ -1,8 +1,9 @@
 """Consolidation: find the one move that saves the most — remove a node whose pods fit on the
 pool's other nodes, or replace it with a cheaper one that fits them — never below a threshold.
 
-It reads the cluster (which pods run where, what each node can still take) and reuses the
-planner for the cheapest replacement, so the same offerings, limits, overheads and counts
+It reads the cluster (which pods run where, what each node can still take) and asks the
+planner (`planner/plan.py`) for the cheapest replacement, on the inputs a pool's plan reads
+(`activities/planning/inputs.py`), so the same offerings, limits, overheads and counts
 apply: a cloud node is replaced by an on-premises machine once one is free again (an offering
 with `available` left, cheaper), never by an offering with none left.
 
@@ -23,7 +24,7 @@ from kubernetes import client as k8s
 from temporalio import activity
 from urllib3.exceptions import HTTPError
 
-from activities.planning.activity import PlanningActivities
+from activities.planning.inputs import PlanningInputs
 from api.events import UNCONSOLIDATABLE, KubeEvent, ObjectRef
 from api.nodepool import API_VERSION
 from api.nodepool.messages import ConsolidationDecision, ConsolidationInput
@@ -31,15 +32,16 @@ from api.planning import PlanRequest, PodDemand, Resources, Toleration
 from api.quantity import cpu_millis, memory_bytes
 from cluster.pods import has_do_not_disrupt, is_left_alone
 from cluster.requirements import pod_demand
+from planner.plan import plan_capacity
 from reporting.events import record_event
 
 log = logging.getLogger(__name__)
 
 
 class ConsolidationActivities:
-    def __init__(self, api_client: k8s.ApiClient, planning: PlanningActivities) -> None:
+    def __init__(self, api_client: k8s.ApiClient, inputs: PlanningInputs) -> None:
         self._core = k8s.CoreV1Api(api_client)
-        self._planning = planning
+        self._inputs = inputs
 
     def activities(self) -> list[Callable[..., Any]]:
         return [self.find_consolidation]
@@ -154,19 +156,19 @@ class ConsolidationActivities:
             # They run on the pool's node: they tolerate its taints, which the new one has too.
             tolerations=[Toleration(operator="Exists")],
         )
-        plan = self._planning.plan(
-            PlanRequest(
-                pool_name=input.pool_name,
-                namespace=input.namespace,
-                pool=input.pool,
-                class_providers=input.node_class.configured_providers(),
-                node_class=input.node_class,
-                pods=[together] if demands else [],
-                failed_offerings=input.failed_offerings,
-                max_new_nodes=1,
-                min_new_nodes=0 if demands else 1,
-            )
+        request = PlanRequest(
+            pool_name=input.pool_name,
+            namespace=input.namespace,
+            pool=input.pool,
+            class_providers=input.node_class.configured_providers(),
+            node_class=input.node_class,
+            pods=[together] if demands else [],
+            failed_offerings=input.failed_offerings,
+            max_new_nodes=1,
+            min_new_nodes=0 if demands else 1,
         )
+        offerings, overhead = self._inputs.planning_inputs(request)
+        plan = plan_capacity(request, offerings, overhead)
         if not plan.new_nodes:
             return ConsolidationDecision(explanation=f"no single offering takes the pods of {name}")
         node = plan.new_nodes[0]

@@ -22,7 +22,6 @@ from datetime import UTC, datetime
 
 from activities.credentials import read_provider_credential, read_secret_value
 from activities.kube_reads import KubeReads
-from activities.planning.catalog import Catalog
 from activities.planning.cloudbroker import (
     CloudBrokerClient,
     CloudBrokerFatal,
@@ -30,9 +29,7 @@ from activities.planning.cloudbroker import (
     CloudBrokerUnavailable,
 )
 from activities.planning.config import PlanningConfig
-from activities.planning.plan import OverheadFn, kube_reserved
-from activities.planning.price_store import LiveCatalog
-from activities.planning.recommend import OFFERING_LIMIT, CatalogRecommender, Recommender
+from activities.prices.price_store import LiveCatalog
 from activities.providers import provider_class
 from activities.providers.base import FatalError, Provider, ProviderError
 from api.errors import INVALID_CONFIGURATION, RECOMMENDER_UNAVAILABLE, application_error
@@ -50,6 +47,9 @@ from cluster.requirements import (
     tolerates,
 )
 from cluster.tenancy import Tenancy
+from planner.catalog import Catalog
+from planner.node_size import OverheadFn, kube_reserved
+from planner.recommend import OFFERING_LIMIT, CatalogRecommender, Recommender
 
 log = logging.getLogger(__name__)
 

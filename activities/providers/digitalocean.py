@@ -69,7 +69,7 @@ T = TypeVar("T")
 DEFAULT_ENDPOINT = "https://api.digitalocean.com/v2/"
 TIMEOUT_S = 30.0
 PER_PAGE = 200
-# The built-in catalog's documented rate (activities/planning/catalog/catalog.json).
+# The built-in catalog's documented rate (planner/catalog/catalog.json).
 USD_TO_EUR = 0.92
 _TAG_MAX = 255
 

@@ -5,8 +5,8 @@ it: `claims.py` holds `cloudburst claims …` (the typer app `claims_app`), `poo
 
 `cli/main.py` builds the `cloudburst` app from them, naming each by "module:attribute" so that
 it is imported only when it is run, completed or listed by `--help` (`cli/lazy_group.py`), and
-holds the short top-level commands (`worker`, `trigger`, `dev`, `demo`, `validate`). The other modules of `cli/` are what the
-commands share, named for what they do (`connect.py`, `output.py`, `manifests.py`,
-`manual_claims.py`, `timeline.py`, the embedded stack `devstack.py` and the demo scenarios
-`demo.py`, `dr.py`, `spot.py`); none of them defines a command.
+holds the short top-level commands (`worker`, `trigger`, `validate`, `codec-server`); `dev`
+and `demo` are the simulator's (`sim/dev/commands.py`), plugged in where it is installed. The
+other modules of `cli/` are what the commands share, named for what they do (`connect.py`,
+`output.py`, `manifests.py`, `manual_claims.py`, `timeline.py`); none of them defines a command.
 """

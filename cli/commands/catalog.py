@@ -2,7 +2,7 @@
 date), refresh prices from the providers' APIs, and show the scheduled refreshes' status.
 
 `catalog refresh` reads each provider's price API (all seven; see
-`activities/planning/refresh.py`) with the credentials named in `REQUIRED_CREDENTIALS`, taken
+`activities/prices/refresh.py`) with the credentials named in `REQUIRED_CREDENTIALS`, taken
 from the environment.
 """
 
@@ -19,11 +19,9 @@ from kubernetes.client.exceptions import ApiException
 from rich.text import Text
 from urllib3.exceptions import HTTPError
 
-from activities.planning.catalog import CATALOG_ENV, SHIPPED_PATH, Catalog
 from activities.planning.config import REAL_PROVIDERS
-from activities.planning.plan import kube_reserved, usable_capacity
-from activities.planning.price_store import live_catalog, read_store, statuses
-from activities.planning.refresh import REQUIRED_CREDENTIALS, RefreshError, refresh_provider
+from activities.prices.price_store import live_catalog, read_store, statuses
+from activities.prices.refresh import REQUIRED_CREDENTIALS, RefreshError, refresh_provider
 from api._base import CamelModel
 from api.nodeclaim import Offering
 from api.nodepool import PROVIDERS, Requirements
@@ -40,6 +38,8 @@ from cli.output import (
     print_table,
     stdout_console,
 )
+from planner.catalog import CATALOG_ENV, SHIPPED_PATH, Catalog
+from planner.node_size import kube_reserved, usable_capacity
 from worker.kube_client import kube_api_client
 
 catalog_app = typer.Typer(help="The built-in instance-type catalog and its prices.")

@@ -24,9 +24,9 @@ from pydantic import BaseModel, SecretStr
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, NoDecode
 
-from activities.planning.catalog import CATALOG_ENV
 from activities.planning.config import PlanningConfig, PriceSettings
 from api._base import SecretKeyRef
+from planner.catalog import CATALOG_ENV
 from worker.gc_schedule import GcSettings
 from worker.settings import CONFIG_FILE_ENV, Settings
 

@@ -11,10 +11,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.text import Text
 
-from activities.planning.catalog import Catalog
 from activities.planning.config import PlanningConfig
-from activities.planning.plan import OverheadFn, kube_reserved
-from activities.planning.recommend import OFFERING_LIMIT, CatalogRecommender
 from api import NodeClass, NodePool
 from api.explain import PlanComparison
 from api.nodepool import LIVE_CATALOG_PROVIDERS, NodePoolStatus
@@ -41,6 +38,9 @@ from cli.output import (
 from cluster.matching import ClusterSpecs, PoolKey, match
 from cluster.tenancy import Tenancy
 from explain.plan import Workload, WorkloadError, compare, expand, limits_text
+from planner.catalog import Catalog
+from planner.node_size import OverheadFn, kube_reserved
+from planner.recommend import OFFERING_LIMIT, CatalogRecommender
 from worker.settings import Settings
 
 if TYPE_CHECKING:
@@ -166,7 +166,7 @@ def _plan(
     catalog = Catalog.load(config.catalog_path)
     prices = f"the shipped catalog of {catalog.header.get('generated', '?')}"
     if live:
-        from activities.planning.price_store import live_catalog, read_store
+        from activities.prices.price_store import live_catalog, read_store
 
         assert kube is not None
         catalog = live_catalog(catalog, read_store(kube, tenancy.worker_namespace))

@@ -29,9 +29,8 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource
 from temporalio.exceptions import ApplicationError
 
 from activities.credentials import read_provider_credential
-from activities.planning.catalog import Catalog, stale_price_notes
 from activities.planning.config import PlanningConfig
-from activities.planning.price_store import live_catalog, read_store, statuses
+from activities.prices.price_store import live_catalog, read_store, statuses
 from activities.providers import provider_class
 from activities.providers.base import ProviderError
 from api import labels
@@ -62,6 +61,7 @@ from cli.doctor.shipped import (
     tenant_need,
 )
 from cluster.tenancy import NODE_SELECTOR_ANNOTATION, TOLERATIONS_WHITELIST_ANNOTATION
+from planner.catalog import Catalog, stale_price_notes
 from worker.settings import Settings
 
 # The pools' own worker of deploy/components/split-workers, checked when it is there.

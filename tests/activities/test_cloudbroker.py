@@ -11,16 +11,16 @@ from typing import Any
 
 import pytest
 
-from activities.planning.catalog import Catalog
 from activities.planning.cloudbroker import (
     CloudBrokerClient,
     CloudBrokerFatal,
     CloudBrokerRecommender,
     CloudBrokerUnavailable,
 )
-from activities.planning.recommend import CatalogRecommender
 from api.nodepool import Requirements
 from api.planning import Resources
+from planner.catalog import Catalog
+from planner.recommend import CatalogRecommender
 
 KEY = "cb-test-key-123"
 Reply = tuple[int, Any]  # status, JSON body (or raw bytes)

@@ -7,9 +7,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from activities.planning.catalog import SHIPPED_PATH, Catalog
-from activities.planning.exchange import ECB_SOURCE, fetch_usd_to_eur
-from activities.planning.refresh import RefreshError
+from activities.prices.exchange import ECB_SOURCE, fetch_usd_to_eur
+from activities.prices.refresh import RefreshError
+from planner.catalog import SHIPPED_PATH, Catalog
 from sim.clouds.exchange import EcbStandin
 
 

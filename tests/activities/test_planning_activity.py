@@ -330,7 +330,9 @@ def test_consolidation_moves_a_cloud_node_to_a_machine_once_one_is_free(
         )
     held = [use_a_machine(cloud, f"busy-{i}") for i in range(2)]
     request = consolidation_input(url, node)
-    activities = ConsolidationActivities(planning_kube, planning(planning_kube, request.node_class))
+    activities = ConsolidationActivities(
+        planning_kube, planning(planning_kube, request.node_class).inputs
+    )
 
     # Both machines in use: the cloud node stays (nothing cheaper can take its pods).
     full = ActivityEnvironment().run(activities.find_consolidation, request)
@@ -362,7 +364,9 @@ def test_at_the_floor_a_node_is_replaced_by_a_free_machine_never_deleted(
     held = [use_a_machine(cloud, f"floor-busy-{i}") for i in range(2)]
     request = consolidation_input(url, node)
     request.pool.limits.min_nodes = 1
-    activities = ConsolidationActivities(planning_kube, planning(planning_kube, request.node_class))
+    activities = ConsolidationActivities(
+        planning_kube, planning(planning_kube, request.node_class).inputs
+    )
 
     kept = ActivityEnvironment().run(activities.find_consolidation, request)
     assert kept.action == "none", kept

@@ -13,9 +13,9 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 from typer.testing import CliRunner
 
-from activities.planning.catalog import SHIPPED_PATH, Catalog
 from api.nodepool import Requirements
 from cli.commands.catalog import catalog_app
+from planner.catalog import SHIPPED_PATH, Catalog
 
 Route = Callable[[str, dict[str, str], dict[str, str]], tuple[int, Any]]
 

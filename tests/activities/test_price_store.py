@@ -6,10 +6,10 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime, timedelta
 
-from activities.planning.catalog import SHIPPED_PATH, Catalog, stale_price_notes
-from activities.planning.price_store import live_catalog, statuses
+from activities.prices.price_store import live_catalog, statuses
 from api.nodeclaim import Offering
 from api.prices import ProviderPriceStatus
+from planner.catalog import SHIPPED_PATH, Catalog, stale_price_notes
 
 SHIPPED = Catalog.load(SHIPPED_PATH)
 NOW = datetime(2026, 11, 24, 12, tzinfo=UTC)

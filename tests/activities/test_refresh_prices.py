@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from activities.planning.catalog import SHIPPED_PATH, Catalog, CatalogEntry
-from activities.planning.refresh import REQUIRED_CREDENTIALS, RefreshError, refresh_provider
+from activities.prices.refresh import REQUIRED_CREDENTIALS, RefreshError, refresh_provider
 from cli.commands.catalog import catalog_app
+from planner.catalog import SHIPPED_PATH, Catalog, CatalogEntry
 from sim.clouds.prices import PriceStandin, price_standin
 
 ISO_UTC = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$")

@@ -48,7 +48,7 @@ SECRET_SCOPES: dict[str, set[str]] = {
     # CloudBroker key (worker).
     "activities/credentials.py:read_secret_value": {"tenant", "worker"},
     # The price APIs' credentials an operator keeps beside the worker.
-    "activities/planning/prices.py:PriceActivities._credentials": {"worker"},
+    "activities/prices/activity.py:PriceActivities._credentials": {"worker"},
 }
 
 

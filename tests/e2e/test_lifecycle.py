@@ -17,8 +17,8 @@ from temporalio.exceptions import CancelledError
 from activities.bootstrap import BootstrapActivities
 from api import NodeClaimPhase, labels
 from api.messages import ScaleDownRequest
-from cli.devstack import tell_claims_their_cluster_is_new
 from sim.cluster import SimulatedCluster
+from sim.dev.stack import tell_claims_their_cluster_is_new
 from tests.e2e.harness import (
     FAST,
     Stack,

@@ -27,7 +27,6 @@ from kubernetes import client as k8s
 from temporalio.client import Client
 from temporalio.service import RPCError
 
-from activities.planning.catalog import Catalog
 from activities.planning.config import PriceSettings
 from api.prices import (
     CATALOG_CONFIGMAP,
@@ -35,6 +34,7 @@ from api.prices import (
     PRICE_SCHEDULE_ID,
     PriceRefreshInput,
 )
+from planner.catalog import Catalog
 from sim.clouds.exchange import EcbStandin
 from sim.cluster import SimulatedCluster
 from tests.e2e.harness import Stack, eventually, in_process_worker, in_thread, new_task_queue

@@ -24,9 +24,9 @@ from temporalio.client import Client
 
 from activities.providers import supported_providers
 from api import NodeClaimPhase, labels
-from cli.devstack import CREDENTIAL_KEY, credential_secret, standin_offering
 from sim.clouds import KNOWN_STANDINS
 from sim.cluster import SimulatedCluster
+from sim.dev.stack import CREDENTIAL_KEY, credential_secret, standin_offering
 from tests.e2e.harness import (
     Stack,
     eventually,

@@ -23,8 +23,8 @@ from temporalio.client import Client
 from api import labels as L
 from api.messages import claim_workflow_id
 from api.nodeclaim import ConditionType
-from cli.devstack import CREDENTIAL_KEY, credential_secret
 from sim.cluster import SimulatedCluster
+from sim.dev.stack import CREDENTIAL_KEY, credential_secret
 from tests.e2e.harness import (
     Stack,
     eventually,

@@ -45,7 +45,6 @@ from api.messages import (
 )
 from api.nodeclass import NodeClassSpec
 from api.nodepool.messages import PoolStatus, pool_workflow_id
-from cli.devstack import CLOUD_TOKEN_SECRET
 from cli.manual_claims import (
     PoolContext,
     build_claim,
@@ -56,6 +55,7 @@ from cli.manual_claims import (
 from cluster.tenancy import NODE_SELECTOR_ANNOTATION, tenant_namespace_annotations
 from sim.clouds.base import Request, Response, StandinHTTPServer
 from sim.cluster import SimulatedCluster
+from sim.dev.stack import CLOUD_TOKEN_SECRET
 from tests.conftest import SecretRecorder
 from tests.e2e.harness import (
     CLUSTER_ID,

@@ -4,7 +4,6 @@ trap), request ids, label mapping, anonymous vs service-account credentials, cla
 from __future__ import annotations
 
 import json
-import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -66,11 +65,9 @@ def test_operation_polling_stays_on_the_configured_endpoint(
 ) -> None:
     cloud, provider = gcp
     before = len(cloud.polls())
-    start = time.monotonic()
     inst = provider.create(spec(claim()))
     # The insert answered RUNNING; the VM exists only once the operation is done, and the
-    # only way to learn that was to poll the stand-in.
-    assert time.monotonic() - start >= 0.35
+    # only way to learn that was to poll the stand-in: the polls say it waited for it.
     polls = cloud.polls()[before:]
     assert polls and all(zone == "europe-west4-a" for zone, _, _ in polls)
     assert {how for _, _, how in polls} == {"wait"}

@@ -16,7 +16,6 @@ import yaml
 from kubernetes import client as k8s
 from typer.testing import CliRunner
 
-from activities.planning.catalog import Catalog
 from api import NodeClaimPhase, NodeClaimStatus, NodeClass, NodePool, Offering
 from api.nodeclaim import Condition
 from api.nodepool import Requirements
@@ -28,6 +27,7 @@ from cli.main import app
 from cli.manual_claims import ClaimError, PoolContext, check_offering, price_offering
 from cli.output import TableStream
 from cli.timeline import PhaseSpan
+from planner.catalog import Catalog
 from tests.unit.test_bounds import NODE_CLASS, POOL
 
 RUNNER = CliRunner()

@@ -70,3 +70,22 @@ def test_cloudbroker_variables_are_the_ones_from_env_reads() -> None:
     for field, variable in CLOUDBROKER_VARIABLES.items():
         read = PlanningConfig.from_env({variable: CLOUDBROKER_SAMPLES[variable]})
         assert getattr(read, field) != getattr(default, field), f"{variable} sets no {field}"
+
+
+# How a description would name the history instead of the setting: a pass of
+# docs/benchmarks-history.md ("Eighteenth pass"), a session, a date.
+HISTORY_WORDS = re.compile(
+    r"\b(?:\w+(?:st|nd|rd|th)|first|second|third|this|that|last|next)\s+(?:pass|session)\b"
+    r"|\b20\d\d-\d\d-\d\d\b",
+    re.IGNORECASE,
+)
+
+
+def test_descriptions_say_what_a_setting_does_not_when_it_was_chosen() -> None:
+    """A description is what a user reads in docs/configuration.md: what the setting does
+    and why its default, citing the history by a section that explains it ("Burst"), never
+    which pass or day chose it. Fails on a description that cites (docs/benchmarks-history.md
+    "Eighteenth pass") instead of "Burst"."""
+    table = config_reference_markdown()
+    found = [line for line in table.splitlines() if HISTORY_WORDS.search(line)]
+    assert not found, "\n".join(found)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cli.devstack import keep_state_of_this_release
+from sim.dev.stack import keep_state_of_this_release
 from worker.settings import RELEASE
 
 

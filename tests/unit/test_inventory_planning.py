@@ -9,12 +9,12 @@ from collections import Counter
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from activities.planning.packing import Bin, BinType, Budget, _use_idle_machines, pack
-from activities.planning.patterns import plan_patterns
-from activities.planning.plan import lp_lower_bound, plan_capacity
 from api.nodeclaim import Offering
 from api.nodepool import NodePoolSpec
 from api.planning import Plan, PlanRequest, PodDemand
+from planner.packing import Bin, BinType, Budget, _use_idle_machines, pack
+from planner.patterns import plan_patterns
+from planner.plan import lp_lower_bound, plan_capacity
 from tests.unit.test_packing import check_invariants, demand, limits_st, pods_st
 
 MI = 2**20

@@ -1,4 +1,4 @@
-"""The assignment LP bound (`activities/planning/bound.py`, solved by HiGHS through highspy)
+"""The assignment LP bound (`planner/bound.py`, solved by HiGHS through highspy)
 against the same LP written out plainly from its docstring and solved by scipy's linprog: the
 value `cloudburst plan` and bench/cost.py print must not depend on which of the two solves it.
 """
@@ -11,8 +11,8 @@ from collections import Counter
 import pytest
 from scipy.optimize import linprog
 
-from activities.planning.bound import assignment_lower_bound
-from activities.planning.packing import BinType, Vector, undominated
+from planner.bound import assignment_lower_bound
+from planner.packing import BinType, Vector, undominated
 
 
 @pytest.mark.parametrize("seed", range(40))

@@ -9,8 +9,12 @@ from collections.abc import Sequence
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from activities.planning.catalog import Catalog
-from activities.planning.packing import (
+from api.nodeclaim import Offering
+from api.nodepool import NodePoolSpec
+from api.planning import InFlightNode, Plan, PlanRequest, PodDemand, Resources
+from planner.catalog import Catalog
+from planner.node_size import kube_reserved, usable_capacity
+from planner.packing import (
     Bin,
     BinType,
     Budget,
@@ -22,17 +26,8 @@ from activities.planning.packing import (
     pack,
     undominated,
 )
-from activities.planning.patterns import Limits, _MasterLP, best_pattern, plan_patterns
-from activities.planning.plan import (
-    baseline_one_node_per_round,
-    kube_reserved,
-    lp_lower_bound,
-    plan_capacity,
-    usable_capacity,
-)
-from api.nodeclaim import Offering
-from api.nodepool import NodePoolSpec
-from api.planning import InFlightNode, Plan, PlanRequest, PodDemand, Resources
+from planner.patterns import Limits, _MasterLP, best_pattern, plan_patterns
+from planner.plan import baseline_one_node_per_round, lp_lower_bound, plan_capacity
 
 MI = 2**20
 GI = 2**30

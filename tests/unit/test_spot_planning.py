@@ -6,12 +6,12 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from activities.planning.catalog import Catalog
-from activities.planning.plan import plan_capacity
 from api.nodeclaim import Offering
 from api.nodepool import NodePoolSpec, Requirements
 from api.planning import PlanRequest, PodDemand, Resources
 from cluster.requirements import offering_filter, offering_labels, pool_can_host
+from planner.catalog import Catalog
+from planner.plan import plan_capacity
 
 GI = 2**30
 

@@ -39,7 +39,7 @@ from temporalio.exceptions import ApplicationError
 
 from api import NodeClaimPhase
 from api.messages import ScaleDownRequest, claim_key_of
-from cli.devstack import free_port, temporal_cli
+from sim.dev.stack import free_port, temporal_cli
 from tests.workflows.test_claim_wakeups import Cluster, observation, phase, start_claim, worker
 from worker.codec_server import codec_app
 from worker.payload_codec import (

@@ -11,8 +11,10 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, FailureError, RetryState
 
+from activities.bootstrap import BootstrapActivities
 from activities.kube import KubeActivities
 from api.messages import NodeRef, NodeState
+from workflows.nodeclaim.state import ClaimState
 from workflows.retries import CLAIM_CALL
 from workflows.timeouts import KUBE_CALL, QUICK_HEARTBEAT
 
@@ -102,3 +104,18 @@ async def look(
         retry_policy=CLAIM_CALL,
         summary=summary,
     )
+
+
+async def delete_bootstrap(state: ClaimState) -> None:
+    """The join token has done its job: it joins nothing any more."""
+    if state.bootstrap is None:
+        return
+    await workflow.execute_activity_method(
+        BootstrapActivities.delete_bootstrap_secrets,
+        state.bootstrap,
+        start_to_close_timeout=KUBE_CALL,
+        heartbeat_timeout=QUICK_HEARTBEAT,
+        retry_policy=CLAIM_CALL,
+        summary="delete token + script Secrets",
+    )
+    state.bootstrap = None

@@ -25,9 +25,7 @@ from workflows.decisions import disruption
 from workflows.failures import cause
 from workflows.nodeclaim import node, reporting
 from workflows.nodeclaim.calls import look, on_node
-from workflows.nodeclaim.registration import POLL
-from workflows.nodeclaim.state import ClaimState
-from workflows.nodeclaim.termination import instance_ref
+from workflows.nodeclaim.state import POLL, ClaimState, instance_ref
 from workflows.retries import CLAIM_CALL
 from workflows.timeouts import KUBE_CALL, QUICK_HEARTBEAT
 

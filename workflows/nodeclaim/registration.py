@@ -13,20 +13,18 @@ from datetime import timedelta
 
 from temporalio import workflow
 
-from activities.bootstrap import BootstrapActivities
 from activities.kube import KubeActivities
 from api import events, labels
 from api.messages import FailureReason, LabelNodeInput
 from api.nodeclaim import ConditionType, NodeClaimPhase
 from api.nodepool import ON_DEMAND
 from workflows.nodeclaim import node, reporting
-from workflows.nodeclaim.calls import together
-from workflows.nodeclaim.state import ClaimFailed, ClaimState
+from workflows.nodeclaim.calls import delete_bootstrap, together
+from workflows.nodeclaim.state import POLL, ClaimFailed, ClaimState
 from workflows.retries import CLAIM_CALL
 from workflows.timeouts import KUBE_CALL, QUICK_HEARTBEAT
 
 _REGISTRATION_TIMEOUT = "registration timeout"
-POLL = "poll the node"
 
 
 async def join(state: ClaimState) -> bool:
@@ -122,21 +120,6 @@ async def _label_node(state: ClaimState) -> None:
         retry_policy=CLAIM_CALL,
         summary="label node",
     )
-
-
-async def delete_bootstrap(state: ClaimState) -> None:
-    """The join token has done its job: it joins nothing any more."""
-    if state.bootstrap is None:
-        return
-    await workflow.execute_activity_method(
-        BootstrapActivities.delete_bootstrap_secrets,
-        state.bootstrap,
-        start_to_close_timeout=KUBE_CALL,
-        heartbeat_timeout=QUICK_HEARTBEAT,
-        retry_policy=CLAIM_CALL,
-        summary="delete token + script Secrets",
-    )
-    state.bootstrap = None
 
 
 def _registered(state: ClaimState) -> None:

@@ -13,6 +13,7 @@ from api import search_attributes as sa
 from api.messages import (
     BootstrapRefs,
     FailureReason,
+    InstanceRef,
     NodeClaimInput,
     NodeObservation,
     NodeRef,
@@ -22,6 +23,10 @@ from api.nodeclaim import NodeClaim, NodeClaimPhase, NodeClaimSpec, NodeClaimSta
 from api.nodepool.messages import DisruptionPermit
 from cluster.node_identity import is_claims_node
 from workflows.alarms import Alarms
+
+# The alarm of `ClaimState.next_poll_at`: the look at the node that registration and liveness
+# each arm while they wait (one at a time: liveness begins when registration is done).
+POLL = "poll the node"
 
 
 class ClaimFailed(Exception):
@@ -165,3 +170,18 @@ def _offering_text(status: NodeClaimStatus) -> str:
         return "—"
     price = f" at €{status.price_eur_per_hour:.4f}/h" if status.price_eur_per_hour else ""
     return f"{status.provider}/{status.region}/{status.instance_type}{price}"
+
+
+def instance_ref(state: ClaimState, provider: str, instance_id: str | None) -> InstanceRef:
+    """The claim's VM as a VM call names it: liveness asks whether it is there, termination
+    deletes it."""
+    return InstanceRef(
+        claim_name=state.name,
+        instance_id=instance_id,
+        provider=provider,
+        reason=state.status.deletion_reason or state.status.failure_reason,
+        cluster_id=state.input.cluster_id,
+        namespace=state.namespace,
+        node_class_name=state.input.node_class_name,
+        node_class=state.input.node_class,
+    )

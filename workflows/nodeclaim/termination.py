@@ -17,14 +17,13 @@ from activities.compute import ComputeActivities
 from activities.kube import KubeActivities
 from activities.tailscale import TailscaleActivities
 from api import events
-from api.messages import DrainInput, InstanceRef, TailnetDeviceRef
+from api.messages import DrainInput, TailnetDeviceRef
 from api.nodeclaim import ConditionType, NodeClaimPhase
 from workflows.decisions import disruption
 from workflows.failures import cause
 from workflows.nodeclaim import reporting
-from workflows.nodeclaim.calls import on_node, together
-from workflows.nodeclaim.registration import delete_bootstrap
-from workflows.nodeclaim.state import ClaimFailed, ClaimState
+from workflows.nodeclaim.calls import delete_bootstrap, on_node, together
+from workflows.nodeclaim.state import ClaimFailed, ClaimState, instance_ref
 from workflows.retries import CLAIM_CALL, SHOWING, VM_DELETE
 from workflows.timeouts import HEARTBEAT, KUBE_CALL, QUICK_HEARTBEAT, VM_CALL
 
@@ -146,19 +145,6 @@ async def _delete_instances(state: ClaimState) -> None:
             summary=f"delete VM on {provider}",
         )
     state.event("VM deleted and confirmed gone")
-
-
-def instance_ref(state: ClaimState, provider: str, instance_id: str | None) -> InstanceRef:
-    return InstanceRef(
-        claim_name=state.name,
-        instance_id=instance_id,
-        provider=provider,
-        reason=state.status.deletion_reason or state.status.failure_reason,
-        cluster_id=state.input.cluster_id,
-        namespace=state.namespace,
-        node_class_name=state.input.node_class_name,
-        node_class=state.input.node_class,
-    )
 
 
 async def _remove_tailnet_device(state: ClaimState) -> None:

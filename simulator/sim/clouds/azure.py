@@ -67,7 +67,7 @@ class VmSize:
 
 
 DEFAULT_SIZES: tuple[VmSize, ...] = (
-    # The sizes of the shipped catalog (activities/planning/catalog).
+    # The sizes of the shipped catalog (planner/catalog).
     VmSize("Standard_B1ms", 1, 2, family="standardBSFamily"),
     VmSize("Standard_B2s", 2, 4, family="standardBSFamily"),
     VmSize("Standard_B2ms", 2, 8, family="standardBSFamily"),

@@ -61,7 +61,7 @@ class MachineType:
 
 
 DEFAULT_MACHINE_TYPES: tuple[MachineType, ...] = (
-    # The machine types of the shipped catalog (activities/planning/catalog), so that any
+    # The machine types of the shipped catalog (planner/catalog), so that any
     # offering the planner picks exists here.
     MachineType("e2-small", 2, 2048),
     MachineType("e2-medium", 2, 4096),

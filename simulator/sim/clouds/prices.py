@@ -1,7 +1,7 @@
 """Local stand-ins of the providers' price APIs, answering from recorded, real-shaped fixtures.
 
 `price_standin(provider)` serves, at one base URL, every call `catalog refresh` makes for
-that provider (`activities/planning/refresh.py`), shaped as the provider documents it; the
+that provider (`activities/prices/refresh.py`), shaped as the provider documents it; the
 answers come from `sim/clouds/price_fixtures/<provider>.json`:
 
     aws           POST /  X-Amz-Target: AWSPriceListService.GetProducts (JSON 1.1; TERM_MATCH

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from activities.planning.catalog import Catalog
-from activities.planning.plan import kube_reserved, usable_capacity
 from api.nodeclaim import Offering
 from api.nodepool import Requirements
 from api.planning import Resources
+from planner.catalog import Catalog
+from planner.node_size import kube_reserved, usable_capacity
 
 # How many offerings to ask a recommender for: enough for packing and for failover lists.
 OFFERING_LIMIT = 500

@@ -1,10 +1,12 @@
 """`plan_capacity`, pure: pending pods + offerings -> in-flight assignments and new nodes.
 
-Order of work: drop offerings the pool may not use; find, per pod, the offerings it may land
-on (its node selector/affinity on offering labels) and report pods no offering can ever host;
-place pods on in-flight nodes' free room first (first-fit decreasing); pack the rest into new
-nodes (see packing.py) within the pool's remaining limits and each offering's count; give
-each node its ranked fallback offerings, all of which fit its pods.
+Its stages, one way (planner/__init__.py): prepare (`_prepare`: the offerings the pool may
+use, and per pod those it may land on, by its node selector/affinity on offering labels; pods
+no offering can ever host are reported) → place in flight (`_place_in_flight`: in-flight
+nodes' free room first, first-fit decreasing) → partition (`_partitions`) → pack
+(`packing.pack`, within the pool's remaining limits and each offering's count) → floor
+(`_floor_bins`) → fallbacks (`_planned_node`: each node's ranked fallback offerings, all of
+which fit its pods) → cost.
 
 Finite inventory: an offering with `available` (on-premises machines, room on the hosts) gets
 at most that many new nodes in the whole plan, counted per offering across every group of
@@ -23,7 +25,12 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
-from activities.planning.packing import (
+from api.nodeclaim import Offering
+from api.planning import Plan, PlannedNode, PlanRequest, PodDemand, Resources
+from api.quantity import format_cpu, format_memory
+from cluster.requirements import offering_filter, pool_can_host
+from planner.node_size import GIB, OverheadFn, kube_reserved, usable_capacity
+from planner.packing import (
     Bin,
     BinType,
     Budget,
@@ -32,47 +39,12 @@ from activities.planning.packing import (
     one_node_per_round,
     pack,
 )
-from activities.planning.regions import offering_allowed
-from api.nodeclaim import Offering
-from api.planning import Plan, PlannedNode, PlanRequest, PodDemand, Resources
-from api.quantity import format_cpu, format_memory
-from cluster.requirements import offering_filter, pool_can_host
+from planner.regions import offering_allowed
 
-MAX_PODS_PER_NODE = 110  # the kubelet's default --max-pods
-EVICTION_THRESHOLD_BYTES = 100 * 2**20  # kubelet's default memory.available<100Mi
-_GIB = 2**30
 # What the packer counts a free node at (on-premises machines default to a price of 0): its
 # scores divide by prices, and a node that costs a little keeps it from spreading pods over
 # more free machines than they need, which leaves fewer for the rest of the burst.
 FREE_NODE_PRICE = 1e-6
-
-OverheadFn = Callable[[Offering], Resources]
-
-
-def kube_reserved(offering: Offering) -> Resources:
-    """What the kubelet and system keep for themselves on a node of this size.
-
-    The GKE/Karpenter table: cpu 6% of the first core, 1% of the next, 0.5% of the next 2,
-    0.25% above 4; memory 25% of the first 4 GiB, 20% of the next 4, 10% of the next 8, 6%
-    of the next 112, 2% above 128 GiB; plus the 100Mi hard-eviction threshold.
-    """
-    cores = float(offering.vcpu or 0)
-    gib = float(offering.memory_gib or 0)
-    cpu = _tiered(cores * 1000, [(1000, 0.06), (1000, 0.01), (2000, 0.005), (None, 0.0025)])
-    memory = _tiered(
-        gib * _GIB,
-        [(4 * _GIB, 0.25), (4 * _GIB, 0.20), (8 * _GIB, 0.10), (112 * _GIB, 0.06), (None, 0.02)],
-    )
-    return Resources(cpu_m=int(cpu + 0.999), memory_bytes=int(memory) + EVICTION_THRESHOLD_BYTES)
-
-
-def usable_capacity(offering: Offering, overhead: Resources) -> Resources:
-    """What pods may use on a node of this offering: its size minus the overhead."""
-    return Resources(
-        cpu_m=round(float(offering.vcpu or 0) * 1000) - overhead.cpu_m,
-        memory_bytes=int(float(offering.memory_gib or 0) * _GIB) - overhead.memory_bytes,
-        pods=MAX_PODS_PER_NODE - overhead.pods,
-    )
 
 
 def plan_capacity(
@@ -163,7 +135,7 @@ def lp_lower_bound(
     ]
     if not tight:
         return lower_bound(items, types)
-    from activities.planning.bound import assignment_lower_bound
+    from planner.bound import assignment_lower_bound
 
     return assignment_lower_bound(items, types, [prep.eligible[p.uid] for p in pods])
 
@@ -197,7 +169,7 @@ def _prepare(
                 price=max(float(offering.price_eur_per_hour or 0.0), FREE_NODE_PRICE),
                 cap=(cap.cpu_m, cap.memory_bytes, cap.pods),
                 raw_cpu_m=round(float(offering.vcpu or 0) * 1000),
-                raw_memory=int(float(offering.memory_gib or 0) * _GIB),
+                raw_memory=int(float(offering.memory_gib or 0) * GIB),
                 available=offering.available,
             )
         )
@@ -470,14 +442,3 @@ def _placement_key(pod: PodDemand, *, with_tolerations: bool) -> str:
     if with_tolerations:
         parts.append(repr(pod.tolerations))
     return "|".join(parts)
-
-
-def _tiered(amount: float, tiers: list[tuple[float | None, float]]) -> float:
-    total = 0.0
-    for size, rate in tiers:
-        part = amount if size is None else min(amount, size)
-        total += part * rate
-        amount -= part
-        if amount <= 0:
-            break
-    return total

@@ -26,7 +26,7 @@ from typing import Any
 
 import httpx
 
-from activities.planning.catalog import Catalog, CatalogEntry
+from planner.catalog import Catalog, CatalogEntry
 
 # The credentials each provider's refresh reads, by the env var names its SDK documents.
 # GCP: the Catalog API is called with an API key (its documented way); GOOGLE_API_KEY is

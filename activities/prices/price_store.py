@@ -23,9 +23,9 @@ from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
 from activities.kube_reads import ConfigMapReader
-from activities.planning.catalog import Catalog, CatalogEntry
-from activities.planning.exchange import ExchangeRate
+from activities.prices.exchange import ExchangeRate
 from api.prices import CATALOG_CONFIGMAP, EXCHANGE_RATE, ProviderPriceStatus
+from planner.catalog import Catalog, CatalogEntry
 
 log = logging.getLogger(__name__)
 

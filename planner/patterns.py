@@ -27,10 +27,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # packing.py imports this module
-    from activities.planning.packing import BinType, Vector
+from planner.shapes import BinType, Vector
 
 Column = tuple[tuple[int, int], ...]  # (shape, count) pairs, shapes ascending
 Pattern = dict[int, int]  # shape -> count

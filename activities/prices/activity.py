@@ -23,9 +23,8 @@ from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 from temporalio import activity
 
-from activities.planning.catalog import Catalog
-from activities.planning.exchange import fetch_usd_to_eur
-from activities.planning.price_store import (
+from activities.prices.exchange import fetch_usd_to_eur
+from activities.prices.price_store import (
     live_catalog,
     read_store,
     statuses,
@@ -33,7 +32,7 @@ from activities.planning.price_store import (
     write_exchange_rate,
     write_provider,
 )
-from activities.planning.refresh import REQUIRED_CREDENTIALS, RefreshError, refresh_provider
+from activities.prices.refresh import REQUIRED_CREDENTIALS, RefreshError, refresh_provider
 from api.prices import (
     EXCHANGE_RATE,
     PRICE_CREDENTIALS_SECRET,
@@ -41,6 +40,7 @@ from api.prices import (
     ProviderPriceRefresh,
     ProviderPriceStatus,
 )
+from planner.catalog import Catalog
 
 log = logging.getLogger(__name__)
 

@@ -21,9 +21,9 @@ from kubernetes import client as k8s
 
 from api import labels
 from api.nodepool.messages import PoolStatus, pool_workflow_id
-from cli.devstack import EmbeddedStack
-from cli.dr import DrillReport, apply_drill_pool, drill_stack
 from sim.cluster import ControlPlane
+from sim.dev.dr import DrillReport, apply_drill_pool, drill_stack
+from sim.dev.stack import EmbeddedStack
 from workflows.nodepool import NodePoolWorkflow
 
 POOL, APP = "hybrid", "hybrid-burst"

@@ -22,8 +22,8 @@ from kubernetes import client as k8s
 from api import labels
 from api.messages import ClaimSignal, ScaleDownRequest, claim_workflow_id
 from api.nodepool import API_VERSION
-from cli.devstack import SAMPLE_CLASS, EmbeddedStack, StackOptions, embedded_stack, free_port
 from sim.cluster import ControlPlane
+from sim.dev.stack import SAMPLE_CLASS, EmbeddedStack, StackOptions, embedded_stack, free_port
 from workflows.nodeclaim import NodeClaimWorkflow
 
 POOL, CLASS, APP = "dr-nodepool", "dr-nodeclass", "dr-workload"

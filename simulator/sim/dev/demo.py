@@ -19,7 +19,9 @@ from kubernetes import client as k8s
 from temporalio.client import WorkflowFailureError
 
 from api import NodeClaimPhase, NodeClaimStatus, labels
-from cli.devstack import (
+from cli.manual_claims import build_claim, load_pool, start_claim
+from sim.cluster import ControlPlane
+from sim.dev.stack import (
     SAMPLE_POOL,
     EmbeddedStack,
     StackOptions,
@@ -28,8 +30,6 @@ from cli.devstack import (
     free_port,
     standin_offering,
 )
-from cli.manual_claims import build_claim, load_pool, start_claim
-from sim.cluster import ControlPlane
 from workflows.nodeclaim import NodeClaimWorkflow
 
 Say = Callable[[str], None]

@@ -19,8 +19,8 @@ from kubernetes import client as k8s
 
 from api import labels
 from api.messages import claim_workflow_id
-from cli.devstack import EmbeddedStack
-from cli.dr import (
+from sim.cluster import ControlPlane
+from sim.dev.dr import (
     DrillReport,
     apply_drill_pool,
     drill_stack,
@@ -28,7 +28,7 @@ from cli.dr import (
     one_replica_deployment,
     workload_node,
 )
-from sim.cluster import ControlPlane
+from sim.dev.stack import EmbeddedStack
 from workflows.decisions.disruption import INTERRUPTED
 from workflows.nodeclaim import NodeClaimWorkflow
 

@@ -33,10 +33,10 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from activities.planning.lp import cover_lp
-from activities.planning.patterns import copies_that_fit, plan_patterns
+from planner.lp import cover_lp
+from planner.patterns import copies_that_fit, plan_patterns
+from planner.shapes import BinType, Vector
 
-Vector = tuple[int, int, int]  # cpu millicores, memory bytes, pods
 _GIB = 2**30
 # Units the LP works in: cores, GiB, pods (keeps the numbers near 1).
 _SCALE = (1000.0, float(_GIB), 1.0)
@@ -50,20 +50,6 @@ _SCORING_WINDOW = 256
 _PATTERN_MAX_GROUPS = 64
 # Ruin and recreate: how many of the emptiest nodes are re-packed together, in turn.
 _REPACK_SIZES = (8, 16, 32)
-
-
-@dataclass(frozen=True, slots=True)
-class BinType:
-    """A node type: `ref` is the caller's handle (an index into its offering list)."""
-
-    ref: int
-    price: float
-    cap: Vector  # what pods may use (after overhead)
-    raw_cpu_m: int = 0  # counted against the pool's cpu limit
-    raw_memory: int = 0  # counted against the pool's memory limit
-    # How many nodes of this type can be made at most (free machines on premises); None:
-    # as many as wanted (a public cloud). Counted per type, by the budget's `stock`.
-    available: int | None = None
 
 
 @dataclass(slots=True)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import httpx
 
-from activities.planning.refresh import RefreshError
+from activities.prices.refresh import RefreshError
 
 ECB_DAILY_URL = "https://www.ecb.europa.eu/stats/eurofxref/eurofxref-daily.xml"
 ECB_SOURCE = "ECB euro foreign exchange reference rate (eurofxref-daily.xml)"

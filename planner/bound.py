@@ -29,7 +29,7 @@ from collections.abc import Sequence
 import highspy
 from highspy._core import _Highs
 
-from activities.planning.packing import BinType, Vector, undominated
+from planner.packing import BinType, Vector, undominated
 
 
 def assignment_lower_bound(

@@ -1,7 +1,7 @@
 """The built-in catalog: real instance types with on-demand prices, shipped as `catalog.json`.
 
 A package rather than a `catalog.py` module so that the data file beside it is package data
-(`"*.json"` in pyproject) and the import path stays `activities.planning.catalog`.
+(`"*.json"` in pyproject) and the import path stays `planner.catalog`.
 Prices are kept in their original currency and normalised to EUR/hour with the file's
 documented `usd_to_eur` rate; every entry names its source and date. Set
 `CLOUDBURST_CATALOG=/path/to/catalog.json` to use a refreshed copy instead of the shipped one.
@@ -16,9 +16,9 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from activities.planning.regions import offering_allowed
 from api.nodeclaim import Offering
 from api.nodepool import ON_DEMAND, SPOT, Requirements
+from planner.regions import offering_allowed
 
 SHIPPED_PATH = Path(__file__).with_name("catalog.json")
 CATALOG_ENV = "CLOUDBURST_CATALOG"
