@@ -171,6 +171,9 @@ def _as_json_schema(node: dict[str, Any]) -> dict[str, Any]:
         out["type"] = [out["type"], "null"]
         if "enum" in out:
             out["enum"] = [*out["enum"], None]
+    elif node.get("nullable") and "anyOf" in out:
+        # A nullable quantity (int-or-string): the API server admits null before its anyOf.
+        out["anyOf"] = [*out["anyOf"], {"type": "null"}]
     return out
 
 

@@ -226,10 +226,11 @@ class ReferencePlugin:
 
 
 @contextlib.contextmanager
-def running_reference(machines: int = 8) -> Iterator[ReferencePlugin]:
+def running_reference(machines: int = 8, namespace: str = NAMESPACE) -> Iterator[ReferencePlugin]:
+    """The reference plug-in, its one token serving `namespace`."""
     with (
         tempfile.TemporaryDirectory(prefix="cb-plugin-") as tmp,
-        ReferencePlugin(Path(tmp), machines=machines) as plugin,
+        ReferencePlugin(Path(tmp), machines=machines, namespace=namespace) as plugin,
     ):
         yield plugin
 

@@ -22,7 +22,7 @@ RUNNER = CliRunner()
 
 # Commands that read the cluster's objects: the kubeconfig and its context.
 READS_CLUSTER = {
-    "worker", "trigger", "plan", "pools list", "pools describe", "claims create",
+    "worker", "trigger", "csr-approver", "doctor", "plan", "pools list", "pools describe", "claims create",
     "claims list", "explain pod", "explain node", "explain claim", "catalog show",
     "catalog status",
 }  # fmt: skip
