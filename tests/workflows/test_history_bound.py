@@ -227,8 +227,10 @@ async def test_a_pool_past_temporals_blob_limit_runs_and_continues_as_new(
                 break
             await first.signal(NodePoolWorkflow.demand, DemandUpdate(pods=pods(batch, 5)))
             sent += 5
-            await eventually(lambda: _pending(first), partial(operator.eq, sent), timeout_s=60)
-        await eventually(lambda: _runs(client, pool_id), lambda runs: len(runs) > 1, timeout_s=60)
+            # Deadlines, not measures: each round moves megabytes through the codec, and a
+            # machine busy with other tests takes minutes where an idle one takes seconds.
+            await eventually(lambda: _pending(first), partial(operator.eq, sent), timeout_s=300)
+        await eventually(lambda: _runs(client, pool_id), lambda runs: len(runs) > 1, timeout_s=300)
         latest = client.get_workflow_handle(pool_id)
         assert (await latest.query(NodePoolWorkflow.status)).pending_pods == sent
 
