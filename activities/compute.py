@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
@@ -176,10 +176,22 @@ class ComputeActivities:
         if ref.instance_id:
             with metrics.cloud_call(ref.provider, "get"):
                 return provider.get(ref.instance_id)
-        # The id is unknown when a create was interrupted: find the VM by the claim's label.
+        # The id is unknown when a create was interrupted: find the VM by the claim's labels.
         with metrics.cloud_call(ref.provider, "list"):
             owned = provider.list_owned(ref.cluster_id)
-        return next((i for i in owned if i.labels.get(labels.NODECLAIM) == ref.claim_name), None)
+        return next((i for i in owned if is_claims_instance(i.labels, ref)), None)
+
+
+def is_claims_instance(vm_labels: Mapping[str, str], ref: InstanceRef) -> bool:
+    """Whether a VM labelled `vm_labels` is the claim's: its name, and the namespace and uid
+    where the VM records them (shared hardware: Redfish, Proxmox), so that a same-named claim
+    of another namespace, or an earlier one of this name, is never taken for this claim."""
+    if vm_labels.get(labels.NODECLAIM) != ref.claim_name:
+        return False
+    if vm_labels.get(labels.NODEPOOL_NAMESPACE, ref.namespace) != ref.namespace:
+        return False
+    recorded_uid = vm_labels.get(labels.NODECLAIM_UID)
+    return recorded_uid is None or ref.claim_uid is None or recorded_uid == ref.claim_uid
 
 
 def _record_terminated(ref: InstanceRef, instance: Instance, waited_s: float | None) -> None:

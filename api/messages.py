@@ -232,6 +232,9 @@ class InstanceRef(BaseModel):
     namespace: str
     node_class_name: str
     node_class: NodeClassSpec
+    # The NodeClaim's uid: without an id, a VM recording a uid is the claim's only with this
+    # one (a same-named claim before or after it, in any namespace, holds another).
+    claim_uid: str | None = None
 
 
 class NodeRef(BaseModel):

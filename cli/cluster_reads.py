@@ -29,7 +29,12 @@ from api.nodepool.messages import PoolQuery, PoolStatus, pool_workflow_id
 from cli.connect import answered, is_unreachable
 from cluster.matching import ClusterSpecs
 from cluster.tenancy import Tenancy
-from worker.settings import CONFIG_MAP, Settings, checked_allowed_endpoints
+from worker.settings import (
+    CONFIG_MAP,
+    Settings,
+    checked_allowed_endpoints,
+    checked_inventory_owners,
+)
 
 if TYPE_CHECKING:
     from temporalio.client import Client
@@ -53,9 +58,13 @@ def deployed_tenancy(core: ConfigMapReader, local: Settings) -> tuple[Tenancy, s
     # The ConfigMap's word alone: a key it leaves out is unset, never filled from this shell's
     # environment (which `Settings()` reads, merging a dict such as the endpoints into it).
     raw_endpoints = data.get("CLOUDBURST_ALLOWED_ENDPOINTS")
+    raw_owners = data.get("CLOUDBURST_INVENTORY_OWNERS")
     try:
         endpoints = checked_allowed_endpoints(
             _ENDPOINTS.validate_python(json.loads(raw_endpoints)) if raw_endpoints else {}
+        )
+        owners = checked_inventory_owners(
+            _ENDPOINTS.validate_python(json.loads(raw_owners)) if raw_owners else {}
         )
         deployed = Settings(
             tenant_namespaces=data.get("CLOUDBURST_TENANT_NAMESPACES"),
@@ -66,6 +75,7 @@ def deployed_tenancy(core: ConfigMapReader, local: Settings) -> tuple[Tenancy, s
     tenancy = replace(
         deployed.tenancy(),
         allowed_endpoints={service: tuple(urls) for service, urls in endpoints.items()},
+        inventory_owners={namespace: tuple(ms) for namespace, ms in owners.items()},
     )
     return tenancy, f"the deployed settings ({where})"
 

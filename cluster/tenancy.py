@@ -54,6 +54,7 @@ INVALID_SPEC = "InvalidSpec"
 NAMESPACE_NOT_SERVED = "NamespaceNotServed"
 ENDPOINT_NOT_ALLOWED = "EndpointNotAllowed"
 NAMESPACE_SELECTOR_NOT_ALLOWED = "NamespaceSelectorNotAllowed"
+MACHINE_NOT_OWNED = "MachineNotOwned"
 
 
 @dataclass(frozen=True)
@@ -69,11 +70,15 @@ class Refusal:
 class Tenancy:
     """`namespaces` None: every namespace is served (a single-tenant cluster; the shipped
     manifests always list them). `allowed_endpoints`: service -> URLs an endpoint override may
-    be, or lie under (same scheme, host and port; a path prefix on segment boundaries)."""
+    be, or lie under (same scheme, host and port; a path prefix on segment boundaries).
+    `inventory_owners`: namespace -> the Redfish machines it alone may use, each a BMC address
+    (every system behind that host) or a machine name; empty: no owners, one tenant's
+    inventory."""
 
     worker_namespace: str = DEFAULT_WORKER_NAMESPACE
     namespaces: frozenset[str] | None = None
     allowed_endpoints: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    inventory_owners: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
     def serves(self, namespace: str) -> bool:
         """Whether NodePools and NodeClasses of `namespace` are served: the operator's own
@@ -167,6 +172,36 @@ class Tenancy:
                 continue
             if not self.endpoint_allowed(service, url):
                 return Refusal(ENDPOINT_NOT_ALLOWED, _endpoint_message(service, path, url))
+        if node_class.redfish is not None and (services is None or "redfish" in services):
+            return self._inventory_refusal(namespace, node_class)
+        return None
+
+    def machine_owners(self, name: str, bmc: str) -> frozenset[str]:
+        """The namespaces the operator gives the machine `name` at `bmc`: by its name, and by
+        its BMC's host (a tenant's NodeClass chooses both, so a machine is usable only where
+        every entry that matches it names one and the same namespace)."""
+        keys = {inventory_key(name), inventory_key(bmc)}
+        return frozenset(
+            namespace
+            for namespace, machines in self.inventory_owners.items()
+            if keys & {inventory_key(machine) for machine in machines}
+        )
+
+    def _inventory_refusal(self, namespace: str, node_class: NodeClassSpec) -> Refusal | None:
+        """A NodeClass's Redfish machine that the operator's inventory does not give to
+        `namespace` alone; the message names no other tenant."""
+        if not self.inventory_owners or node_class.redfish is None:
+            return None
+        for index, machine in enumerate(node_class.redfish.machines):
+            if self.machine_owners(machine.name, machine.bmc) != {namespace}:
+                return Refusal(
+                    MACHINE_NOT_OWNED,
+                    f"spec.redfish.machines[{index}] ({machine.name} at {machine.bmc}) is not a "
+                    f"machine the operator gives namespace {namespace}: remove it, or an "
+                    f"operator lists it (its BMC address or name) under {namespace} in "
+                    "CLOUDBURST_INVENTORY_OWNERS of the worker and the trigger "
+                    "(docs/security.md)",
+                )
         return None
 
     def require(
@@ -322,6 +357,16 @@ def url_parts(url: str) -> tuple[str, str, int, tuple[str, ...]] | None:
         return None
     segments = tuple(unquote(part) for part in raw_segments)
     return scheme, parsed.host.lower(), port or (443 if scheme == "https" else 80), segments
+
+
+def inventory_key(machine: str) -> str:
+    """What an inventory entry or a NodeClass's machine is matched by: a BMC address by its
+    host (every system behind it; any scheme, port or path reaches the same hardware), any
+    other text as a machine name."""
+    if "://" in machine:
+        parts = url_parts(machine)
+        return f"bmc:{parts[1]}" if parts else f"unparsed:{machine}"
+    return f"name:{machine}"
 
 
 # In a path segment, what a server may or may not decode into a separator or a dot segment:

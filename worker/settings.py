@@ -36,7 +36,13 @@ from pydantic_settings import (
 from api.limits import DNS_LABEL_PATTERN
 from api.messages import TASK_QUEUE, claim_task_queue
 from api.nodepool.messages import PARTIAL_NODE_HOLD_S
-from cluster.tenancy import DEFAULT_WORKER_NAMESPACE, SERVICES, Tenancy, url_parts
+from cluster.tenancy import (
+    DEFAULT_WORKER_NAMESPACE,
+    SERVICES,
+    Tenancy,
+    inventory_key,
+    url_parts,
+)
 
 CONFIG_FILE_ENV = "CLOUDBURST_CONFIG_FILE"
 
@@ -333,6 +339,16 @@ class Settings(BaseSettings):
         "APIs only.",
     )
 
+    inventory_owners: dict[str, list[str]] = Field(
+        default={},
+        description="Which namespace may use each Redfish machine: namespace -> the machines "
+        "it owns, each a BMC address (every system behind that host: `https://10.0.9.21`) or "
+        "a machine name. Once set, a NodeClass listing a machine owned by another namespace, "
+        "or by none, gets Ready=False MachineNotOwned. JSON in the environment: "
+        '`{"team-a": ["https://10.0.9.21", "rack1-07"]}`. Empty: no owners (one tenant\'s '
+        "inventory).",
+    )
+
     # --- operations -----------------------------------------------------------------------
     health_port: int = Field(
         default=8081, description="/healthz and /readyz for the kubelet's probes; 0 disables."
@@ -405,6 +421,11 @@ class Settings(BaseSettings):
     def _endpoint_urls(cls, value: dict[str, list[str]]) -> dict[str, list[str]]:
         return checked_allowed_endpoints(value)
 
+    @field_validator("inventory_owners")
+    @classmethod
+    def _inventory_owners(cls, value: dict[str, list[str]]) -> dict[str, list[str]]:
+        return checked_inventory_owners(value)
+
     def tenancy(self) -> Tenancy:
         """What the worker's activities and the trigger enforce (cluster/tenancy.py)."""
         return Tenancy(
@@ -413,6 +434,7 @@ class Settings(BaseSettings):
             if self.tenant_namespaces is None
             else frozenset(self.tenant_namespaces),
             allowed_endpoints={k: tuple(v) for k, v in self.allowed_endpoints.items()},
+            inventory_owners={k: tuple(v) for k, v in self.inventory_owners.items()},
         )
 
     def pool_task_timeout(self) -> timedelta:
@@ -466,4 +488,21 @@ def checked_allowed_endpoints(value: dict[str, list[str]]) -> dict[str, list[str
                     "port and path; no user info, query or fragment; a path whose meaning is "
                     "the server's, with an encoded /, \\ or %, neither)"
                 )
+    return value
+
+
+def checked_inventory_owners(value: dict[str, list[str]]) -> dict[str, list[str]]:
+    """`inventory_owners` as given, once each key is a namespace name, each machine a name or
+    a plain http(s) BMC address, and no machine given to two namespaces; ValueError naming
+    the first that is not."""
+    given: dict[str, str] = {}
+    for namespace, machines in value.items():
+        if not re.match(DNS_LABEL_PATTERN, namespace):
+            raise ValueError(f"{namespace!r} is not a namespace name")
+        for machine in machines:
+            if "://" in machine and url_parts(machine) is None:
+                raise ValueError(f"{namespace}: {machine!r} is not a plain http(s) BMC address")
+            key = inventory_key(machine)
+            if given.setdefault(key, namespace) != namespace:
+                raise ValueError(f"{machine!r} is given to two namespaces; a machine has one")
     return value

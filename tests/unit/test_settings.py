@@ -167,6 +167,16 @@ def test_who_may_reach_what_from_the_environment(monkeypatch: pytest.MonkeyPatch
     assert dict(tenancy.allowed_endpoints) == {}
 
 
+def test_inventory_owners_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(
+        "CLOUDBURST_INVENTORY_OWNERS", '{"team-a": ["rack1-07", "https://10.0.9.21/redfish/v1"]}'
+    )
+    tenancy = Settings().tenancy()
+    assert tenancy.machine_owners("rack1-07", "https://10.0.9.99") == {"team-a"}
+    assert tenancy.machine_owners("other", "https://10.0.9.21:8443/x") == {"team-a"}
+    assert tenancy.machine_owners("other", "https://10.0.9.99") == frozenset()
+
+
 def test_unset_tenant_namespaces_serve_every_namespace() -> None:
     """A single-tenant cluster (and the dev stack); the shipped manifests always set it."""
     assert Settings().tenancy().serves("anything")
@@ -180,6 +190,8 @@ def test_unset_tenant_namespaces_serve_every_namespace() -> None:
         ("CLOUDBURST_ALLOWED_ENDPOINTS", '{"hetznr": ["https://x"]}', "is not one of"),
         ("CLOUDBURST_ALLOWED_ENDPOINTS", '{"aws": ["https://u:p@x"]}', "no user info"),
         ("CLOUDBURST_ALLOWED_ENDPOINTS", '{"aws": ["x.example.com"]}', "plain http(s) URL"),
+        ("CLOUDBURST_INVENTORY_OWNERS", '{"Team_A": ["m1"]}', "not a namespace name"),
+        ("CLOUDBURST_INVENTORY_OWNERS", '{"a": ["m1"], "b": ["m1"]}', "two namespaces"),
     ],
 )
 def test_bad_reach_settings_are_refused_with_the_reason(

@@ -14,6 +14,7 @@ from api.selectors import LabelSelector
 from cluster.tenancy import (
     DEFAULT_TOLERATIONS_ANNOTATION,
     ENDPOINT_NOT_ALLOWED,
+    MACHINE_NOT_OWNED,
     NAMESPACE_NOT_SERVED,
     NAMESPACE_SELECTOR_NOT_ALLOWED,
     NODE_SELECTOR_ANNOTATION,
@@ -229,3 +230,49 @@ def test_namespace_not_served_names_no_other_tenant() -> None:
     assert refusal is not None and refusal.reason == NAMESPACE_NOT_SERVED
     assert "team-c" in refusal.message
     assert "team-a" not in refusal.message and "team-b" not in refusal.message
+
+
+def _metal(*machines: tuple[str, str]) -> NodeClassSpec:
+    return NodeClassSpec.model_validate(
+        {
+            "redfish": {
+                "machines": [
+                    {"name": name, "bmc": bmc, "credentialsSecretRef": {"name": "bmc", "key": name}}
+                    for name, bmc in machines
+                ],
+                "seedUrl": "https://seed.lab/seeds",
+            },
+            "join": {"hostApiServer": "https://10.0.0.1:6443"},
+        }
+    )
+
+
+OWNED = Tenancy(
+    namespaces=frozenset({"team-a", "team-b"}),
+    allowed_endpoints={"redfish": ("https://bmc.lab", "https://bmc2.lab", "https://seed.lab")},
+    inventory_owners={
+        "team-a": ("rack1-07", "https://bmc.lab"),
+        "team-b": ("rack2-01",),
+    },
+)
+
+
+def test_a_nodeclass_listing_another_namespaces_machine_is_refused_naming_no_tenant() -> None:
+    """Issue #55: tenant B's NodeClass listing A's machine (by A's name, or another name at
+    A's BMC) is refused where B looks, and the message names no other tenant. Fails without
+    the fix: no inventory has an owner, and any NodeClass whose BMCs are allowed is served."""
+    a_name = _metal(("rack1-07", "https://bmc2.lab/redfish/v1"))
+    a_bmc = _metal(("rack2-01", "https://BMC.lab/redfish/v1/"))
+    unlisted = _metal(("rack9-99", "https://bmc2.lab/redfish/v1"))
+    for spec in (a_name, a_bmc, unlisted):
+        refusal = OWNED.refusal("team-b", spec)
+        assert refusal is not None and refusal.reason == MACHINE_NOT_OWNED
+        assert "spec.redfish.machines[0]" in refusal.message
+        assert "team-a" not in refusal.message
+    assert OWNED.refusal("team-a", _metal(("rack1-07", "https://bmc.lab/redfish/v1"))) is None
+    assert OWNED.refusal("team-b", _metal(("rack2-01", "https://bmc2.lab/redfish/v1"))) is None
+    # Checked by the activities that call Redfish, not by those that call another service.
+    assert OWNED.refusal("team-b", a_name, services=("tailscale",)) is None
+    assert OWNED.refusal("team-b", a_name, services=("redfish",)) is not None
+    # No owners configured: one tenant's inventory, every allowed machine usable.
+    assert Tenancy(allowed_endpoints=OWNED.allowed_endpoints).refusal("team-b", a_name) is None

@@ -184,4 +184,5 @@ def instance_ref(state: ClaimState, provider: str, instance_id: str | None) -> I
         namespace=state.namespace,
         node_class_name=state.input.node_class_name,
         node_class=state.input.node_class,
+        claim_uid=state.input.claim.metadata.uid,
     )
