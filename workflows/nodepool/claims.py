@@ -118,14 +118,14 @@ async def start(
         run.unconfirmed.difference_update(claim.name for claim in batch)
     if result.pool_gone:
         # What the trigger will say too (`DemandUpdate.pool_deleted`): the cluster said it first.
-        state.deleted = True
+        run.pool_deleted()
     for claim in batch:
         if claim.name in result.refused:
             workflow.logger.warning(
                 "claim %s was not started: %s", claim.name, result.refused[claim.name]
             )
             state.claims.pop(claim.name, None)
-            run.dirty = True
+            run.wake()
             continue
         state.claims_started += 1
         for uid in claim.node.pod_uids:
@@ -183,7 +183,7 @@ def _aside(run: PoolRun, starting: Coroutine[Any, Any, Any]) -> None:
         if failure is not None:
             # The claims are forgotten (`start`): their pods are planned again.
             workflow.logger.warning("a claim did not start: %s", failure)
-            run.dirty = True
+            run.wake()
 
     task.add_done_callback(ended)
 

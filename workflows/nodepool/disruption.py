@@ -9,8 +9,6 @@ consolidation finds its pods a cheaper home (replacement first, one move at a ti
 
 from __future__ import annotations
 
-from datetime import timedelta
-
 from temporalio import workflow
 from temporalio.exceptions import ActivityError
 
@@ -138,11 +136,7 @@ async def consolidate(run: PoolRun, due: bool) -> None:
     ]  # the activity judges which are old enough, by its clock
     if not candidates:
         return
-    now = workflow.now()
-    state.last_consolidation = now
-    # The next look, once something changes (news wakes the pool, which then arms it): an
-    # idle pool does not look again and again at the same nodes.
-    state.consolidate_at = now + timedelta(seconds=parse_duration(disruption.consolidate_after))
+    run.consolidated(workflow.now(), parse_duration(disruption.consolidate_after))
     try:
         decision = await _find_consolidation(run, candidates, ready)
     except ActivityError as err:

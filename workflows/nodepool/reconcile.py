@@ -23,8 +23,7 @@ async def reconcile(run: PoolRun) -> None:
             # The scheduler filled its node with others: those left out are planned again.
             claim.nominated = [uid for uid in claim.nominated if uid not in left_out]
     if facts.config_retry_due:
-        state.config_error = ""
-        state.config_retry_at = None
+        run.config_retry()
     if facts.periodic_look:
         await claims.forget_those_gone(run)
     await disruption.grant_permits(run)

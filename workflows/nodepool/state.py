@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from typing import Any
 
 from temporalio import workflow
@@ -82,8 +83,54 @@ class PoolRun:
     def namespace(self) -> str:
         return self.input.namespace
 
+    # --- the run's own transitions: each field written by more than one phase is written only
+    # here (docs/architecture.md, "Who writes the state").
+
     def wake(self) -> None:
+        """News (a signal, an alarm, a claim started): the next round looks again."""
         self.dirty = True
+
+    def begin_round(self) -> None:
+        """A round starts: news from here on wakes the next one."""
+        self.dirty = False
+
+    def pool_deleted(self) -> None:
+        """The NodePool was deleted (the trigger said so, or starting a claim found it gone):
+        its claims go, and nothing new is planned."""
+        self.state.deleted = True
+
+    def pool_created_again(self) -> None:
+        """A NodePool of the name exists again (specs of another uid)."""
+        self.state.deleted = False
+
+    def config_failing(self, reason: str, retry_at: datetime) -> None:
+        """Claims fail on the pool's configuration: no new claim until `retry_at` (or the
+        specs change)."""
+        self.state.config_error = reason
+        self.state.config_retry_at = retry_at
+
+    def config_retry(self) -> None:
+        """Try the configuration again: at the backoff's end (its count stays, so a failure
+        again waits longer) or on new specs."""
+        self.state.config_error = ""
+        self.state.config_retry_at = None
+
+    def consolidation_due_at(self, after_s: float) -> datetime:
+        """When consolidation looks next: `after_s` from now unless a look is armed."""
+        if self.state.consolidate_at is None:
+            self.state.consolidate_at = workflow.now() + timedelta(seconds=after_s)
+        return self.state.consolidate_at
+
+    def consolidation_off(self) -> None:
+        """The pool's policy consolidates only empty nodes: no look is armed."""
+        self.state.consolidate_at = None
+
+    def consolidated(self, at: datetime, after_s: float) -> None:
+        """Consolidation looked at `at`; the next look once something changes, `after_s`
+        later (news wakes the pool, which then arms it): an idle pool does not look again and
+        again at the same nodes."""
+        self.state.last_consolidation = at
+        self.state.consolidate_at = at + timedelta(seconds=after_s)
 
     def live_claims(self) -> list[PoolClaim]:
         return pool_rules.live(self.state.claims.values())

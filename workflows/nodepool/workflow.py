@@ -48,7 +48,7 @@ class NodePoolWorkflow:
         while True:
             reporting.update_details(run)
             await workflow.wait_condition(lambda: run.dirty)
-            run.dirty = False
+            run.begin_round()
             await reconcile(run)
             reporting.publish_status_aside(run)
             if workflow.info().is_continue_as_new_suggested():
@@ -86,7 +86,7 @@ class NodePoolWorkflow:
     @workflow.signal(name=PoolSignal.UPDATE_SPECS)
     def update_specs(self, specs: PoolSpecs) -> None:
         news.apply_specs(self._run, specs)
-        self._run.dirty = True
+        self._run.wake()
 
     @workflow.signal(name=PoolSignal.RETRY_NOW)
     def retry_now(self) -> None:
@@ -94,7 +94,7 @@ class NodePoolWorkflow:
         class (created the missing Secret, raised a quota): the configuration back-off ends,
         and the pods held back are planned again at once (`cloudburst pools retry`)."""
         news.end_config_backoff(self._run)
-        self._run.dirty = True
+        self._run.wake()
 
     @workflow.signal(name=PoolSignal.CLAIM_REPORT)
     def claim_report(self, report: ClaimReport) -> None:
@@ -105,21 +105,21 @@ class NodePoolWorkflow:
         """The watcher saw pods leave one of our nodes: news for consolidation, which looks
         again (by its alarm, after consolidateAfter) rather than on a timer of its own."""
         if node_name in self._run.state.claims:
-            self._run.dirty = True
+            self._run.wake()
 
     @workflow.signal(name=PoolSignal.REQUEST_DISRUPTION)
     def request_disruption(self, request: DisruptionRequest) -> None:
         state = self._run.state
         if request.claim_name in state.claims:
             state.disruption_queue[request.claim_name] = request.reason
-            self._run.dirty = True
+            self._run.wake()
 
     @workflow.signal(name=PoolSignal.WITHDRAW_DISRUPTION)
     def withdraw_disruption(self, request: DisruptionRequest) -> None:
         state = self._run.state
         state.disruption_queue.pop(request.claim_name, None)
         state.permits.pop(request.claim_name, None)
-        self._run.dirty = True
+        self._run.wake()
 
     @workflow.query(name=PoolQuery.POD)
     def pod(self, uid: str) -> PoolPodView:
