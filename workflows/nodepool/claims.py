@@ -25,7 +25,6 @@ from api.nodepool.messages import PoolClaim
 from api.planning import PlannedNode
 from workflows.decisions import pool as pool_rules
 from workflows.failures import cause
-from workflows.nodepool import news
 from workflows.nodepool.state import ClaimToStart, PoolRun
 from workflows.retries import CLAIM_STARTS, FEW_TRIES
 from workflows.timeouts import KUBE_CALL, QUICK_HEARTBEAT
@@ -169,8 +168,19 @@ async def forget_those_gone(run: PoolRun) -> None:
         running = states.states.get(workflow_id) == ClaimState.RUNNING
         if running or name in run.unconfirmed:
             continue
-        if forgotten := news.claim_closed(run, name):
+        if forgotten := claim_closed(run, name):
             run.forgotten_by_look[name] = forgotten.drift_hash
+
+
+def claim_closed(run: PoolRun, name: str) -> PoolClaim | None:
+    """Forget a claim whose workflow ended: the claim, or None if it was not known."""
+    claim = run.state.claims.pop(name, None)
+    if claim is None:
+        return None
+    workflow.logger.warning("claim %s ended without a final report", name)
+    run.forget_disruption(claim)
+    run.wake()
+    return claim
 
 
 def _aside(run: PoolRun, starting: Coroutine[Any, Any, Any]) -> None:

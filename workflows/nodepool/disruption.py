@@ -26,7 +26,7 @@ from api.nodepool.messages import (
 from api.planning import PlannedNode, PodDemand, Toleration, replacement_uid
 from workflows.decisions import budgets as budget_rules
 from workflows.failures import cause
-from workflows.nodepool import claims, planning
+from workflows.nodepool import calls, claims
 from workflows.nodepool.state import PoolRun
 from workflows.retries import POOL_CALL
 from workflows.timeouts import PLANNING, QUICK_HEARTBEAT
@@ -106,8 +106,8 @@ async def replace_drifted(run: PoolRun) -> None:
             tolerations=[Toleration(operator="Exists")],
         )
         try:
-            plan = await planning.plan(
-                run, planning.request(run, [synthetic], 0), "plan drift replacement"
+            plan = await calls.plan(
+                run, calls.request(run, [synthetic], 0), "plan drift replacement"
             )
         except ActivityError as err:
             workflow.logger.warning("no replacement for %s: %s", claim.name, cause(err))

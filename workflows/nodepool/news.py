@@ -11,7 +11,7 @@ from temporalio import workflow
 from api.claims import drift_hash
 from api.messages import FailureReason
 from api.nodeclaim import NodeClaimPhase
-from api.nodepool.messages import ClaimReport, DemandUpdate, NodeUsage, PoolClaim, PoolSpecs
+from api.nodepool.messages import ClaimReport, DemandUpdate, NodeUsage, PoolSpecs
 from workflows.nodepool import reporting
 from workflows.nodepool.state import LIVE_PHASES, PoolRun
 
@@ -81,13 +81,13 @@ def claim_report(run: PoolRun, report: ClaimReport) -> None:
         # The replacement is up: the replaced node may now go, within the budgets.
         state.disruption_queue.setdefault(claim.replaces, claim.replace_reason)
     if report.reason.startswith("DisruptionBlocked"):
-        state.disruption_blocked[name] = report.reason
+        run.disruption_blocked_by(name, report.reason)
     elif report.phase == NodeClaimPhase.READY:
-        state.disruption_blocked.pop(name, None)
+        run.disruption_unblocked(name)
     if report.phase == NodeClaimPhase.FAILED:
         _claim_failed(run, report, at, claim.drift_hash)
     if report.phase not in LIVE_PHASES:
-        forget_disruption(run, claim)
+        run.forget_disruption(claim)
     if report.phase.is_final:
         del state.claims[name]
     run.wake()
@@ -126,27 +126,6 @@ def resolve(run: PoolRun, uid: str) -> None:
     for claim in state.claims.values():
         if uid in claim.nominated:
             claim.nominated.remove(uid)
-
-
-def claim_closed(run: PoolRun, name: str) -> PoolClaim | None:
-    """Forget a claim whose workflow ended: the claim, or None if it was not known."""
-    claim = run.state.claims.pop(name, None)
-    if claim is None:
-        return None
-    workflow.logger.warning("claim %s ended without a final report", name)
-    forget_disruption(run, claim)
-    run.wake()
-    return claim
-
-
-def forget_disruption(run: PoolRun, claim: PoolClaim) -> None:
-    """A claim past Ready: no longer a disruption candidate, and its pods need another node
-    (Deleting still counts against the budgets until Deleted)."""
-    state = run.state
-    state.permits.pop(claim.name, None)
-    state.disruption_queue.pop(claim.name, None)
-    state.disruption_blocked.pop(claim.name, None)
-    claim.nominated.clear()
 
 
 def _claim_failed(run: PoolRun, report: ClaimReport, at: datetime, made_from: str) -> None:

@@ -103,6 +103,21 @@ class PoolRun:
         """A NodePool of the name exists again (specs of another uid)."""
         self.state.deleted = False
 
+    def forget_disruption(self, claim: PoolClaim) -> None:
+        """A claim past Ready: no longer a disruption candidate, and its pods need another
+        node (Deleting still counts against the budgets until Deleted)."""
+        self.state.permits.pop(claim.name, None)
+        self.state.disruption_queue.pop(claim.name, None)
+        self.state.disruption_blocked.pop(claim.name, None)
+        claim.nominated.clear()
+
+    def disruption_blocked_by(self, claim_name: str, reason: str) -> None:
+        """The claim said do-not-disrupt pods hold it (`DisruptionBlocked: …`)."""
+        self.state.disruption_blocked[claim_name] = reason
+
+    def disruption_unblocked(self, claim_name: str) -> None:
+        self.state.disruption_blocked.pop(claim_name, None)
+
     def config_failing(self, reason: str, retry_at: datetime) -> None:
         """Claims fail on the pool's configuration: no new claim until `retry_at` (or the
         specs change)."""

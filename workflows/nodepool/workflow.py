@@ -31,9 +31,39 @@ with workflow.unsafe.imports_passed_through():
         PoolStatus,
     )
     from workflows.decisions import pool as pool_rules
-    from workflows.nodepool import disruption, news, reporting
-    from workflows.nodepool.reconcile import reconcile
-    from workflows.nodepool.state import PoolRun
+    from workflows.nodepool import claims, deadlines, disruption, news, planning, reporting
+    from workflows.nodepool.state import LIVE_PHASES, PoolRun
+
+
+async def _round(run: PoolRun) -> None:
+    """One round of the pool: what time has brought, permits, drift and consolidation, then
+    the pods no claim covers. A round runs whenever the pool is dirty (news or an alarm)."""
+    state = run.state
+    facts = deadlines.time_facts(run)
+    for key in facts.expired_offerings:
+        del state.failed_offerings[key]
+    for claim in state.claims.values():
+        if not (claim.nominated or claim.filling) or claim.phase not in LIVE_PHASES:
+            continue  # nothing to lapse, nothing nominated that could overflow
+        if claim.name in facts.lapsed_nominations:
+            claim.nominated.clear()
+            claim.filling = False
+        elif left_out := pool_rules.overflowing(claim, state.pending):
+            # The scheduler filled its node with others: those left out are planned again.
+            claim.nominated = [uid for uid in claim.nominated if uid not in left_out]
+    if facts.config_retry_due:
+        run.config_retry()
+    if facts.periodic_look:
+        await claims.forget_those_gone(run)
+    await disruption.grant_permits(run)
+    if state.deleted:
+        # Nothing new for a deleted pool: no drift replacement, no consolidation's, no floor,
+        # no pods (the trigger resolved them).
+        state.blocked.clear()
+        return
+    await disruption.replace_drifted(run)
+    await disruption.consolidate(run, facts.consolidation_due)
+    await planning.plan_uncovered(run, facts)
 
 
 @workflow.defn
@@ -49,7 +79,7 @@ class NodePoolWorkflow:
             reporting.update_details(run)
             await workflow.wait_condition(lambda: run.dirty)
             run.begin_round()
-            await reconcile(run)
+            await _round(run)
             reporting.publish_status_aside(run)
             if workflow.info().is_continue_as_new_suggested():
                 await workflow.wait_condition(run.settled)
