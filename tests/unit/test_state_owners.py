@@ -16,7 +16,8 @@ calls), `observed` (node, and liveness through a property setter), `status.capac
 node, registration), and on the pool's `dirty`, `config_error` and `config_retry_at` (news
 and reconcile), `consolidate_at` (deadlines and disruption), `status_stale` (news and
 reporting), `deleted` (news and claims),
-`disruption_blocked` (news, and claims once it forgets a claim that ended without a word).
+`disruption_blocked` (news, and claims once it forgets a claim that ended without a word),
+`failed_offerings` (news and the round), `forgotten_by_look` (claims and news).
 """
 
 from __future__ import annotations
@@ -37,18 +38,15 @@ MUTATORS = frozenset(
 CONSTRUCTION = frozenset({"__post_init__", "of", "__init__"})
 
 # The pool's ledgers that news (the trigger's and the claims' signals) and the round's phases
-# both still write: what the pool waits for, its claims, the offerings that failed, why pods
-# wait, the disruption queue and its permits, the claims a periodic look forgot. Each is a
-# gap to close (issue #59), listed with its writers so that none gains another writer and a
-# field given one writer must leave this list.
+# both still write: the pods it waits for, its claims, why pods wait, the disruption queue and
+# its permits. Each is a gap to close (issue #59), listed with its writers so that none gains
+# another writer and a field given one writer must leave this list.
 POOL_LEDGERS_SHARED: dict[tuple[str, str], frozenset[str]] = {
     ("pool state", "pending"): frozenset({"news", "planning"}),
     ("pool state", "claims"): frozenset({"claims", "news", "planning"}),
-    ("pool state", "failed_offerings"): frozenset({"news", "workflow"}),
     ("pool state", "blocked"): frozenset({"claims", "news", "planning", "reporting", "workflow"}),
     ("pool state", "disruption_queue"): frozenset({"disruption", "news", "state", "workflow"}),
     ("pool state", "permits"): frozenset({"disruption", "state", "workflow"}),
-    ("pool run", "forgotten_by_look"): frozenset({"claims", "news"}),
 }
 
 
@@ -149,7 +147,8 @@ def test_the_reader_finds_writes_through_every_form() -> None:
     count (or the checks below could pass by seeing nothing)."""
     found = writers(*SHAPES["pool state"])
     assert found["config_failures"] == {"news"}  # `state.config_failures += 1`, an alias
-    assert "workflow" in found["failed_offerings"]  # `del state.failed_offerings[key]`
+    assert "workflow" in found["blocked"]  # `state.blocked.clear()`, an alias
+    assert "news" in found["claims"]  # `del state.claims[name]`
     assert "planning" in found["pending"]  # `state.pending.pop(…)`
 
 

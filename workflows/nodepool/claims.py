@@ -183,6 +183,12 @@ def claim_closed(run: PoolRun, name: str) -> PoolClaim | None:
     return claim
 
 
+def made_from_when_forgotten(run: PoolRun, name: str) -> str:
+    """The drift hash of a claim the latest look forgot, whose final report came after all;
+    it is forgotten for good."""
+    return run.forgotten_by_look.pop(name)
+
+
 def _aside(run: PoolRun, starting: Coroutine[Any, Any, Any]) -> None:
     task = asyncio.create_task(starting)
     run.starting.add(task)

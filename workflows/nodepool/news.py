@@ -12,7 +12,7 @@ from api.claims import drift_hash
 from api.messages import FailureReason
 from api.nodeclaim import NodeClaimPhase
 from api.nodepool.messages import ClaimReport, DemandUpdate, NodeUsage, PoolSpecs
-from workflows.nodepool import reporting
+from workflows.nodepool import claims, reporting
 from workflows.nodepool.state import LIVE_PHASES, PoolRun
 
 # Claims that fail on their configuration hold new claims back this long, doubling.
@@ -58,13 +58,13 @@ def claim_report(run: PoolRun, report: ClaimReport) -> None:
     at = report.at or workflow.now()
     if report.failed_offering:
         until = at + timedelta(seconds=run.input.failed_offering_ttl_s)
-        state.failed_offerings[report.failed_offering] = until
+        run.offering_failed(report.failed_offering, until)
     claim = state.claims.get(name)
     if claim is None:
         if report.phase == NodeClaimPhase.FAILED and name in run.forgotten_by_look:
             # The look found it ended a moment before its report landed: the failure still
             # counts (a configuration error holds the next claims back).
-            _claim_failed(run, report, at, run.forgotten_by_look.pop(name))
+            _claim_failed(run, report, at, claims.made_from_when_forgotten(run, name))
             run.wake()
         return
     if report.phase == NodeClaimPhase.READY and claim.ready_at is None:

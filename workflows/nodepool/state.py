@@ -4,6 +4,7 @@ input) and what lives only as long as the run (work in flight, the alarms, the l
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -117,6 +118,15 @@ class PoolRun:
 
     def disruption_unblocked(self, claim_name: str) -> None:
         self.state.disruption_blocked.pop(claim_name, None)
+
+    def offering_failed(self, key: str, until: datetime) -> None:
+        """A claim could not get the offering (capacity, an outage): skipped until `until`."""
+        self.state.failed_offerings[key] = until
+
+    def offerings_expired(self, keys: Iterable[str]) -> None:
+        """The offerings' skip has run out: they may be planned again."""
+        for key in keys:
+            del self.state.failed_offerings[key]
 
     def config_failing(self, reason: str, retry_at: datetime) -> None:
         """Claims fail on the pool's configuration: no new claim until `retry_at` (or the

@@ -40,8 +40,7 @@ async def _round(run: PoolRun) -> None:
     the pods no claim covers. A round runs whenever the pool is dirty (news or an alarm)."""
     state = run.state
     facts = deadlines.time_facts(run)
-    for key in facts.expired_offerings:
-        del state.failed_offerings[key]
+    run.offerings_expired(facts.expired_offerings)
     for claim in state.claims.values():
         if not (claim.nominated or claim.filling) or claim.phase not in LIVE_PHASES:
             continue  # nothing to lapse, nothing nominated that could overflow
