@@ -6,7 +6,7 @@
     .venv/bin/python bench/burst.py --pods 1000 --topology embedded
 
 `--topology split` (the default) runs what a cluster runs, each its own OS process on free
-local ports (bench/chaos.py's helpers): the Temporal dev server on a sqlite file, the
+local ports (`sim.dev.topology`): the Temporal dev server on a sqlite file, the
 simulated cluster (`python -m sim`: Kubernetes' own control plane, kubelets, fake cloud), and
 `--triggers` x `cloudburst trigger` and `--workers` x `cloudburst worker` (with
 `--pool-workers N`, N more as `cloudburst worker --queues pools` and the `--workers` as
@@ -64,24 +64,22 @@ from temporalio.service import RPCError, RPCStatusCode
 from api.messages import claim_workflow_id
 from api.nodepool.messages import PoolSignal, pool_workflow_id
 from sim.dev.demo import BURST_SHAPES, run_burst
-from worker.payload_codec import decompressed
-from worker.settings import BATCH_MAX_S
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from chaos import (
+from sim.dev.topology import (
     TaskTimeouts,
     Topology,
     add_control_plane_argument,
     add_topology_options,
     admin,
     connect,
+    cpu_s_split,
     kube_client,
     no_vms,
     report_failure,
     tear_down,
     without_kept,
 )
-from scale import cpu_s_split
+from worker.payload_codec import decompressed
+from worker.settings import BATCH_MAX_S
 
 POOL = "burst"
 NAMESPACE = "default"

@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/cost.py [--sizes 1000] [--exact]
 
-Same mixed workload and offerings as bench/packing.py (36 pod shapes; the shipped catalog
+Same mixed workload and offerings as bench/packing.py (sim/dev/planner_inputs.py) (36 pod shapes; the shipped catalog
 topped up to 400 types). For several pool requirement sets it prints the plan's hourly
 cost, the tight LP lower bound (bound.py: assignment LP with per-pod fit and "at most k big
 pods per node" cuts, solved by HiGHS through highspy), the plain fractional-cover bound (lp.py), and
@@ -28,8 +28,6 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 
-from packing import mixed_pods, offerings, request  # bench/packing.py, beside this file
-
 from api.nodeclaim import Offering
 from api.nodepool import Requirements
 from api.planning import PlanRequest
@@ -41,6 +39,7 @@ from planner.plan import (
     lp_lower_bound,
     plan_capacity,
 )
+from sim.dev.planner_inputs import mixed_pods, offerings, request
 
 SCENARIOS: list[tuple[str, Requirements]] = [
     ("any provider", Requirements()),

@@ -30,13 +30,11 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowHistory
 from temporalio.worker import Replayer
 
+from worker.main import workflow_runner
+from worker.payload_codec import DATA_CONVERTER
+from workflows.registry import WORKFLOWS
+
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from worker.main import workflow_runner  # noqa: E402
-from worker.payload_codec import DATA_CONVERTER  # noqa: E402
-from workflows.registry import WORKFLOWS  # noqa: E402
-
 CORPUS = ROOT / "tests" / "replay" / "histories"
 
 

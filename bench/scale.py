@@ -3,7 +3,7 @@
     .venv/bin/python bench/scale.py --claims 1000 [--idle-minutes 10] [--json]
 
 Starts the production topology as separate processes on free local ports (the helpers of
-bench/chaos.py): the Temporal dev server on a sqlite file in a temp dir, the simulated
+`sim.dev.topology`): the Temporal dev server on a sqlite file in a temp dir, the simulated
 cluster (`python -m sim`, fake cloud, boot delay 0), ONE `cloudburst worker` and
 `cloudburst trigger` (which runs the node watcher); with `--pool-workers N`, N more workers
 poll the pools' task queue only and the one worker the claims' (`cloudburst worker --queues`). The N claims are made the way a pool
@@ -28,7 +28,6 @@ import asyncio
 import contextlib
 import json
 import logging
-import os
 import statistics
 import sys
 import tempfile
@@ -58,11 +57,7 @@ from api.nodepool.messages import (
     PoolState,
     pool_workflow_id,
 )
-from workflows.nodeclaim import NodeClaimWorkflow
-from workflows.nodepool import NodePoolWorkflow
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from chaos import (
+from sim.dev.topology import (
     CLUSTER_ID,
     TaskTimeouts,
     Topology,
@@ -70,18 +65,21 @@ from chaos import (
     add_topology_options,
     admin,
     connect,
+    cpu_s,
     kube_client,
     no_vms,
     report_failure,
+    rss_mb,
     tear_down,
     without_kept,
 )
+from workflows.nodeclaim import NodeClaimWorkflow
+from workflows.nodepool import NodePoolWorkflow
 
 POOL = "scale"
 NAMESPACE = "default"
 CLAIMS = "WorkflowType = 'NodeClaimWorkflow'"
 POOL_RUNS = f"WorkflowId = '{pool_workflow_id(NAMESPACE, POOL)}'"
-CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 # History event type -> billed Temporal Cloud actions (https://docs.temporal.io/cloud/actions).
 # An estimate: Temporal says history events "do not always map 1:1 to Action Types", and some
@@ -112,59 +110,6 @@ def actions_of(event: HistoryEvent) -> int:
 
 
 # ---- the worker process, sampled ------------------------------------------------------------
-
-
-def _tree(pid: int) -> list[int]:
-    pids, todo = [], [pid]
-    while todo:
-        current = todo.pop()
-        pids.append(current)
-        with contextlib.suppress(OSError):
-            for task in os.listdir(f"/proc/{current}/task"):
-                text = Path(f"/proc/{current}/task/{task}/children").read_text()
-                todo += [int(c) for c in text.split()]
-    return pids
-
-
-def rss_mb(pid: int) -> tuple[float, float]:
-    """(VmRSS, VmHWM) of the process tree in MB (VmHWM: each process's peak RSS)."""
-    rss = hwm = 0
-    for each in _tree(pid):
-        with contextlib.suppress(OSError):
-            for line in Path(f"/proc/{each}/status").read_text().splitlines():
-                if line.startswith("VmRSS:"):
-                    rss += int(line.split()[1])
-                elif line.startswith("VmHWM:"):
-                    hwm += int(line.split()[1])
-    return rss / 1024, hwm / 1024
-
-
-# Kubernetes' own control plane, children of `python -m sim --control-plane kubernetes`: its
-# CPU is reported apart from the simulator's and the product's.
-CONTROL_PLANE_COMMANDS = frozenset(
-    {"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok"}
-)
-
-
-def cpu_s(pid: int) -> float:
-    """User + system CPU seconds of the process tree."""
-    own, control_plane = cpu_s_split(pid)
-    return own + control_plane
-
-
-def cpu_s_split(pid: int) -> tuple[float, float]:
-    """User + system CPU seconds of the process tree: (the rest, Kubernetes' control plane)."""
-    own = control_plane = 0.0
-    for each in _tree(pid):
-        with contextlib.suppress(OSError):
-            comm, rest = Path(f"/proc/{each}/stat").read_text().rsplit(")", 1)
-            fields = rest.split()
-            used = (int(fields[11]) + int(fields[12])) / CLK_TCK  # utime, stime
-            if comm.split("(", 1)[1][:15] in {c[:15] for c in CONTROL_PLANE_COMMANDS}:
-                control_plane += used
-            else:
-                own += used
-    return own, control_plane
 
 
 class Sampler:

@@ -20,7 +20,6 @@ import asyncio
 import gzip
 import json
 import statistics
-import sys
 import time
 from pathlib import Path
 
@@ -28,16 +27,14 @@ from google.protobuf import json_format
 from temporalio.api.common.v1 import Payload
 from temporalio.converter import PayloadCodec
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from worker.payload_codec import (  # noqa: E402
+from worker.payload_codec import (
     Keyring,
     LargePayloadCodec,
     SealingCodec,
     new_key_line,
 )
 
+ROOT = Path(__file__).resolve().parent.parent
 CORPUS = ROOT / "tests" / "replay" / "histories"
 # Each run goes through every claim this many times: a run of ~10 ms would measure the clock.
 PASSES = 20

@@ -3,8 +3,8 @@
     .venv/bin/python bench/upgrade.py --from v0.1.0 [--to DIR] [--json] [--versioned]
         [--order worker-first|trigger-first|both] [--self-test]
 
-Runs what a cluster runs, each component its own OS process (bench/chaos.py's topology: the
-Temporal dev server on a persistent database and the simulated cluster, `python -m sim`, from
+Runs what a cluster runs, each component its own OS process (`sim.dev.topology`, as
+bench/chaos.py does: the Temporal dev server on a persistent database and the simulated cluster, `python -m sim`, from
 this repository), with the worker and the trigger of the OLD code: a `git worktree` of `--from`
 (or a directory given as it is), run by this venv's interpreter with the tree as working
 directory and first on `PYTHONPATH`, so that its modules shadow the installed ones, and with
@@ -59,23 +59,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
-from chaos import (
-    PACKAGES,
-    POOLS,
-    REPO,
-    BindWatch,
-    Process,
-    Report,
-    Topology,
-    _own_group_dying_with_parent,
-    add_control_plane_argument,
-    cloud_instances,
-    connect,
-    kube_client,
-    seed,
-    verdict,
-    wave_pod,
-)
 from kubernetes import client as k8s
 from temporalio.api.enums.v1 import EventType, WorkflowTaskFailedCause
 from temporalio.client import Client, WorkflowExecutionStatus
@@ -83,6 +66,23 @@ from temporalio.client import Client, WorkflowExecutionStatus
 from api.labels import STARTUP_TAINT
 from api.messages import claim_workflow_id
 from sim.dev.stack import temporal_cli
+from sim.dev.topology import (
+    PACKAGES,
+    POOLS,
+    REPO,
+    BindWatch,
+    Process,
+    Report,
+    Topology,
+    add_control_plane_argument,
+    cloud_instances,
+    connect,
+    kube_client,
+    own_group_dying_with_parent,
+    seed,
+    verdict,
+    wave_pod,
+)
 from worker.payload_codec import new_key_line
 
 ORDERS = {"worker-first": ("worker", "trigger"), "trigger-first": ("trigger", "worker")}
@@ -182,7 +182,7 @@ class TreeProcess(Process):
                 env=self.env,
                 stdout=out,
                 stderr=subprocess.STDOUT,
-                preexec_fn=_own_group_dying_with_parent,
+                preexec_fn=own_group_dying_with_parent,
             )
 
     def log_size(self) -> int:
@@ -312,7 +312,7 @@ def probe(tree: Tree, env: dict[str, str]) -> list[str]:
 
 
 def compile_tree(tree: Tree) -> None:
-    """Bytecode, as an image has it (chaos.PACKAGES says why)."""
+    """Bytecode, as an image has it (sim.dev.topology.PACKAGES says why)."""
     packages = [str(tree.path / p) for p in PACKAGES if (tree.path / p).is_dir()]
     subprocess.run(
         [sys.executable, "-m", "compileall", "-q", *packages],

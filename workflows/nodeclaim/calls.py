@@ -118,4 +118,4 @@ async def delete_bootstrap(state: ClaimState) -> None:
         retry_policy=CLAIM_CALL,
         summary="delete token + script Secrets",
     )
-    state.bootstrap = None
+    state.bootstrap_deleted()

@@ -83,7 +83,7 @@ async def _launch_first_that_works(state: ClaimState, showing: asyncio.Task[None
 async def _prepare_bootstrap(state: ClaimState, offering: Offering) -> None:
     spec = state.spec
     try:
-        state.bootstrap = await kube_call(
+        refs = await kube_call(
             BootstrapActivities.prepare_bootstrap,
             BootstrapInput(
                 claim_name=state.name,
@@ -109,7 +109,8 @@ async def _prepare_bootstrap(state: ClaimState, offering: Offering) -> None:
             raise
         # A missing Secret, a script too large: the NodeClass needs fixing.
         raise ClaimFailed(FailureReason.INVALID_CONFIG, cause(err)) from err
-    state.event("token created, script stored in Secret " + state.bootstrap.script_secret)
+    state.bootstrap_stored(refs)
+    state.event("token created, script stored in Secret " + refs.script_secret)
 
 
 async def _create_instance(state: ClaimState, offering: Offering) -> InstanceInfo:
@@ -146,10 +147,12 @@ def _launched(state: ClaimState, offering: Offering, instance: InstanceInfo) -> 
     status.price_source = offering.price_source
     status.price_as_of = offering.price_as_of
     status.capacity_type = offering.capacity_type
+    estimate = dict(status.capacity)
     if offering.vcpu is not None:
-        status.capacity["cpu"] = f"{offering.vcpu:g}"
+        estimate["cpu"] = f"{offering.vcpu:g}"
     if offering.memory_gib is not None:
-        status.capacity["memory"] = f"{offering.memory_gib:g}Gi"
+        estimate["memory"] = f"{offering.memory_gib:g}Gi"
+    state.capacity_seen(estimate)
     status.set_condition(
         ConditionType.LAUNCHED, True, "Launched", f"VM {instance.instance_id}", workflow.now()
     )

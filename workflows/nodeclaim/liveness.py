@@ -11,7 +11,6 @@ new when Temporal suggests it, so an idle claim's history stays short.
 from __future__ import annotations
 
 import asyncio
-from datetime import timedelta
 
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, is_cancelled_exception
@@ -35,17 +34,16 @@ async def live(state: ClaimState) -> str:
     timings = state.input.timings
     alarms = state.alarms
     while True:
-        state.dirty = False
+        state.begin_round()
         await node.warn_of_stranger(state)
-        if state.next_poll_at is None:
-            state.next_poll_at = workflow.now() + timedelta(seconds=timings.ready_poll_interval_s)
+        next_poll_at = state.poll_due_at(timings.ready_poll_interval_s)
         forced = _involuntary(state)
         if forced:
             alarms.clear()
             return forced
         _update_empty_condition(state)
         wanted = disruption.voluntary_reason(_view(state), alarms.reached)
-        poll_due = alarms.reached(POLL, state.next_poll_at)
+        poll_due = alarms.reached(POLL, next_poll_at)
         alarms.settle()
         if wanted and await _may_disrupt(state, wanted):
             alarms.clear()
@@ -56,7 +54,7 @@ async def live(state: ClaimState) -> str:
         if workflow.info().is_continue_as_new_suggested():
             await _continue_as_new(state)
         if poll_due:
-            state.next_poll_at = None
+            state.poll_taken()
             await _safety_net_poll(state)
             continue
         state.update_details()
@@ -74,11 +72,8 @@ async def still_empty_once_cordoned(state: ClaimState) -> bool:
         return True
     await on_node(KubeActivities.uncordon_node, ref, f"uncordon: {seen.pod_count} pods arrived")
     state.cordoned = False
-    if state.node is not None:
-        state.node = state.node.model_copy(
-            update={"empty_since": None, "pod_count": seen.pod_count}
-        )
-    state.permit = None
+    node.pods_arrived(state, seen.pod_count)
+    state.permit_dropped()
     if state.asked is not None and state.budgeted:
         await _ask_pool(state, PoolSignal.WITHDRAW_DISRUPTION, state.asked)
     state.asked = None
@@ -123,7 +118,7 @@ async def _may_disrupt(state: ClaimState, reason: str) -> bool:
         if state.asked is not None:
             await _ask_pool(state, PoolSignal.WITHDRAW_DISRUPTION, state.asked)
             state.asked = None
-        state.permit = None
+        state.permit_dropped()
         return False
     state.blocked_by = None
     if not state.budgeted:
@@ -145,7 +140,7 @@ async def _ask_pool(state: ClaimState, signal: PoolSignal, reason: str) -> None:
         await workflow.get_external_workflow_handle(pool_id).signal(signal, request)
     except Exception as err:  # no pool any more: nobody budgets this claim
         workflow.logger.warning("pool %s unreachable: %s", pool_id, err)
-        state.permit = DisruptionPermit(reason=reason)
+        state.permitted(DisruptionPermit(reason=reason))
 
 
 async def _safety_net_poll(state: ClaimState) -> None:

@@ -44,7 +44,15 @@ def observed(state: ClaimState, observation: NodeObservation) -> None:
         )
     state.observed = observation
     state.observations += 1
-    state.dirty = True
+    state.wake()
+
+
+def pods_arrived(state: ClaimState, pod_count: int) -> None:
+    """Pods were bound to the node after it was last seen empty (a look once cordoned found
+    them): it is busy, and its emptiness starts again from the next observation."""
+    seen = state.node
+    if seen is not None:
+        state.observed = seen.model_copy(update={"empty_since": None, "pod_count": pod_count})
 
 
 async def poll(state: ClaimState) -> None:
@@ -52,7 +60,7 @@ async def poll(state: ClaimState) -> None:
     seen = state.observations
     node = await look(KubeActivities.get_node_state, state.node_ref(), "poll node (safety net)")
     if node.capacity and is_claims_node(node.provider_id, state.instance_id):
-        state.status.capacity = node.capacity
+        state.capacity_seen(node.capacity)
     if state.observations != seen:
         return  # the watcher spoke while we looked: its word is at least as new
     # Dated by the activity's clock, a value in history, not by ours.

@@ -35,17 +35,16 @@ async def join(state: ClaimState) -> bool:
     deadline = state.status.created_at + timedelta(seconds=timings.registration_timeout_s)
     alarms = state.alarms
     while not (state.node and state.node.exists and state.node.ready):
-        state.dirty = False
+        state.begin_round()
         if state.scale_down:
             alarms.clear()
             return False
         await node.warn_of_stranger(state)
         if state.node and state.node.exists:
             _registered(state)
-        if state.next_poll_at is None:
-            state.next_poll_at = workflow.now() + timedelta(seconds=timings.node_poll_interval_s)
+        next_poll_at = state.poll_due_at(timings.node_poll_interval_s)
         timed_out = alarms.reached(_REGISTRATION_TIMEOUT, deadline)
-        poll_due = alarms.reached(POLL, state.next_poll_at)
+        poll_due = alarms.reached(POLL, next_poll_at)
         alarms.settle()
         if timed_out:
             alarms.clear()
@@ -55,13 +54,13 @@ async def join(state: ClaimState) -> bool:
                 + (f" ({state.last_event})" if state.stranger is not None else ""),
             )
         if poll_due:
-            state.next_poll_at = None
+            state.poll_taken()
             await node.poll(state)
             continue
         state.update_details()
         await workflow.wait_condition(lambda: state.dirty)
     alarms.clear()
-    state.next_poll_at = None
+    state.poll_taken()
     _registered(state)
     return True
 
@@ -71,7 +70,7 @@ async def become_ready(state: ClaimState) -> None:
     # The watcher's word carries the kubelet's capacity; a look only when it did not.
     known = state.node is not None and bool(state.node.capacity)
     if known and state.node is not None:
-        state.status.capacity = dict(state.node.capacity)
+        state.capacity_seen(dict(state.node.capacity))
     looks = [] if known else [node.poll(state)]
     await together(_label_node(state), delete_bootstrap(state), *looks)
     status = state.status

@@ -5,7 +5,7 @@ Web UI shows (`workflow.set_current_details`, the `CloudburstPhase` search attri
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from temporalio import workflow
 
@@ -106,10 +106,6 @@ class ClaimState:
             return seen
         return NodeObservation(node_name=seen.node_name, exists=False, observed_at=seen.observed_at)
 
-    @node.setter
-    def node(self, observation: NodeObservation | None) -> None:
-        self.observed = observation
-
     @property
     def stranger(self) -> str | None:
         """The providerID ("" for none) of the Node of the claim's name when it is not the
@@ -128,8 +124,51 @@ class ClaimState:
         """The claim's node: named like it, and its VM's (`cluster/node_identity.py`)."""
         return NodeRef(node_name=self.name, instance_id=self.instance_id)
 
+    # --- the state's own transitions: each field written by more than one phase is written
+    # only here (docs/architecture.md, "Who writes the state").
+
     def wake(self) -> None:
+        """News (a signal, an alarm): the waiting loop looks again."""
         self.dirty = True
+
+    def begin_round(self) -> None:
+        """A loop's round starts: news from here on wakes the next one."""
+        self.dirty = False
+
+    def poll_due_at(self, interval_s: float) -> datetime:
+        """When the next look at the node (`POLL`) is due: `interval_s` from now unless one is
+        armed already. Registration's loop and liveness's each arm it while they wait (one at a
+        time: liveness begins when registration is done)."""
+        if self.next_poll_at is None:
+            self.next_poll_at = workflow.now() + timedelta(seconds=interval_s)
+        return self.next_poll_at
+
+    def poll_taken(self) -> None:
+        """The look is being taken (or no longer wanted): the next round arms the next."""
+        self.next_poll_at = None
+
+    def permitted(self, permit: DisruptionPermit) -> None:
+        """A permit to disrupt for `permit.reason`: the pool's signal, or the claim's own when
+        no pool is left to budget it."""
+        self.permit = permit
+
+    def permit_dropped(self) -> None:
+        """The disruption is off (blocked, or the node was busy after all): a new one needs a
+        new permit."""
+        self.permit = None
+
+    def bootstrap_stored(self, refs: BootstrapRefs) -> None:
+        """The join token's and first-boot script's Secrets exist."""
+        self.bootstrap = refs
+
+    def bootstrap_deleted(self) -> None:
+        """The join token has done its job (or the claim ends): its Secrets are gone."""
+        self.bootstrap = None
+
+    def capacity_seen(self, capacity: dict[str, str]) -> None:
+        """The node's capacity as the claim shows it: the offering's until the kubelet's is
+        known (the watcher's word or a look at the Node)."""
+        self.status.capacity = capacity
 
     def set_phase(self, phase: NodeClaimPhase, event: str) -> None:
         self.status.phase = phase

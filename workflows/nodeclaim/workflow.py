@@ -87,12 +87,12 @@ class NodeClaimWorkflow:
             return  # another NodeClaim object of this name was deleted, not this claim's
         if state.scale_down is None or (request.force and not state.scale_down.force):
             state.scale_down = request
-            state.dirty = True
+            state.wake()
 
     @workflow.signal(name=ClaimSignal.DISRUPTION_PERMITTED)
     def disruption_permitted(self, permit: DisruptionPermit) -> None:
-        self._state.permit = permit
-        self._state.dirty = True
+        self._state.permitted(permit)
+        self._state.wake()
 
     @workflow.signal(name=ClaimSignal.MARK_DRIFTED)
     def mark_drifted(self, reason: str) -> None:
@@ -102,7 +102,7 @@ class NodeClaimWorkflow:
             state.status.set_condition(
                 ConditionType.DRIFTED, True, "Drifted", reason, workflow.now()
             )
-            state.dirty = True
+            state.wake()
 
     @workflow.update
     def request_scale_down(self, request: ScaleDownRequest) -> ScaleDownResult:
@@ -112,7 +112,7 @@ class NodeClaimWorkflow:
                 accepted=False, reason=f"already scaling down: {state.scale_down.reason}"
             )
         state.scale_down = request
-        state.dirty = True
+        state.wake()
         if request.force or not state.budgeted:
             return ScaleDownResult(accepted=True, reason=f"scale-down requested: {request.reason}")
         return ScaleDownResult(

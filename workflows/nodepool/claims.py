@@ -25,7 +25,6 @@ from api.nodepool.messages import PoolClaim
 from api.planning import PlannedNode
 from workflows.decisions import pool as pool_rules
 from workflows.failures import cause
-from workflows.nodepool import news
 from workflows.nodepool.state import ClaimToStart, PoolRun
 from workflows.retries import CLAIM_STARTS, FEW_TRIES
 from workflows.timeouts import KUBE_CALL, QUICK_HEARTBEAT
@@ -118,14 +117,14 @@ async def start(
         run.unconfirmed.difference_update(claim.name for claim in batch)
     if result.pool_gone:
         # What the trigger will say too (`DemandUpdate.pool_deleted`): the cluster said it first.
-        state.deleted = True
+        run.pool_deleted()
     for claim in batch:
         if claim.name in result.refused:
             workflow.logger.warning(
                 "claim %s was not started: %s", claim.name, result.refused[claim.name]
             )
             state.claims.pop(claim.name, None)
-            run.dirty = True
+            run.wake()
             continue
         state.claims_started += 1
         for uid in claim.node.pod_uids:
@@ -169,8 +168,25 @@ async def forget_those_gone(run: PoolRun) -> None:
         running = states.states.get(workflow_id) == ClaimState.RUNNING
         if running or name in run.unconfirmed:
             continue
-        if forgotten := news.claim_closed(run, name):
+        if forgotten := claim_closed(run, name):
             run.forgotten_by_look[name] = forgotten.drift_hash
+
+
+def claim_closed(run: PoolRun, name: str) -> PoolClaim | None:
+    """Forget a claim whose workflow ended: the claim, or None if it was not known."""
+    claim = run.state.claims.pop(name, None)
+    if claim is None:
+        return None
+    workflow.logger.warning("claim %s ended without a final report", name)
+    run.forget_disruption(claim)
+    run.wake()
+    return claim
+
+
+def made_from_when_forgotten(run: PoolRun, name: str) -> str:
+    """The drift hash of a claim the latest look forgot, whose final report came after all;
+    it is forgotten for good."""
+    return run.forgotten_by_look.pop(name)
 
 
 def _aside(run: PoolRun, starting: Coroutine[Any, Any, Any]) -> None:
@@ -183,7 +199,7 @@ def _aside(run: PoolRun, starting: Coroutine[Any, Any, Any]) -> None:
         if failure is not None:
             # The claims are forgotten (`start`): their pods are planned again.
             workflow.logger.warning("a claim did not start: %s", failure)
-            run.dirty = True
+            run.wake()
 
     task.add_done_callback(ended)
 

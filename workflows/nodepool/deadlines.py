@@ -50,12 +50,10 @@ def time_facts(run: PoolRun) -> TimeFacts:
     run.active_budgets = _active_budgets(run)
     disruption = state.specs.pool.disruption
     if disruption.consolidation_policy == "WhenEmptyOrUnderutilized":
-        if state.consolidate_at is None:
-            after = parse_duration(disruption.consolidate_after)
-            state.consolidate_at = workflow.now() + timedelta(seconds=after)
-        facts.consolidation_due = alarms.reached("consolidate", state.consolidate_at)
+        consolidate_at = run.consolidation_due_at(parse_duration(disruption.consolidate_after))
+        facts.consolidation_due = alarms.reached("consolidate", consolidate_at)
     else:
-        state.consolidate_at = None
+        run.consolidation_off()
     if state.config_error and state.config_retry_at:
         facts.config_retry_due = alarms.reached("retry after config error", state.config_retry_at)
     if state.plan_retry_at is not None:

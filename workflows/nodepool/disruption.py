@@ -9,8 +9,6 @@ consolidation finds its pods a cheaper home (replacement first, one move at a ti
 
 from __future__ import annotations
 
-from datetime import timedelta
-
 from temporalio import workflow
 from temporalio.exceptions import ActivityError
 
@@ -28,7 +26,7 @@ from api.nodepool.messages import (
 from api.planning import PlannedNode, PodDemand, Toleration, replacement_uid
 from workflows.decisions import budgets as budget_rules
 from workflows.failures import cause
-from workflows.nodepool import claims, planning
+from workflows.nodepool import calls, claims
 from workflows.nodepool.state import PoolRun
 from workflows.retries import POOL_CALL
 from workflows.timeouts import PLANNING, QUICK_HEARTBEAT
@@ -108,8 +106,8 @@ async def replace_drifted(run: PoolRun) -> None:
             tolerations=[Toleration(operator="Exists")],
         )
         try:
-            plan = await planning.plan(
-                run, planning.request(run, [synthetic], 0), "plan drift replacement"
+            plan = await calls.plan(
+                run, calls.request(run, [synthetic], 0), "plan drift replacement"
             )
         except ActivityError as err:
             workflow.logger.warning("no replacement for %s: %s", claim.name, cause(err))
@@ -138,11 +136,7 @@ async def consolidate(run: PoolRun, due: bool) -> None:
     ]  # the activity judges which are old enough, by its clock
     if not candidates:
         return
-    now = workflow.now()
-    state.last_consolidation = now
-    # The next look, once something changes (news wakes the pool, which then arms it): an
-    # idle pool does not look again and again at the same nodes.
-    state.consolidate_at = now + timedelta(seconds=parse_duration(disruption.consolidate_after))
+    run.consolidated(workflow.now(), parse_duration(disruption.consolidate_after))
     try:
         decision = await _find_consolidation(run, candidates, ready)
     except ActivityError as err:

@@ -11,7 +11,8 @@ from temporalio import workflow
 from api.claims import drift_hash
 from api.messages import FailureReason
 from api.nodeclaim import NodeClaimPhase
-from api.nodepool.messages import ClaimReport, DemandUpdate, NodeUsage, PoolClaim, PoolSpecs
+from api.nodepool.messages import ClaimReport, DemandUpdate, NodeUsage, PoolSpecs
+from workflows.nodepool import claims, reporting
 from workflows.nodepool.state import LIVE_PHASES, PoolRun
 
 # Claims that fail on their configuration hold new claims back this long, doubling.
@@ -24,7 +25,7 @@ def demand(run: PoolRun, update: DemandUpdate) -> None:
     if update.specs:
         apply_specs(run, update.specs)
     if update.pool_deleted:
-        state.deleted = True
+        run.pool_deleted()
     if update.full_resync:
         listed = {pod.uid for pod in update.pods}
         for uid in [uid for uid in state.pending if uid not in listed]:
@@ -33,7 +34,7 @@ def demand(run: PoolRun, update: DemandUpdate) -> None:
         state.pending[pod.uid] = pod
     for uid in update.resolved:
         resolve(run, uid)
-    run.dirty = True
+    run.wake()
 
 
 def node_usage(run: PoolRun, usage: NodeUsage) -> None:
@@ -47,7 +48,7 @@ def node_usage(run: PoolRun, usage: NodeUsage) -> None:
         claim = state.claims.get(name)
         if claim is not None:
             claim.bound = requested
-    run.dirty = True
+    run.wake()
 
 
 def claim_report(run: PoolRun, report: ClaimReport) -> None:
@@ -57,14 +58,14 @@ def claim_report(run: PoolRun, report: ClaimReport) -> None:
     at = report.at or workflow.now()
     if report.failed_offering:
         until = at + timedelta(seconds=run.input.failed_offering_ttl_s)
-        state.failed_offerings[report.failed_offering] = until
+        run.offering_failed(report.failed_offering, until)
     claim = state.claims.get(name)
     if claim is None:
         if report.phase == NodeClaimPhase.FAILED and name in run.forgotten_by_look:
             # The look found it ended a moment before its report landed: the failure still
             # counts (a configuration error holds the next claims back).
-            _claim_failed(run, report, at, run.forgotten_by_look.pop(name))
-            run.dirty = True
+            _claim_failed(run, report, at, claims.made_from_when_forgotten(run, name))
+            run.wake()
         return
     if report.phase == NodeClaimPhase.READY and claim.ready_at is None:
         claim.ready_at = at
@@ -80,16 +81,16 @@ def claim_report(run: PoolRun, report: ClaimReport) -> None:
         # The replacement is up: the replaced node may now go, within the budgets.
         state.disruption_queue.setdefault(claim.replaces, claim.replace_reason)
     if report.reason.startswith("DisruptionBlocked"):
-        state.disruption_blocked[name] = report.reason
+        run.disruption_blocked_by(name, report.reason)
     elif report.phase == NodeClaimPhase.READY:
-        state.disruption_blocked.pop(name, None)
+        run.disruption_unblocked(name)
     if report.phase == NodeClaimPhase.FAILED:
         _claim_failed(run, report, at, claim.drift_hash)
     if report.phase not in LIVE_PHASES:
-        forget_disruption(run, claim)
+        run.forget_disruption(claim)
     if report.phase.is_final:
         del state.claims[name]
-    run.dirty = True
+    run.wake()
 
 
 def apply_specs(run: PoolRun, specs: PoolSpecs) -> None:
@@ -98,7 +99,7 @@ def apply_specs(run: PoolRun, specs: PoolSpecs) -> None:
     if state.deleted and specs.pool_uid and specs.pool_uid != current.pool_uid:
         # A NodePool created again under the name (a late word from the deleted one, the
         # same uid, does not bring it back).
-        state.deleted = False
+        run.pool_created_again()
     if not specs.supersedes(current):
         return
     if (specs.pool, specs.node_class) != (current.pool, current.node_class):
@@ -108,15 +109,13 @@ def apply_specs(run: PoolRun, specs: PoolSpecs) -> None:
         # Edited (or created again: a new object has no status yet), perhaps from a spec the
         # trigger marked invalid on the resource: the status is written again even if the
         # pool's own view of it is the same.
-        run.status_stale = True
+        reporting.rewrite_status(run)
     state.specs = specs
 
 
 def end_config_backoff(run: PoolRun) -> None:
-    state = run.state
-    state.config_error = ""
-    state.config_retry_at = None
-    state.config_failures = 0
+    run.config_retry()
+    run.state.config_failures = 0
 
 
 def resolve(run: PoolRun, uid: str) -> None:
@@ -127,27 +126,6 @@ def resolve(run: PoolRun, uid: str) -> None:
     for claim in state.claims.values():
         if uid in claim.nominated:
             claim.nominated.remove(uid)
-
-
-def claim_closed(run: PoolRun, name: str) -> PoolClaim | None:
-    """Forget a claim whose workflow ended: the claim, or None if it was not known."""
-    claim = run.state.claims.pop(name, None)
-    if claim is None:
-        return None
-    workflow.logger.warning("claim %s ended without a final report", name)
-    forget_disruption(run, claim)
-    run.dirty = True
-    return claim
-
-
-def forget_disruption(run: PoolRun, claim: PoolClaim) -> None:
-    """A claim past Ready: no longer a disruption candidate, and its pods need another node
-    (Deleting still counts against the budgets until Deleted)."""
-    state = run.state
-    state.permits.pop(claim.name, None)
-    state.disruption_queue.pop(claim.name, None)
-    state.disruption_blocked.pop(claim.name, None)
-    claim.nominated.clear()
 
 
 def _claim_failed(run: PoolRun, report: ClaimReport, at: datetime, made_from: str) -> None:
@@ -166,5 +144,4 @@ def _claim_failed(run: PoolRun, report: ClaimReport, at: datetime, made_from: st
         return
     state.config_failures += 1
     backoff = min(_CONFIG_BACKOFF_S * 2 ** (state.config_failures - 1), _CONFIG_BACKOFF_MAX_S)
-    state.config_error = report.reason
-    state.config_retry_at = at + timedelta(seconds=backoff)
+    run.config_failing(report.reason, at + timedelta(seconds=backoff))

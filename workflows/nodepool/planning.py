@@ -15,16 +15,13 @@ from datetime import timedelta
 from temporalio import workflow
 from temporalio.exceptions import ActivityError
 
-from activities.planning.activity import PlanningActivities
 from api.events import KubeEvent
-from api.planning import Plan, PlannedNode, PlanRequest, PodDemand
+from api.planning import PlannedNode
 from workflows.decisions import pool as pool_rules
 from workflows.failures import cause
-from workflows.nodepool import claims, reporting
+from workflows.nodepool import calls, claims, reporting
 from workflows.nodepool.deadlines import HOLD, PLAN_RETRY, TimeFacts
 from workflows.nodepool.state import PoolRun
-from workflows.retries import POOL_CALL
-from workflows.timeouts import PLANNING, QUICK_HEARTBEAT
 
 PLANNING_FAILED = "planning failed"
 CONFIG_BLOCKED = "claims fail on the configuration"
@@ -59,8 +56,8 @@ async def plan_uncovered(run: PoolRun, facts: TimeFacts) -> None:
         )
         return
     try:
-        made = await plan(
-            run, request(run, uncovered, missing_floor), f"plan {len(uncovered)} pods"
+        made = await calls.plan(
+            run, calls.request(run, uncovered, missing_floor), f"plan {len(uncovered)} pods"
         )
     except ActivityError as err:
         # A configuration error (e.g. the recommender refuses our credentials) must not end
@@ -113,23 +110,6 @@ async def plan_uncovered(run: PoolRun, facts: TimeFacts) -> None:
         ]
     reporting.record_events(
         run, reporting.nominations_to_write(run, nominations) + reporting.blocked(run, made)
-    )
-
-
-async def plan(run: PoolRun, planned: PlanRequest, summary: str) -> Plan:
-    return await workflow.execute_activity_method(
-        PlanningActivities.plan_capacity,
-        planned,
-        start_to_close_timeout=PLANNING,
-        heartbeat_timeout=QUICK_HEARTBEAT,
-        retry_policy=POOL_CALL,
-        summary=summary,
-    )
-
-
-def request(run: PoolRun, uncovered: list[PodDemand], missing_floor: int) -> PlanRequest:
-    return pool_rules.plan_request(
-        run.name, run.namespace, run.state, run.live_claims(), uncovered, missing_floor
     )
 
 

@@ -115,7 +115,7 @@ def publish_status_aside(run: PoolRun) -> None:
     def published(_: asyncio.Task[None]) -> None:
         if run.status_behind:
             run.status_behind = False
-            run.dirty = True
+            run.wake()
 
     run.publishing.add_done_callback(published)
 
@@ -170,6 +170,12 @@ async def _publish_status(run: PoolRun) -> None:
         return
     state.published_status = status
     run.status_stale = False
+
+
+def rewrite_status(run: PoolRun) -> None:
+    """The NodePool's status is written on the next publish even if the pool's view of it is
+    unchanged (its spec was edited: the trigger may have marked it invalid meanwhile)."""
+    run.status_stale = True
 
 
 def update_details(run: PoolRun) -> None:

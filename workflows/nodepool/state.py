@@ -4,7 +4,9 @@ input) and what lives only as long as the run (work in flight, the alarms, the l
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from typing import Any
 
 from temporalio import workflow
@@ -82,8 +84,78 @@ class PoolRun:
     def namespace(self) -> str:
         return self.input.namespace
 
+    # --- the run's own transitions: each field written by more than one phase is written only
+    # here (docs/architecture.md, "Who writes the state").
+
     def wake(self) -> None:
+        """News (a signal, an alarm, a claim started): the next round looks again."""
         self.dirty = True
+
+    def begin_round(self) -> None:
+        """A round starts: news from here on wakes the next one."""
+        self.dirty = False
+
+    def pool_deleted(self) -> None:
+        """The NodePool was deleted (the trigger said so, or starting a claim found it gone):
+        its claims go, and nothing new is planned."""
+        self.state.deleted = True
+
+    def pool_created_again(self) -> None:
+        """A NodePool of the name exists again (specs of another uid)."""
+        self.state.deleted = False
+
+    def forget_disruption(self, claim: PoolClaim) -> None:
+        """A claim past Ready: no longer a disruption candidate, and its pods need another
+        node (Deleting still counts against the budgets until Deleted)."""
+        self.state.permits.pop(claim.name, None)
+        self.state.disruption_queue.pop(claim.name, None)
+        self.state.disruption_blocked.pop(claim.name, None)
+        claim.nominated.clear()
+
+    def disruption_blocked_by(self, claim_name: str, reason: str) -> None:
+        """The claim said do-not-disrupt pods hold it (`DisruptionBlocked: …`)."""
+        self.state.disruption_blocked[claim_name] = reason
+
+    def disruption_unblocked(self, claim_name: str) -> None:
+        self.state.disruption_blocked.pop(claim_name, None)
+
+    def offering_failed(self, key: str, until: datetime) -> None:
+        """A claim could not get the offering (capacity, an outage): skipped until `until`."""
+        self.state.failed_offerings[key] = until
+
+    def offerings_expired(self, keys: Iterable[str]) -> None:
+        """The offerings' skip has run out: they may be planned again."""
+        for key in keys:
+            del self.state.failed_offerings[key]
+
+    def config_failing(self, reason: str, retry_at: datetime) -> None:
+        """Claims fail on the pool's configuration: no new claim until `retry_at` (or the
+        specs change)."""
+        self.state.config_error = reason
+        self.state.config_retry_at = retry_at
+
+    def config_retry(self) -> None:
+        """Try the configuration again: at the backoff's end (its count stays, so a failure
+        again waits longer) or on new specs."""
+        self.state.config_error = ""
+        self.state.config_retry_at = None
+
+    def consolidation_due_at(self, after_s: float) -> datetime:
+        """When consolidation looks next: `after_s` from now unless a look is armed."""
+        if self.state.consolidate_at is None:
+            self.state.consolidate_at = workflow.now() + timedelta(seconds=after_s)
+        return self.state.consolidate_at
+
+    def consolidation_off(self) -> None:
+        """The pool's policy consolidates only empty nodes: no look is armed."""
+        self.state.consolidate_at = None
+
+    def consolidated(self, at: datetime, after_s: float) -> None:
+        """Consolidation looked at `at`; the next look once something changes, `after_s`
+        later (news wakes the pool, which then arms it): an idle pool does not look again and
+        again at the same nodes."""
+        self.state.last_consolidation = at
+        self.state.consolidate_at = at + timedelta(seconds=after_s)
 
     def live_claims(self) -> list[PoolClaim]:
         return pool_rules.live(self.state.claims.values())

@@ -31,9 +31,38 @@ with workflow.unsafe.imports_passed_through():
         PoolStatus,
     )
     from workflows.decisions import pool as pool_rules
-    from workflows.nodepool import disruption, news, reporting
-    from workflows.nodepool.reconcile import reconcile
-    from workflows.nodepool.state import PoolRun
+    from workflows.nodepool import claims, deadlines, disruption, news, planning, reporting
+    from workflows.nodepool.state import LIVE_PHASES, PoolRun
+
+
+async def _round(run: PoolRun) -> None:
+    """One round of the pool: what time has brought, permits, drift and consolidation, then
+    the pods no claim covers. A round runs whenever the pool is dirty (news or an alarm)."""
+    state = run.state
+    facts = deadlines.time_facts(run)
+    run.offerings_expired(facts.expired_offerings)
+    for claim in state.claims.values():
+        if not (claim.nominated or claim.filling) or claim.phase not in LIVE_PHASES:
+            continue  # nothing to lapse, nothing nominated that could overflow
+        if claim.name in facts.lapsed_nominations:
+            claim.nominated.clear()
+            claim.filling = False
+        elif left_out := pool_rules.overflowing(claim, state.pending):
+            # The scheduler filled its node with others: those left out are planned again.
+            claim.nominated = [uid for uid in claim.nominated if uid not in left_out]
+    if facts.config_retry_due:
+        run.config_retry()
+    if facts.periodic_look:
+        await claims.forget_those_gone(run)
+    await disruption.grant_permits(run)
+    if state.deleted:
+        # Nothing new for a deleted pool: no drift replacement, no consolidation's, no floor,
+        # no pods (the trigger resolved them).
+        state.blocked.clear()
+        return
+    await disruption.replace_drifted(run)
+    await disruption.consolidate(run, facts.consolidation_due)
+    await planning.plan_uncovered(run, facts)
 
 
 @workflow.defn
@@ -48,8 +77,8 @@ class NodePoolWorkflow:
         while True:
             reporting.update_details(run)
             await workflow.wait_condition(lambda: run.dirty)
-            run.dirty = False
-            await reconcile(run)
+            run.begin_round()
+            await _round(run)
             reporting.publish_status_aside(run)
             if workflow.info().is_continue_as_new_suggested():
                 await workflow.wait_condition(run.settled)
@@ -86,7 +115,7 @@ class NodePoolWorkflow:
     @workflow.signal(name=PoolSignal.UPDATE_SPECS)
     def update_specs(self, specs: PoolSpecs) -> None:
         news.apply_specs(self._run, specs)
-        self._run.dirty = True
+        self._run.wake()
 
     @workflow.signal(name=PoolSignal.RETRY_NOW)
     def retry_now(self) -> None:
@@ -94,7 +123,7 @@ class NodePoolWorkflow:
         class (created the missing Secret, raised a quota): the configuration back-off ends,
         and the pods held back are planned again at once (`cloudburst pools retry`)."""
         news.end_config_backoff(self._run)
-        self._run.dirty = True
+        self._run.wake()
 
     @workflow.signal(name=PoolSignal.CLAIM_REPORT)
     def claim_report(self, report: ClaimReport) -> None:
@@ -105,21 +134,21 @@ class NodePoolWorkflow:
         """The watcher saw pods leave one of our nodes: news for consolidation, which looks
         again (by its alarm, after consolidateAfter) rather than on a timer of its own."""
         if node_name in self._run.state.claims:
-            self._run.dirty = True
+            self._run.wake()
 
     @workflow.signal(name=PoolSignal.REQUEST_DISRUPTION)
     def request_disruption(self, request: DisruptionRequest) -> None:
         state = self._run.state
         if request.claim_name in state.claims:
             state.disruption_queue[request.claim_name] = request.reason
-            self._run.dirty = True
+            self._run.wake()
 
     @workflow.signal(name=PoolSignal.WITHDRAW_DISRUPTION)
     def withdraw_disruption(self, request: DisruptionRequest) -> None:
         state = self._run.state
         state.disruption_queue.pop(request.claim_name, None)
         state.permits.pop(request.claim_name, None)
-        self._run.dirty = True
+        self._run.wake()
 
     @workflow.query(name=PoolQuery.POD)
     def pod(self, uid: str) -> PoolPodView:
