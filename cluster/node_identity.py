@@ -119,6 +119,22 @@ def is_claims_node(provider_id: str | None, instance_id: str | None) -> bool:
     )
 
 
+def is_claims_node_by_last_segment(provider_id: str | None, instance_id: str | None) -> bool:
+    """The comparison of releases before the whole one: the scheme among the provider's and
+    the providerID's last path segment equal to the VM's native id. Kept only so that a claim
+    whose history was recorded under it replays as it ran (the workflow's
+    `node-identity-whole-provider-id` patch); nothing new judges by it."""
+    vm = claimed_vm(instance_id)
+    if not provider_id or vm is None:
+        return False
+    scheme, separator, path = provider_id.partition("://")
+    schemes = {form(vm).partition(":")[0] for form in FORMS.get(vm.provider, ())}
+    if not separator or scheme.lower() not in schemes:
+        return False
+    segments = [segment for segment in path.split("/") if segment]
+    return bool(segments) and segments[-1] == vm.native
+
+
 def stranger_message(node_name: str, provider_id: str | None, instance_id: str | None) -> str:
     """What a claim says of a Node that has its name but is not its VM."""
     found = f"providerID {provider_id!r}" if provider_id else "no providerID"

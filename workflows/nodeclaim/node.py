@@ -15,7 +15,7 @@ from temporalio import workflow
 from activities.kube import KubeActivities
 from api import events
 from api.messages import NodeObservation
-from cluster.node_identity import is_claims_node, stranger_message
+from cluster.node_identity import stranger_message
 from workflows.nodeclaim import reporting
 from workflows.nodeclaim.calls import look
 from workflows.nodeclaim.state import ClaimState
@@ -59,7 +59,7 @@ async def poll(state: ClaimState) -> None:
     """Look at the node (the safety net beside the watcher's signals)."""
     seen = state.observations
     node = await look(KubeActivities.get_node_state, state.node_ref(), "poll node (safety net)")
-    if node.capacity and is_claims_node(node.provider_id, state.instance_id):
+    if node.capacity and state.is_its_vm(node.provider_id):
         state.capacity_seen(node.capacity)
     if state.observations != seen:
         return  # the watcher spoke while we looked: its word is at least as new

@@ -21,7 +21,7 @@ from api.messages import (
 )
 from api.nodeclaim import NodeClaim, NodeClaimPhase, NodeClaimSpec, NodeClaimStatus, Offering
 from api.nodepool.messages import DisruptionPermit
-from cluster.node_identity import is_claims_node
+from cluster.node_identity import is_claims_node, is_claims_node_by_last_segment
 from workflows.alarms import Alarms
 
 # The alarm of `ClaimState.next_poll_at`: the look at the node that registration and liveness
@@ -65,6 +65,9 @@ class ClaimState:
     stranger_told: str | None = None
     resource_uid: str | None = None  # the NodeClaim resource's, as the mirror last wrote it
     last_event: str = "started"
+    # Node identity compares the whole providerID (`cluster/node_identity.py`); False only for
+    # a run recorded before that (its history replays with the last-segment comparison).
+    whole_identity: bool = True
     alarms: Alarms = field(init=False)  # deadlines, each reached when its timer fires
 
     def __post_init__(self) -> None:
@@ -111,9 +114,19 @@ class ClaimState:
         """The providerID ("" for none) of the Node of the claim's name when it is not the
         claim's VM; None when there is no such Node, or it is the claim's."""
         seen = self.observed
-        if seen is None or not seen.exists or is_claims_node(seen.provider_id, self.instance_id):
+        if seen is None or not seen.exists or self.is_its_vm(seen.provider_id):
             return None
         return seen.provider_id or ""
+
+    def is_its_vm(self, provider_id: str | None) -> bool:
+        """Whether a Node with `provider_id` is this claim's VM."""
+        judge = is_claims_node if self.whole_identity else is_claims_node_by_last_segment
+        return judge(provider_id, self.instance_id)
+
+    def identity_judged(self, whole: bool) -> None:
+        """How this run judges node identity (the patch `node-identity-whole-provider-id`,
+        asked once as the run starts)."""
+        self.whole_identity = whole
 
     @property
     def budgeted(self) -> bool:

@@ -42,6 +42,9 @@ class NodeClaimWorkflow:
     @workflow.run
     async def run(self, input: NodeClaimInput) -> NodeClaimStatus:
         state = self._state
+        # A run recorded before node identity compared the whole providerID replays with the
+        # last-segment comparison it ran with (CHANGELOG, "Patches added").
+        state.identity_judged(workflow.patched("node-identity-whole-provider-id"))
         try:
             if state.status.phase == NodeClaimPhase.READY:
                 reason = await liveness.live(state)  # resumed after continue-as-new
