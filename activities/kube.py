@@ -23,6 +23,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.claim_authority import ClaimAuthority, own_claim
+from activities.claim_provider import release_first_boot
 from activities.heartbeat import (
     heartbeating,
     heartbeats_itself,
@@ -94,6 +95,7 @@ class KubeActivities:
         self.api_client = api_client
         self.core = client.CoreV1Api(api_client)
         self.policy = client.PolicyV1Api(api_client)
+        self._tenancy = tenancy
         self._authority = ClaimAuthority(api_client, tenancy)
 
     def activities(self) -> list[Callable[..., Any]]:
@@ -183,6 +185,9 @@ class KubeActivities:
             return body
 
         self._patch_node(input.node_name, input.instance_id, "labelling", patch, missing_ok=False)
+        # The claim's VM has booted and its node joined: what its first boot read outside the
+        # VM (Proxmox's seed ISO, holding the join script) is no longer needed.
+        release_first_boot(self.core, self._tenancy, warrant, input.instance_id)
 
     @activity.defn(name="cordon_node")
     def cordon_node(self, input: NodeRef) -> None:
