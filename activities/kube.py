@@ -1,4 +1,5 @@
-"""Cluster operations on a claim's node, through the `kubernetes` client.
+"""Cluster operations on a claim's node, through the `kubernetes` client (and, once the node
+has joined, the release of its VM's first-boot material through the claim's provider).
 
 Every activity here is sync (the client blocks; the worker runs it in its thread pool) and
 idempotent: a retry after a crash finds the world half-changed and finishes the job.
@@ -162,6 +163,9 @@ class KubeActivities:
         What it applies is what the cluster authorises (`activities/claim_authority.py`): the
         NodeClaim's labels and taints, a tenant's marks those of the claim's own namespace;
         a label or taint asked beyond them refuses the whole call, and nothing is applied.
+
+        Labelled, the node has joined: first-boot material its provider keeps outside the VM
+        (Proxmox's seed ISO) is released then, best effort (`release_first_boot`).
         """
         if input.namespace is None:
             raise self._authority.refused(
