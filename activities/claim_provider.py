@@ -16,11 +16,14 @@ from activities.claim_authority import ClaimWarrant
 from activities.credentials import read_provider_credential
 from activities.providers import provider_class
 from activities.providers.base import Provider, ProviderError, split_instance_id
-from api import labels
+from api import events, labels
 from api.errors import INVALID_CONFIGURATION
+from api.events import KubeEvent, ObjectRef
 from api.nodeclass import NodeClassSpec
+from api.nodepool import API_VERSION
 from cluster.tenancy import Tenancy
 from reporting import metrics
+from reporting.events import record_event
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +57,8 @@ def release_first_boot(
     block and credential the cluster's NodeClass's, and the VM must carry the claim's
     ownership (name, namespace and NodeClaim uid). Best effort: a provider that does not
     answer, or refuses, leaves the material until the VM is deleted (which removes it too),
-    logged; a Ready node is not held back for it.
+    said in a Warning Event `FirstBootMaterialKept` on the NodeClaim; a Ready node is not held
+    back for it.
     """
     if not instance_id:
         return
@@ -80,7 +84,28 @@ def release_first_boot(
         with metrics.cloud_call(name, "release"):
             provider.release_first_boot(instance.id)
     except (ProviderError, ApplicationError) as exc:
-        log.warning("%s stays until the VM is deleted: %s", where, exc)
+        why = exc.message if isinstance(exc, ApplicationError) else str(exc)
+        _kept(core, warrant, f"{where} stays until the VM is deleted: {why}")
+
+
+def _kept(core: k8s.CoreV1Api, warrant: ClaimWarrant, message: str) -> None:
+    """Say so in the worker's log and as a Warning Event on the NodeClaim, where its owner
+    looks (a token without a privilege is fixed there)."""
+    log.warning("%s", message)
+    regarding = ObjectRef(
+        kind="NodeClaim",
+        name=warrant.name,
+        namespace=warrant.namespace,
+        api_version=API_VERSION,
+        uid=warrant.uid,
+    )
+    event = KubeEvent(
+        regarding=regarding, reason=events.FIRST_BOOT_KEPT, message=message, type="Warning"
+    )
+    try:
+        record_event(core, event)
+    except k8s.ApiException as err:
+        log.warning("could not record the Event on NodeClaim %s: %s", warrant.name, err.status)
 
 
 def _is_claims(vm_labels: dict[str, str], warrant: ClaimWarrant) -> bool:

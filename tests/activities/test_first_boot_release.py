@@ -85,14 +85,24 @@ def test_a_proxmox_that_refuses_does_not_hold_the_node_back(
     cloud: ProxmoxStandin,
 ) -> None:
     """Best effort: the node is labelled (and its claim goes Ready) while the Proxmox API
-    refuses; the seed stays until the VM is deleted, which removes it too. Fails if the
-    release's error is raised: the 401 fails `label_node`, and the claim with it."""
+    refuses; the seed stays until the VM is deleted, which removes it too, and a Warning Event
+    on the NodeClaim says so. Fails if the release's error is raised: the 401 fails
+    `label_node`, and the claim with it."""
     name = f"burst-pve-{unique}"
     vmid, ready = launched(kube_api_client, cloud, namespace, name, made_nodes)
     cloud.inject_failure("list", "auth", times=None)
     ready()
     assert core.read_node(name).metadata.labels[labels.PROVIDER] == "proxmox"
     assert cloud.storage_files("pve1") == [f"iso/cloudburst-seed-{vmid}.iso"]
+    # Said where the NodeClaim's owner looks, with what to fix.
+    said = [
+        e
+        for e in core.list_namespaced_event(namespace).items
+        if e.reason == "FirstBootMaterialKept" and e.involved_object.name == name
+    ]
+    assert [(e.type, e.involved_object.kind) for e in said] == [("Warning", "NodeClaim")]
+    assert "stays until the VM is deleted" in said[0].message
+    assert "apiTokenSecretRef" in said[0].message
 
 
 def launched(
