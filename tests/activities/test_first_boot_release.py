@@ -101,8 +101,8 @@ def test_a_proxmox_that_refuses_does_not_hold_the_node_back(
         if e.reason == "FirstBootMaterialKept" and e.involved_object.name == name
     ]
     assert [(e.type, e.involved_object.kind) for e in said] == [("Warning", "NodeClaim")]
-    assert "stays until the VM is deleted" in said[0].message
-    assert "apiTokenSecretRef" in said[0].message
+    message = str(said[0].message)
+    assert "stays until the VM is deleted" in message and "apiTokenSecretRef" in message
 
 
 def launched(
