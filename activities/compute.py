@@ -19,9 +19,8 @@ from temporalio.exceptions import ApplicationError
 
 from activities.bootstrap import ScriptHandoff, read_user_data
 from activities.claim_authority import ClaimAuthority
-from activities.credentials import read_provider_credential
+from activities.claim_provider import claim_provider
 from activities.heartbeat import heartbeating, heartbeats_itself
-from activities.providers import provider_class
 from activities.providers.base import (
     CapacityError,
     FatalError,
@@ -156,20 +155,7 @@ class ComputeActivities:
             _record_terminated(ref, found, waited)
 
     def _provider(self, name: str, namespace: str, node_class: NodeClassSpec) -> Provider:
-        """The provider of the claim's NodeClass, its credential read from the claim's own
-        namespace; refused before any read or call when the namespace is not served or the
-        block's endpoint is not one the operator allows."""
-        self._tenancy.require(namespace, node_class, services=(name,))
-        try:
-            block = node_class.provider_block(name)
-            cls = provider_class(name)
-        except KeyError:
-            raise ApplicationError(
-                f"NodeClass has no `{name}` block or no module supports it",
-                type=INVALID_CONFIGURATION,
-                non_retryable=True,
-            ) from None
-        return cls(block, read_provider_credential(self._core, namespace, block), namespace)
+        return claim_provider(self._core, self._tenancy, name, namespace, node_class)
 
     @staticmethod
     def _find(provider: Provider, ref: InstanceRef) -> Instance | None:

@@ -1,4 +1,5 @@
-"""Cluster operations on a claim's node, through the `kubernetes` client.
+"""Cluster operations on a claim's node, through the `kubernetes` client (and, once the node
+has joined, the release of its VM's first-boot material through the claim's provider).
 
 Every activity here is sync (the client blocks; the worker runs it in its thread pool) and
 idempotent: a retry after a crash finds the world half-changed and finishes the job.
@@ -23,6 +24,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.claim_authority import ClaimAuthority, own_claim
+from activities.claim_provider import release_first_boot
 from activities.heartbeat import (
     heartbeating,
     heartbeats_itself,
@@ -94,6 +96,7 @@ class KubeActivities:
         self.api_client = api_client
         self.core = client.CoreV1Api(api_client)
         self.policy = client.PolicyV1Api(api_client)
+        self._tenancy = tenancy
         self._authority = ClaimAuthority(api_client, tenancy)
 
     def activities(self) -> list[Callable[..., Any]]:
@@ -160,6 +163,9 @@ class KubeActivities:
         What it applies is what the cluster authorises (`activities/claim_authority.py`): the
         NodeClaim's labels and taints, a tenant's marks those of the claim's own namespace;
         a label or taint asked beyond them refuses the whole call, and nothing is applied.
+
+        Labelled, the node has joined: first-boot material its provider keeps outside the VM
+        (Proxmox's seed ISO) is released then, best effort (`release_first_boot`).
         """
         if input.namespace is None:
             raise self._authority.refused(
@@ -183,6 +189,9 @@ class KubeActivities:
             return body
 
         self._patch_node(input.node_name, input.instance_id, "labelling", patch, missing_ok=False)
+        # The claim's VM has booted and its node joined: what its first boot read outside the
+        # VM (Proxmox's seed ISO, holding the join script) is no longer needed.
+        release_first_boot(self.core, self._tenancy, warrant, input.instance_id)
 
     @activity.defn(name="cordon_node")
     def cordon_node(self, input: NodeRef) -> None:

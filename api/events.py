@@ -23,6 +23,9 @@ LIMIT_REACHED = "LimitReached"
 UNCONSOLIDATABLE = "Unconsolidatable"
 # A Node named like a claim is not its VM (its providerID names another machine, or none).
 NODE_NOT_CLAIMED = "NodeNotClaimed"
+# The first-boot material a provider keeps outside a Ready node's VM (Proxmox's seed ISO)
+# could not be removed: it stays until the VM is deleted.
+FIRST_BOOT_KEPT = "FirstBootMaterialKept"
 
 
 class ObjectRef(BaseModel):

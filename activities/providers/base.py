@@ -102,6 +102,10 @@ class Provider(abc.ABC):
     name: ClassVar[str]
     # Whether create() can make spot VMs; the others refuse a spot offering.
     supports_spot: ClassVar[bool] = False
+    # Whether a VM's first-boot material (the join script) is kept outside the VM, where it
+    # outlives the boot that read it until `release_first_boot` removes it (Proxmox: the seed
+    # ISO on a storage). Elsewhere user data is the VM's own, gone with it.
+    keeps_first_boot: ClassVar[bool] = False
 
     def __init__(
         self, block: ProviderBlock, credential: str | None, namespace: str | None = None
@@ -129,6 +133,12 @@ class Provider(abc.ABC):
     @abc.abstractmethod
     def delete(self, instance_id: str) -> None:
         """Ask for deletion; succeeds if the VM is already gone. Callers confirm with get()."""
+
+    def release_first_boot(self, instance_id: str) -> None:
+        """Remove the first-boot material kept outside the VM (`keeps_first_boot`), once its
+        node has joined: the VM has read it, and it holds the join script. Idempotent; a VM
+        that is gone (or no longer the id's) is left to `delete`. By default nothing is kept."""
+        return None
 
     @abc.abstractmethod
     def instance_types(self) -> list[InstanceType]:

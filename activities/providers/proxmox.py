@@ -20,7 +20,9 @@
   `cidata`, files `user-data` and `meta-data`): the API can upload `iso`, `vztmpl` and
   `import` content only, no snippet for `cicustom`, so the seed is uploaded to
   `seedStorage` (`POST /nodes/{node}/storage/{storage}/upload`) and attached as the VM's
-  CD-ROM, in place of the template's own cloud-init drive.
+  CD-ROM, in place of the template's own cloud-init drive. Once the node has joined, the
+  claim's `label_node` has it detached and deleted (`release_first_boot`): it holds the join
+  script; `delete` removes the seed of a VM that never got that far.
 - The VM's SMBIOS serial is its VM id (`smbios1: serial=<vmid>`): the first-boot script
   reads it from /sys/class/dmi/id/product_serial for the kubelet's --provider-id, since a
   Proxmox VM has no metadata service and the id is chosen after the script is rendered.
@@ -39,6 +41,7 @@ import functools
 import hashlib
 import io
 import logging
+import re
 import tempfile
 import time
 import uuid
@@ -99,12 +102,16 @@ _TAGGED_KEYS = (
     L.NODECLAIM_UID,
 )
 _STATES = {"running": InstanceState.RUNNING, "paused": InstanceState.RUNNING}
+# A VM's drive slots (`ide2`, `sata5`, `scsi0`, ...), and a CD-ROM drive with no medium.
+_DRIVE = re.compile(r"^(ide|sata|scsi|virtio)[0-9]+$")
+_EMPTY_CDROM = "none,media=cdrom"
 
 
 class ProxmoxProvider(Provider):
     """`credential` is the whole API token, `user@realm!tokenid=secret`."""
 
     name: ClassVar[str] = "proxmox"
+    keeps_first_boot: ClassVar[bool] = True
     block: ProxmoxClass
 
     def __init__(
@@ -434,7 +441,7 @@ class ProxmoxProvider(Provider):
         its volume id."""
         storage = self.block.seed_storage
         filename = _seed_name(vmid)
-        volid = f"{storage}:iso/{filename}"
+        volid = self._seed_volid(vmid)
         content = self.api.nodes(node).storage(storage).content
         present = self._call(f"{what}: list {storage} on {node}", content.get, content="iso")
         if any(isinstance(v, dict) and v.get("volid") == volid for v in present or []):
@@ -536,10 +543,41 @@ class ProxmoxProvider(Provider):
         if failure is not None:
             raise RetryableError(self.name, f"{what}: destroying VM {vmid} failed: {failure}")
 
+    def release_first_boot(self, instance_id: str) -> None:
+        """Detach the VM's seed ISO (its CD-ROM drive left empty), then delete it from
+        `seedStorage`: cloud-init read it at the first boot and keeps its own copy, while the
+        ISO holds the join script. Detached first: Proxmox does not start a VM whose drive
+        names a volume that no longer exists, so a VM restarted later would fail to."""
+        holder, vmid = self._vmid(instance_id)
+        what = f"release the seed of VM {instance_id}"
+        raw = self._find(vmid, what, holder)
+        if raw is None:
+            log.info("VM %s is gone or not the claim's: its seed is left to its delete", vmid)
+            return
+        node = str(raw["node"])
+        volid = self._seed_volid(vmid)
+        config = self._config(node, vmid, f"{what}: read VM {vmid}")
+        drives = {
+            slot: _EMPTY_CDROM
+            for slot, value in config.items()
+            if _DRIVE.match(slot) and str(value).split(",")[0] == volid
+        }
+        if drives:
+            config_api = self.api.nodes(node).qemu(vmid).config
+            self._call(
+                f"{what}: detach {volid} ({', '.join(sorted(drives))})",
+                lambda: config_api.put(**drives),
+            )
+        self._remove_seed([node], vmid, what)
+        log.info("seed %s of VM %s detached and deleted", volid, vmid)
+
+    def _seed_volid(self, vmid: int) -> str:
+        return f"{self.block.seed_storage}:iso/{_seed_name(vmid)}"
+
     def _remove_seed(self, nodes: list[str], vmid: int, what: str) -> None:
         """Delete the VM's seed ISO (it holds a join token) wherever it was uploaded."""
         storage = self.block.seed_storage
-        volid = f"{storage}:iso/{_seed_name(vmid)}"
+        volid = self._seed_volid(vmid)
         for node in nodes:
             content = self.api.nodes(node).storage(storage).content
             try:

@@ -172,6 +172,9 @@ async def test_claim_lives_its_whole_life_on_each_provider(stack: Stack, provide
         assert node.metadata.labels[labels.PROVIDER] == provider
         assert node.metadata.labels[labels.INSTANCE_TYPE] == offering.instance_type
         assert node.metadata.labels["node.kubernetes.io/instance-type"] == offering.instance_type
+        if provider == "proxmox":  # its seed ISO (the join script) went at Ready, detached
+            pve = cluster.standins["proxmox"].cloud
+            assert not [f for n in pve.nodes for f in pve.storage_files(n) if "seed" in f]
         await in_thread(core.delete_namespaced_pod, app, "default")
 
         final = await asyncio.wait_for(handle.result(), timeout=120)

@@ -6,8 +6,10 @@ from __future__ import annotations
 import hashlib
 import io
 import tempfile
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pycdlib
 import pytest
@@ -55,6 +57,14 @@ def provider(cloud: ProxmoxStandin, **overrides: object) -> ProxmoxProvider:
 def vmid_of(iid: str) -> str:
     """The VM id, the instance id's last segment (`proxmox/<cluster>/<claim>/<vmid>`)."""
     return split_instance_id(iid)[2].rpartition("/")[2]
+
+
+def wait_for(fn: Callable[[], Any], timeout: float = 10.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while not (value := fn()):
+        assert time.monotonic() < deadline, f"timed out waiting; last value {value!r}"
+        time.sleep(0.02)
+    return value
 
 
 def vm(cloud: ProxmoxStandin, iid: str) -> dict[str, object]:
@@ -266,3 +276,61 @@ def test_a_reused_vmids_new_vm_survives_an_old_claims_retried_delete(
     config = vm(cloud, new.id)["config"]
     assert isinstance(config, dict)
     assert any("cloudburst-seed-1200" in str(v) for v in config.values())
+
+
+def restart(p: ProxmoxProvider, node: str, vmid: str) -> str:
+    """Stop the VM and start it again (as an operator or a host's reboot would): the start
+    task's exit status."""
+    vm_api = p.api.nodes(node).qemu(vmid)
+    exit_status = ""
+    for action in (vm_api.status.stop, vm_api.status.start):
+        upid = action.post()
+        task = p.api.nodes(node).tasks(upid).status
+
+        def stopped(task: Any = task) -> dict[str, Any] | None:
+            status = task.get()
+            return status if status.get("status") == "stopped" else None
+
+        exit_status = str(wait_for(stopped)["exitstatus"])
+    return exit_status
+
+
+def test_a_released_seed_is_detached_and_deleted_and_the_vm_restarts(
+    cloud: ProxmoxStandin,
+) -> None:
+    """Issue #54: once the node has joined, the seed ISO (the join script) leaves the storage.
+    Fails without `release_first_boot` (the base class's, a no-op: the ISO stays until the
+    VM is deleted), and without the detach (the ISO deleted while attached: the VM's next
+    start fails, `volume ... does not exist`)."""
+    p = provider(cloud)
+    inst = p.create(spec("nc-release"))
+    vmid = vmid_of(inst.id)
+    node = str(vm(cloud, inst.id)["node"])
+    assert cloud.storage_files(node) == [f"iso/cloudburst-seed-{vmid}.iso"]
+
+    p.release_first_boot(inst.id)
+    assert cloud.storage_files(node) == []
+    config = vm(cloud, inst.id)["config"]
+    assert isinstance(config, dict)
+    assert config["ide2"] == "none,media=cdrom"
+    assert not any("cloudburst-seed" in str(v) for v in config.values())
+    p.release_first_boot(inst.id)  # again: nothing left to do, no error
+    got = p.get(inst.id)
+    assert got is not None and got.state.value == "running"
+    assert restart(p, node, vmid) == "OK"
+    p.delete(inst.id)
+    assert p.get(inst.id) is None
+
+
+def test_a_seed_is_released_for_its_own_claims_id_only(cloud: ProxmoxStandin) -> None:
+    """An id naming another claim with the VM's id (VM ids are reused at once) releases
+    nothing: the seed is the VM's present claim's."""
+    p = provider(cloud)
+    inst = p.create(spec("nc-kept"))
+    vmid = vmid_of(inst.id)
+    node = str(vm(cloud, inst.id)["node"])
+    p.release_first_boot(f"proxmox/pve/nc-earlier/{vmid}")
+    assert cloud.storage_files(node) == [f"iso/cloudburst-seed-{vmid}.iso"]
+    config = vm(cloud, inst.id)["config"]
+    assert isinstance(config, dict)
+    assert config["ide2"] == f"local:iso/cloudburst-seed-{vmid}.iso,media=cdrom"

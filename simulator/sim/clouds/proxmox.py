@@ -29,7 +29,9 @@ per op (`create`: the clone or create call, `start`, `get`, `list`, `delete`, `c
 node's status, `upload`): `unavailable` 595 (pveproxy cannot reach the node), `throttle` 500
 (a lock timeout), `auth` 401; `capacity` and `quota` make the next start fail for lack of
 memory. The kubelets boot a VM that runs with a cloud-init seed attached, from the seed's
-`user-data`, read with pycdlib (the provider writes it with its own code).
+`user-data`, read with pycdlib (the provider writes it with its own code); a VM that started
+with its seed stays a machine once the seed is detached and deleted (cloud-init keeps its
+copy), while a start fails when a drive names a volume that no longer exists.
 """
 
 from __future__ import annotations
@@ -116,6 +118,9 @@ class _Guest:
     running_since: float | None = None
     fail_start: bool = False
     delete_requested_mono: float | None = None
+    # The cloud-init seed its first boot read (cloud-init keeps a copy on the VM's disk): the
+    # machine stays one after the ISO is detached and deleted.
+    first_boot_seed: bytes | None = None
 
     @property
     def memory(self) -> int:
@@ -403,10 +408,17 @@ class ProxmoxStandin(CloudStandin):
         for key, value in form.items():
             if key in ("delete", "digest", "node", "vmid"):
                 continue
-            if _DRIVE.match(key) and guest.config.get(key) and guest.config[key] != value:
-                # The drive it replaces stays as an unused disk, as Proxmox keeps it.
+            replaced = guest.config.get(key, "").split(",")[0]
+            if (
+                _DRIVE.match(key)
+                and replaced not in ("", "none", "cdrom")
+                and ":iso/" not in replaced
+                and guest.config[key] != value
+            ):
+                # The VM's own volume it replaces (a disk, the cloud-init drive) stays as an
+                # unused disk, as Proxmox keeps it; a CD-ROM's ISO is just swapped out.
                 unused = sum(1 for k in guest.config if k.startswith("unused"))
-                guest.config[f"unused{unused}"] = guest.config[key].split(",")[0]
+                guest.config[f"unused{unused}"] = replaced
             guest.config[key] = value
 
     def _new_guest(self, node: str, vmid: int, form: dict[str, str], lock: str) -> _Guest:
@@ -466,10 +478,15 @@ class ProxmoxStandin(CloudStandin):
 
         def done() -> str | None:
             node = self.nodes[guest.node]
+            missing = self._missing_volume(guest)
+            if missing is not None:
+                return f"start failed: volume '{missing}' does not exist"
             if guest.fail_start or self._free_memory(node) < guest.memory:
                 guest.fail_start = False
                 return "start failed: QEMU exited with code 1 (kvm: cannot set up guest memory 'pc.ram': Cannot allocate memory)"
             guest.status, guest.running_since = "running", time.monotonic()
+            if guest.first_boot_seed is None:
+                guest.first_boot_seed = self._seed(guest)
             return None
 
         if kind := self.failures.take("start"):
@@ -666,13 +683,25 @@ class ProxmoxStandin(CloudStandin):
                 return data
         return None
 
+    def _missing_volume(self, guest: _Guest) -> str | None:
+        """A volume of a storage this stand-in keeps that a drive of the guest names and that
+        does not exist (Proxmox starts no VM with one: a seed deleted but still attached)."""
+        for key, value in guest.config.items():
+            volid = value.split(",")[0]
+            storage, sep, volname = volid.partition(":")
+            if not _DRIVE.match(key) or not sep or (guest.node, storage) not in self.storage:
+                continue
+            if volname not in self.storage[(guest.node, storage)]:
+                return volid
+        return None
+
     def instance_states(self) -> dict[str, str]:
         with self._lock:
             now = time.monotonic()
             self._advance(now)
             states: dict[str, str] = {}
             for g in self.guests.values():
-                if g.template or self._seed(g) is None:
+                if g.template or (self._seed(g) or g.first_boot_seed) is None:
                     continue
                 if g.delete_requested_mono is not None:
                     states[str(g.vmid)] = "stopping"
@@ -694,7 +723,7 @@ class ProxmoxStandin(CloudStandin):
                 return None
             if guest is None:
                 return None
-            seed = self._seed(guest)
+            seed = self._seed(guest) or guest.first_boot_seed
             tags = guest.config.get("tags", "")
             return {
                 "id": str(guest.vmid),
