@@ -444,7 +444,9 @@ class Kubelets:
                 "labels": labels,
                 "annotations": {"node.alpha.kubernetes.io/ttl": "0"},
             },
-            "spec": {"providerID": f"{cloud.provider}:///{region}/{native}"},
+            "spec": {
+                "providerID": f"{cloud.provider}:///{_identity_place(cloud, detail)}/{native}"
+            },
             "status": {
                 "capacity": resources,
                 "allocatable": allocatable(vcpu, memory_gib),
@@ -520,3 +522,16 @@ class Kubelets:
             return  # tried again next tick
         j.interruption = notice
         log.info("node %s: spot interruption notice %r, tainted", j.node_name, notice)
+
+
+# The clouds whose metadata service the first-boot script reads a zone from for the providerID
+# (activities/bootstrap.sh.tmpl read_identity: GCP's instance/zone, Scaleway's
+# location.zone_id), as their providers record the VM's id; the others name the region.
+_ZONE_IN_PROVIDER_ID = frozenset({"gcp", "scaleway"})
+
+
+def _identity_place(cloud: BootableCloud, detail: Obj) -> str:
+    """The region or zone segment of a VM's providerID, as the first-boot script writes it."""
+    if cloud.provider in _ZONE_IN_PROVIDER_ID and detail.get("zone"):
+        return str(detail["zone"])
+    return str(detail.get("region"))

@@ -174,7 +174,12 @@ def kwok_node() -> dict[str, Any]:
         "kind": "Node",
         "metadata": {
             "name": "doctor-control-plane-node",
-            "labels": {MANAGED_LABEL: "true", "kubernetes.io/hostname": "doctor-node"},
+            # A Linux node, as the chart's pods select (nodeSelector kubernetes.io/os).
+            "labels": {
+                MANAGED_LABEL: "true",
+                "kubernetes.io/hostname": "doctor-node",
+                "kubernetes.io/os": "linux",
+            },
         },
         "status": {"capacity": capacity, "allocatable": capacity},
     }

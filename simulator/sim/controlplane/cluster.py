@@ -157,13 +157,27 @@ def kubeconfig_document(
 
 def cloudburst_access_objects() -> list[dict[str, Any]]:
     """The RBAC objects of ACCESS_MANIFESTS (not the approver's Deployment: it runs here as a
-    thread of the test process, `_start_csr_approver`)."""
-    return [
+    thread of the test process, `_start_csr_approver`), each named `sim:<name>` and bound to
+    its `sim:` role: the same rights, under names no install of Cloudburst (`helm install`,
+    `kubectl apply -k deploy/base`) finds taken."""
+    documents = [
         document
         for path in ACCESS_MANIFESTS
         for document in yaml.safe_load_all(path.read_text())
         if document and document.get("kind") in RBAC_KINDS
     ]
+    # Roles of these manifests are renamed; a binding to one of Kubernetes' own keeps it.
+    ours = {d["metadata"]["name"] for d in documents if d["kind"] in ("Role", "ClusterRole")}
+    for document in documents:
+        metadata = document["metadata"]
+        document["metadata"] = {
+            key: value for key, value in metadata.items() if key in ("name", "namespace")
+        }
+        document["metadata"]["name"] = f"sim:{metadata['name']}"
+        ref = document.get("roleRef")
+        if ref is not None and ref["name"] in ours:
+            ref["name"] = f"sim:{ref['name']}"
+    return documents
 
 
 class KubernetesControlPlane:
