@@ -22,6 +22,7 @@ from activities.providers.base import (
 )
 from activities.providers.scaleway import ScalewayProvider
 from api import labels as L
+from cluster.node_identity import is_claims_node
 from sim.clouds.scaleway import ZONES, ScalewayStandin, new_secret_key
 from sim.controlplane.cluster import KubernetesControlPlane
 from tests.providers.harness_scaleway import block
@@ -218,7 +219,10 @@ def test_kubelets_boot_a_scaleway_vm_with_its_zone(
     ) as (core, kubelets):
         inst = provider.create(spec("nc-scw-node", user_data=join_user_data(core, "nc-scw-node")))
         n = wait_for(lambda: read_node(core, "nc-scw-node"), JOIN_S)
-        assert n["spec"]["providerID"] == f"scaleway:///fr-par/{native(inst.id)}"
+        # The zone, as the first-boot script reads it (location.zone_id) and the provider
+        # records the VM's id: the node is the VM's by its whole providerID.
+        assert n["spec"]["providerID"] == f"scaleway:///fr-par-1/{native(inst.id)}"
+        assert is_claims_node(n["spec"]["providerID"], inst.id)
         labels = n["metadata"]["labels"]
         assert labels["topology.kubernetes.io/zone"] == "fr-par-1"
         assert labels["topology.kubernetes.io/region"] == "fr-par"
