@@ -7,17 +7,16 @@ from __future__ import annotations
 
 import base64
 import binascii
-import json
 import logging
 import threading
 from typing import Any, cast
 
 from kubernetes import client as k8s
-from kubernetes import watch
 from kubernetes.client.exceptions import ApiException
 
 from api.events import KubeEvent, ObjectRef
 from api.nodeclaim import NodeClaimPhase
+from approver.watching import Obj, json_body, list_and_watch
 from cluster.certificates import (
     CertificateVerdict,
     ClaimFacts,
@@ -28,8 +27,6 @@ from cluster.certificates import (
 from cluster.node_guard import claim_ended
 from cluster.responses import discard
 from reporting.events import record_event
-
-Obj = dict[str, Any]
 
 log = logging.getLogger(__name__)
 
@@ -53,27 +50,13 @@ class CsrApprover:
         self._resync_s = resync_s
 
     def run(self, stop: threading.Event) -> None:
-        while not stop.is_set():
-            try:
-                listed = _json(
-                    self._certificates.list_certificate_signing_request(_preload_content=False)
-                )
-                for csr in listed.get("items", []):
-                    self.consider(csr)
-                stream = watch.Watch()
-                for event in stream.stream(
-                    self._certificates.list_certificate_signing_request,
-                    resource_version=listed["metadata"]["resourceVersion"],
-                    timeout_seconds=max(1, int(self._resync_s)),
-                ):
-                    if stop.is_set():
-                        stream.stop()
-                        break
-                    if event["type"] in ("ADDED", "MODIFIED"):
-                        self.consider(event["raw_object"])
-            except Exception:
-                log.exception("the CSR loop failed; listing again")
-                stop.wait(1.0)
+        list_and_watch(
+            self._certificates.list_certificate_signing_request,
+            self.consider,
+            stop,
+            resync_s=self._resync_s,
+            what="CSR",
+        )
 
     def consider(self, csr: Obj) -> CertificateVerdict | None:
         """Judge one request, unless it is decided already; approve it or say why not."""
@@ -118,7 +101,7 @@ class CsrApprover:
         return judge(read, claims, self._provider_id(node), self._max_expiration_seconds)
 
     def _claims_named(self, name: str) -> list[ClaimFacts]:
-        found = _json(
+        found = json_body(
             self._custom.list_cluster_custom_object(
                 GROUP,
                 VERSION,
@@ -133,7 +116,7 @@ class CsrApprover:
         if not node:
             return None
         try:
-            found = _json(self._core.read_node(node, _preload_content=False))
+            found = json_body(self._core.read_node(node, _preload_content=False))
         except ApiException as err:
             if err.status == 404:
                 return None
@@ -162,11 +145,6 @@ class CsrApprover:
             # Changed meanwhile (another replica approved it): the next event judges it again.
             if err.status not in (404, 409):
                 raise
-
-
-def _json(response: object) -> Obj:
-    """The body of a response read with `_preload_content=False`."""
-    return cast(Obj, json.loads(cast(Any, response).data))
 
 
 def _claim_facts(item: dict[str, Any]) -> ClaimFacts:

@@ -4,18 +4,16 @@ the pods of other namespaces bound to a tenant's node before its taint was there
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
-from typing import Any, cast
 
 from kubernetes import client as k8s
-from kubernetes import watch
 from kubernetes.client.exceptions import ApiException
 
 from api import labels
 from api.events import KubeEvent, ObjectRef
 from api.planning import Toleration
+from approver.watching import Obj, json_body, list_and_watch
 from cluster.node_guard import (
     FORGOTTEN_TAINT,
     MIRROR_ANNOTATION,
@@ -31,7 +29,6 @@ from reporting.events import record_event
 
 log = logging.getLogger(__name__)
 
-Obj = dict[str, Any]
 GROUP, VERSION, NODECLAIMS = "cloudburst.io", "v1alpha1", "nodeclaims"
 
 
@@ -42,25 +39,9 @@ class NodeGuard:
         self._resync_s = resync_s
 
     def run(self, stop: threading.Event) -> None:
-        while not stop.is_set():
-            try:
-                listed = _json(self._core.list_node(_preload_content=False))
-                for node in listed.get("items", []):
-                    self.consider(node)
-                stream = watch.Watch()
-                for event in stream.stream(
-                    self._core.list_node,
-                    resource_version=listed["metadata"]["resourceVersion"],
-                    timeout_seconds=max(1, int(self._resync_s)),
-                ):
-                    if stop.is_set():
-                        stream.stop()
-                        break
-                    if event["type"] in ("ADDED", "MODIFIED"):
-                        self.consider(event["raw_object"])
-            except Exception:
-                log.exception("the node loop failed; listing again")
-                stop.wait(1.0)
+        list_and_watch(
+            self._core.list_node, self.consider, stop, resync_s=self._resync_s, what="node"
+        )
 
     def consider(self, node: Obj) -> None:
         metadata = node.get("metadata") or {}
@@ -138,7 +119,7 @@ class NodeGuard:
         )
         if taint is None:
             return  # the worker puts it back at Ready; until then pods may still come
-        pods = _json(
+        pods = json_body(
             self._core.list_pod_for_all_namespaces(
                 field_selector=f"spec.nodeName={name}", _preload_content=False
             )
@@ -179,7 +160,7 @@ class NodeGuard:
     def _claim_lives(self, namespace: str, name: str) -> bool:
         """Whether the NodeClaim exists and has not ended (a Failed one stays to say why)."""
         try:
-            found = _json(
+            found = json_body(
                 self._custom.get_namespaced_custom_object(
                     GROUP, VERSION, namespace, NODECLAIMS, name, _preload_content=False
                 )
@@ -210,7 +191,3 @@ def _pod_on_node(item: Obj) -> PodOnNode:
         mirror=MIRROR_ANNOTATION in (metadata.get("annotations") or {}),
         terminating=bool(metadata.get("deletionTimestamp")),
     )
-
-
-def _json(response: object) -> Obj:
-    return cast(Obj, json.loads(cast(Any, response).data))
