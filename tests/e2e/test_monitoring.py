@@ -241,6 +241,13 @@ async def test_prometheus_scrapes_one_pool_gauge_writer_and_runs_every_query(
                 120,
             )
             await eventually(lambda: query(prom, held), lambda f: f[0]["value"][1] == "0", 60)
+            # The claim's own series goes when its deletion ends: until then it is Deleting and
+            # the stuck-terminating expression holds (its `for: 1h` is what keeps it quiet).
+            await eventually(
+                lambda: query(prom, 'cloudburst_nodeclaims_state{nodepool="mon"}'),
+                lambda found: found == [],
+                120,
+            )
 
             # Each panel's query, while the node was Ready (the claim's state) or now (what
             # its end counted).
