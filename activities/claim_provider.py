@@ -14,6 +14,7 @@ from temporalio.exceptions import ApplicationError
 
 from activities.claim_authority import ClaimWarrant
 from activities.credentials import read_provider_credential
+from activities.machine_ledger import tenant_provider
 from activities.providers import provider_class
 from activities.providers.base import Provider, ProviderError, split_instance_id
 from api import events, labels
@@ -44,7 +45,8 @@ def claim_provider(
             type=INVALID_CONFIGURATION,
             non_retryable=True,
         ) from None
-    return cls(block, read_provider_credential(core, namespace, block), namespace)
+    credential = read_provider_credential(core, namespace, block)
+    return tenant_provider(cls, block, credential, namespace, tenancy, core, core)
 
 
 def release_first_boot(

@@ -42,6 +42,7 @@ from temporalio.exceptions import ApplicationError
 from activities.bootstrap import SCRIPT_PURPOSE, TOKEN_NAMESPACE
 from activities.credentials import read_provider_credential
 from activities.heartbeat import heartbeating, heartbeats_itself
+from activities.machine_ledger import tenant_provider
 from activities.providers import provider_class
 from activities.providers.base import Provider, ProviderError
 from api import labels
@@ -222,7 +223,9 @@ class GcActivities:
         block = scope.node_class.provider_block(scope.provider)
         cls = provider_class(scope.provider)
         credential = read_provider_credential(self._core, scope.namespace, block)
-        return cls(block, credential, scope.namespace)
+        return tenant_provider(
+            cls, block, credential, scope.namespace, self._tenancy, self._core, self._core
+        )
 
     def _secrets(self) -> list[LabelledSecret]:
         """First-boot script Secrets (the worker's namespace) and the token each one names.

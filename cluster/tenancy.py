@@ -79,6 +79,9 @@ class Tenancy:
     namespaces: frozenset[str] | None = None
     allowed_endpoints: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     inventory_owners: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    # The wipe image a returned bare-metal machine boots before its next holder
+    # (cluster/machine_hygiene.py); None: returned machines go back to their namespace alone.
+    machine_wipe_image_url: str | None = None
 
     def serves(self, namespace: str) -> bool:
         """Whether NodePools and NodeClasses of `namespace` are served: the operator's own

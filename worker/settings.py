@@ -349,6 +349,15 @@ class Settings(BaseSettings):
         "inventory).",
     )
 
+    machine_wipe_image_url: str = Field(
+        default="",
+        description="The wipe image a returned Redfish machine boots once (as virtual media) "
+        "before anyone else may take it: it wipes every disk and powers the machine off when "
+        'done, which the worker waits for (docs/security.md, "Bare metal between '
+        'tenants"). A plain http(s) URL the BMCs can fetch. Unset: a returned machine is '
+        "not wiped, and only the namespace that held it may take it again.",
+    )
+
     # --- operations -----------------------------------------------------------------------
     health_port: int = Field(
         default=8081, description="/healthz and /readyz for the kubelet's probes; 0 disables."
@@ -426,6 +435,13 @@ class Settings(BaseSettings):
     def _inventory_owners(cls, value: dict[str, list[str]]) -> dict[str, list[str]]:
         return checked_inventory_owners(value)
 
+    @field_validator("machine_wipe_image_url")
+    @classmethod
+    def _machine_wipe_image_url(cls, value: str) -> str:
+        if value and url_parts(value) is None:
+            raise ValueError(f"{value!r} is not a plain http(s) URL a BMC can boot")
+        return value
+
     def tenancy(self) -> Tenancy:
         """What the worker's activities and the trigger enforce (cluster/tenancy.py)."""
         return Tenancy(
@@ -435,6 +451,7 @@ class Settings(BaseSettings):
             else frozenset(self.tenant_namespaces),
             allowed_endpoints={k: tuple(v) for k, v in self.allowed_endpoints.items()},
             inventory_owners={k: tuple(v) for k, v in self.inventory_owners.items()},
+            machine_wipe_image_url=self.machine_wipe_image_url or None,
         )
 
     def pool_task_timeout(self) -> timedelta:

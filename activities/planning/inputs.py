@@ -22,6 +22,7 @@ from datetime import UTC, datetime
 
 from activities.credentials import read_provider_credential, read_secret_value
 from activities.kube_reads import KubeReads
+from activities.machine_ledger import tenant_provider
 from activities.planning.cloudbroker import (
     CloudBrokerClient,
     CloudBrokerFatal,
@@ -137,7 +138,9 @@ class PlanningInputs:
         credential = read_provider_credential(self._reads, request.namespace, block)
         provider: Provider | None = None
         try:
-            provider = cls(block, credential, request.namespace)
+            provider = tenant_provider(
+                cls, block, credential, request.namespace, self._tenancy, self._reads
+            )
             types = provider.instance_types()
         except FatalError as err:
             raise application_error(

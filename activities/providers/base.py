@@ -7,14 +7,17 @@ and decides from them — retry, try the next offering, or fail with a message t
 from __future__ import annotations
 
 import abc
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
-from typing import ClassVar
+from typing import ClassVar, Protocol
 
 from pydantic import BaseModel
 
 from api import labels as L
 from api.nodeclass import ProviderBlock
+from cluster.machine_hygiene import MachineRecord
 
 
 class InstanceState(StrEnum):
@@ -96,6 +99,26 @@ def split_instance_id(value: str) -> tuple[str, str, str]:
     return provider, region, native
 
 
+class MachineLedger(Protocol):
+    """Who holds or last held each shared machine (`activities/machine_ledger.py`)."""
+
+    def read(self, key: str) -> MachineRecord | None: ...
+
+    def change(
+        self, key: str, step: Callable[[MachineRecord | None], MachineRecord | None]
+    ) -> MachineRecord | None: ...
+
+
+@dataclass(frozen=True)
+class SharedMachines:
+    """What the operator's configuration says of machines that pass between tenants: the
+    worker's ledger of them, and the wipe image a returned machine boots once (None: none;
+    a returned machine goes back to its own namespace alone)."""
+
+    ledger: MachineLedger
+    wipe_image_url: str | None = None
+
+
 class Provider(abc.ABC):
     """One cloud. Implementations are synchronous (every SDK is) and run in activity threads."""
 
@@ -106,17 +129,27 @@ class Provider(abc.ABC):
     # outlives the boot that read it until `release_first_boot` removes it (Proxmox: the seed
     # ISO on a storage). Elsewhere user data is the VM's own, gone with it.
     keeps_first_boot: ClassVar[bool] = False
+    # Whether its machines serve claim after claim of different tenants (bare metal): built
+    # with `SharedMachines`, which it consults before it hands a machine to a claim.
+    shares_machines: ClassVar[bool] = False
 
     def __init__(
-        self, block: ProviderBlock, credential: str | None, namespace: str | None = None
+        self,
+        block: ProviderBlock,
+        credential: str | None,
+        namespace: str | None = None,
+        *,
+        shared: SharedMachines | None = None,
     ) -> None:
         """`credential` is read from `namespace`, the NodeClass's (a claim's, a scope's):
         the tenant this provider acts for, which a provider that serves many tenants is told
         (the plug-in contract's namespace header). None: no tenant (`cloudburst dev`'s look
-        at a catalog)."""
+        at a catalog). `shared`: given to a provider that `shares_machines` (None: it
+        keeps no ledger, as when a test builds one alone)."""
         self.block = block
         self.credential = credential
         self.namespace = namespace
+        self.shared = shared
 
     @abc.abstractmethod
     def create(self, spec: InstanceSpec) -> Instance:

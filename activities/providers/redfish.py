@@ -49,6 +49,8 @@ import hashlib
 import hmac
 import json
 import logging
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar, NoReturn
 from urllib.parse import urlsplit
@@ -67,11 +69,15 @@ from activities.providers.base import (
     InstanceType,
     Provider,
     RetryableError,
+    SharedMachines,
     instance_id,
     split_instance_id,
 )
 from api import labels as L
 from api.nodeclass import RedfishClass, RedfishMachine
+from cluster import machine_hygiene as hygiene
+from cluster.machine_hygiene import MachineRecord, WipeStep
+from cluster.tenancy import inventory_key
 
 log = logging.getLogger(__name__)
 
@@ -95,12 +101,18 @@ class RedfishProvider(Provider):
     """`credential` is a JSON object of machine name to that BMC's `username:password`."""
 
     name: ClassVar[str] = "redfish"
+    shares_machines: ClassVar[bool] = True
     block: RedfishClass
 
     def __init__(
-        self, block: RedfishClass, credential: str | None, namespace: str | None = None
+        self,
+        block: RedfishClass,
+        credential: str | None,
+        namespace: str | None = None,
+        *,
+        shared: SharedMachines | None = None,
     ) -> None:
-        super().__init__(block, credential, namespace)
+        super().__init__(block, credential, namespace, shared=shared)
         try:
             logins = json.loads(credential or "{}")
         except ValueError:
@@ -290,16 +302,141 @@ class RedfishProvider(Provider):
                 exc, f"{what}: write the first-boot script of {machine}", creating=True
             )
 
-    def _release(self, machine: str, what: str) -> None:
+    def _release(
+        self,
+        machine: str,
+        what: str,
+        names: tuple[str, ...] = (ONE_TIME_SEED, "user-data", "meta-data"),
+    ) -> None:
         """Remove the one-time seed (it holds a join token) and the script at the address of
         the contract before it (a holding from an earlier release), then the record."""
-        for name in (ONE_TIME_SEED, "user-data", "meta-data"):
+        for name in names:
             try:
                 response = self._http.delete(f"{self.seed_url}/{machine}/{name}")
                 if response.status_code != 404:
                     response.raise_for_status()
             except httpx.HTTPError as exc:
                 self._seed_error(exc, f"{what}: remove the seed of {machine}")
+
+    # ---- the worker's ledger of machines (cluster/machine_hygiene.py) ----------------------
+
+    def _key(self, machine: str) -> str:
+        entry = self.machines[machine]
+        return hygiene.machine_key(inventory_key(entry.bmc), entry.system_id)
+
+    def _ledger(self) -> dict[str, MachineRecord | None]:
+        """Each machine's record in the ledger (all None without one)."""
+        if self.shared is None:
+            return dict.fromkeys(self.machines)
+        return {m: self.shared.ledger.read(self._key(m)) for m in self.machines}
+
+    def _refusal(self, record: MachineRecord | None, claim_uid: str) -> str | None:
+        """Why the ledger keeps this provider's namespace (a claim of it: `claim_uid`) from
+        the machine, if it does."""
+        if self.shared is None:
+            return None
+        return hygiene.may_take(record, self.namespace or "", claim_uid)
+
+    def _change(
+        self, machine: str, step: Callable[[MachineRecord | None], MachineRecord | None]
+    ) -> MachineRecord | None:
+        if self.shared is None:
+            return None
+        return self.shared.ledger.change(self._key(machine), step)
+
+    def _take(self, machine: str, spec: InstanceSpec) -> tuple[bool, MachineRecord | None]:
+        """Enter the claim as the machine's holder in the ledger, where it may take it;
+        whether it did, and the record before (to put back if the create goes no further)."""
+        if self.shared is None:
+            return True, None
+        namespace, uid = spec.namespace or self.namespace or "", spec.claim_uid or spec.name
+        before: list[MachineRecord | None] = []
+
+        def step(record: MachineRecord | None) -> MachineRecord | None:
+            before[:] = [record]
+            if hygiene.may_take(record, namespace, uid) is not None:
+                return None
+            return hygiene.taken(machine, namespace, uid)
+
+        after = self._change(machine, step)
+        mine = after is not None and after.state == hygiene.HELD and after.claim_uid == uid
+        return mine, (before[0] if before else None)
+
+    def _untake(self, machine: str, spec: InstanceSpec, before: MachineRecord | None) -> None:
+        """Put the record back as it was before `_take`, if the claim still holds it there:
+        nothing of the claim ran on the machine."""
+        uid = spec.claim_uid or spec.name
+
+        def step(record: MachineRecord | None) -> MachineRecord | None:
+            if record is None or record.state != hygiene.HELD or record.claim_uid != uid:
+                return None
+            return before or hygiene.cleaned(machine)
+
+        self._change(machine, step)
+
+    # ---- the wipe between tenants ----------------------------------------------------------
+
+    def _start_wipe(self, machine: str, seen: _Machine, what: str) -> None:
+        """Boot the operator's wipe image once (virtual media): the machine is off, its
+        one-time seed gone, so nothing but the wipe image runs on it."""
+        image = self.shared.wipe_image_url if self.shared else None
+        if not image:
+            raise FatalError(self.name, f"{what}: no wipe image configured")
+        self._release(machine, what, (ONE_TIME_SEED,))
+        system = seen.system
+        try:
+            for media in system.virtual_media.get_members():
+                types = {str(getattr(t, "value", t)) for t in media.media_types or []}
+                if types & {"CD", "DVD"}:
+                    if media.inserted:
+                        media.eject_media()
+                    media.insert_media(image, inserted=True, write_protected=True)
+                    break
+            else:
+                raise FatalError(
+                    self.name,
+                    f"{what}: the BMC of machine {machine} offers no CD virtual media for the "
+                    "wipe image",
+                    "the wipe between tenants boots CLOUDBURST_MACHINE_WIPE_IMAGE_URL as "
+                    "virtual media; remove the machine from the inventory, or the setting",
+                )
+            system.set_system_boot_options(
+                target=sushy.BootSource.CD, enabled=sushy.BootSourceOverrideEnabled.ONCE
+            )
+            system.reset_system(sushy.ResetType.ON)
+        except sushy_errors.SushyError as exc:
+            raise self._bmc_error(machine, exc, f"{what}: boot the wipe image") from None
+        log.info("machine %s booting the wipe image %s", machine, image)
+
+    def _advance_wipe(self, machine: str, record: MachineRecord, what: str) -> bool:
+        """One look at a machine being wiped: whether its wipe is done (the machine then
+        returned: media ejected, seed record removed, the ledger's record clean)."""
+        seen = self._look(machine, what)
+        step = hygiene.wipe_step(record, seen.power, time.time())
+        if step is WipeStep.SEEN_RUNNING:
+            self._change(
+                machine,
+                lambda r: (
+                    hygiene.seen_running(r) if r is not None and r.state == hygiene.WIPING else None
+                ),
+            )
+        elif step is WipeStep.START_AGAIN:
+            if record.wipe_started_at is not None:
+                log.warning("machine %s: its wipe never ran; starting it again", machine)
+            self._change(machine, lambda r: hygiene.wiping(r, time.time()) if r else None)
+            self._start_wipe(machine, seen, what)
+        elif step is WipeStep.DONE:
+            try:
+                for media in seen.system.virtual_media.get_members():
+                    if media.inserted:
+                        media.eject_media()
+            except sushy_errors.SushyError as exc:
+                raise self._bmc_error(machine, exc, f"{what}: eject the wipe image") from None
+            self._release(machine, what)
+            self._change(machine, lambda r: hygiene.cleaned(machine))
+            log.info("machine %s wiped and returned", machine)
+            return True
+        return False
 
     # ---- Provider --------------------------------------------------------------------------
 
@@ -316,6 +453,7 @@ class RedfishProvider(Provider):
         for machine, record in records.items():
             if _holds(record, spec):
                 log.info("machine %s already holds %s; resuming", machine, spec.name)
+                self._take(machine, spec)  # its seed record proves the holding already
                 seen = self._look(machine, what)
                 if seen.power in ("Off", "PoweringOff"):
                     # Not booted yet (a create interrupted before its seed was written, or
@@ -325,8 +463,14 @@ class RedfishProvider(Provider):
                 # naming the claim by name, and so does its id.
                 return self._boot(machine, spec, what, seen, holder=_holder(record or {}))
         unreachable: list[str] = []
+        ledger = self._ledger()
+        kept: list[str] = []
         for machine, record in records.items():
             if record is not None:
+                continue
+            why = self._refusal(ledger[machine], spec.claim_uid or spec.name)
+            if why is not None:
+                kept.append(f"{machine} ({why})")
                 continue
             try:
                 seen = self._look(machine, what)
@@ -336,15 +480,23 @@ class RedfishProvider(Provider):
                 continue
             if seen.shape != spec.instance_type or seen.power != "Off":
                 continue
+            mine, before = self._take(machine, spec)
+            if not mine:
+                log.info("machine %s was taken meanwhile", machine)
+                continue
             if not self._claim(machine, spec, what):
                 log.info("machine %s was taken meanwhile", machine)
+                self._untake(machine, spec, before)
                 continue
             try:
                 self._write_seed(machine, spec, what)
                 return self._boot(machine, spec, what, seen)
             except (FatalError, CapacityError):
                 self._release_quietly(machine, what)
+                self._untake(machine, spec, before)
                 raise
+        if kept:
+            log.info("%s: machines not offered to namespace %s: %s", what, spec.namespace, kept)
         also = (
             f" ({len(unreachable)} did not answer: {', '.join(unreachable)})" if unreachable else ""
         )
@@ -454,12 +606,24 @@ class RedfishProvider(Provider):
         return self._instance(machine, holder, record.get(L.NODECLAIM, ""), labels, shape, power)
 
     def get(self, instance_id: str) -> Instance | None:
+        """The holding, or None once returned. A machine being wiped is still the claim's
+        (stopping) until its wipe is done: each look advances the wipe, so the delete that
+        waits on it sees the wipe image running and then done."""
         holder, machine = self._holding(instance_id)
         what = f"get {instance_id}"
         record = self._record(machine, what)
         if record is None or not _is_holder(record, holder):
             return None  # returned, perhaps held by a later claim now
+        wipe = self._ledger_record(machine)
+        if wipe is not None and wipe.state == hygiene.WIPING:
+            if self._advance_wipe(machine, wipe, what):
+                return None
+            instance = self._from_record(machine, record, what)
+            return instance.model_copy(update={"state": InstanceState.STOPPING})
         return self._from_record(machine, record, what)
+
+    def _ledger_record(self, machine: str) -> MachineRecord | None:
+        return self.shared.ledger.read(self._key(machine)) if self.shared else None
 
     def list_owned(self, cluster_id: str) -> list[Instance]:
         what = f"list machines of cluster {cluster_id!r}"
@@ -471,11 +635,18 @@ class RedfishProvider(Provider):
         return found
 
     def delete(self, instance_id: str) -> None:
+        """Power the machine off and return it: wiped first where the operator configured a
+        wipe (the machine stays the claim's, stopping, until the wipe is done: `get`), else
+        released to the claim's namespace alone."""
         holder, machine = self._holding(instance_id)
         what = f"delete {instance_id}"
         record = self._record(machine, what)
         if record is None or not _is_holder(record, holder):
             log.info("%s already returned", instance_id)
+            return
+        entry = self._ledger_record(machine)
+        if entry is not None and entry.state == hygiene.WIPING:
+            self._advance_wipe(machine, entry, what)
             return
         seen = self._look(machine, what)
         try:
@@ -487,12 +658,21 @@ class RedfishProvider(Provider):
                         media.eject_media()
         except sushy_errors.SushyError as exc:
             raise self._bmc_error(machine, exc, f"{what}: power off") from None
+        if self.shared is not None and self.shared.wipe_image_url:
+            # Nobody takes it from here on; the wipe image boots at the first look that
+            # finds it off (`get`, or this delete asked again).
+            self._change(machine, lambda r: _to_wipe(machine, r, record))
+            self._release(machine, what, (ONE_TIME_SEED,))
+            log.info("machine %s powering off to be wiped (was %s)", machine, holder)
+            return
         self._release(machine, what)
+        self._change(machine, lambda r: _to_released(machine, r, record))
         log.info("machine %s powered off and returned (was %s)", machine, holder)
 
     def instance_types(self) -> list[InstanceType]:
         what = "list machine shapes"
         shapes: dict[str, InstanceType] = {}
+        ledger = self._ledger()
         for machine in self.machines:
             try:
                 seen = self._look(machine, what)
@@ -502,7 +682,11 @@ class RedfishProvider(Provider):
             if seen.shape is None:
                 log.warning("machine %s: its BMC reports no size and the inventory none", machine)
                 continue
-            free = seen.power == "Off" and self._record(machine, what) is None
+            free = (
+                seen.power == "Off"
+                and self._record(machine, what) is None
+                and self._refusal(ledger[machine], "") is None
+            )
             entry = shapes.setdefault(
                 seen.shape,
                 InstanceType(
@@ -548,6 +732,28 @@ def _holds(record: dict[str, str] | None, spec: InstanceSpec) -> bool:
     if record.get(L.NODECLAIM) != spec.name:
         return False
     return not spec.claim_uid or record.get(L.NODECLAIM_UID, spec.claim_uid) == spec.claim_uid
+
+
+def _ledger_holder(machine: str, seed_record: dict[str, str]) -> MachineRecord:
+    """The holder a seed record names, as the ledger records one (a holding taken before the
+    ledger kept machines)."""
+    return hygiene.taken(machine, seed_record.get(L.NODEPOOL_NAMESPACE, ""), _holder(seed_record))
+
+
+def _to_wipe(
+    machine: str, record: MachineRecord | None, seed_record: dict[str, str]
+) -> MachineRecord | None:
+    if record is not None and record.state == hygiene.WIPING:
+        return None
+    return hygiene.wiping(record or _ledger_holder(machine, seed_record), None)
+
+
+def _to_released(
+    machine: str, record: MachineRecord | None, seed_record: dict[str, str]
+) -> MachineRecord | None:
+    if record is not None and record.state in (hygiene.RELEASED, hygiene.CLEAN):
+        return None
+    return hygiene.released(record or _ledger_holder(machine, seed_record))
 
 
 def _holder(record: dict[str, str]) -> str:

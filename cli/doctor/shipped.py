@@ -89,6 +89,7 @@ NEEDS: tuple[Need, ...] = (
     _worker("install", "", "configmaps", "get", "patch", names=("cloudburst-catalog",)),
     _worker("install", "", "configmaps", "create"),
     _worker("install", "", "configmaps", "get", "patch", names=("cloudburst-release",)),
+    _worker("install", "", "configmaps", "get", "update", names=("cloudburst-machines",)),
     # ClusterRole cloudburst-trigger
     _trigger("cluster", "", "nodes", "get", "list", "watch"),
     _trigger("cluster", "", "pods", "get", "list", "watch"),

@@ -151,6 +151,8 @@ def test_every_setting_reaches_the_environment_name_the_processes_read(helm: Pat
     def value_for(name: str, prop: dict[str, Any]) -> Any:
         if name == "clusterId":
             return "test-cluster"
+        if name == "machineWipeImageUrl":
+            return "https://boot.internal/wipe.iso"
         if "enum" in prop:
             return prop["enum"][-1]
         options = [p for p in prop.get("anyOf", [prop]) if p.get("type") != "null"]

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from activities.machine_ledger import MACHINES_CONFIGMAP
 from api.prices import CATALOG_CONFIGMAP
 from cli.commands.tenant_rbac import tenant_objects
 from tests.deploy.conftest import OVERLAYS
@@ -140,7 +141,11 @@ def test_user_roles_aggregate_into_view_and_edit(rendered: dict[str, list[dict[s
 
 # The ConfigMaps the worker reads and patches in its own namespace, each granted by name: the
 # scan sees the calls, not the names they pass. Only `create` cannot be held to a name.
-NAMED_CONFIGMAPS = {CATALOG_CONFIGMAP: {"get", "patch"}, RELEASE_CONFIGMAP: {"get", "patch"}}
+NAMED_CONFIGMAPS = {
+    CATALOG_CONFIGMAP: {"get", "patch"},
+    RELEASE_CONFIGMAP: {"get", "patch"},
+    MACHINES_CONFIGMAP: {"get", "update"},
+}
 
 
 def test_the_worker_reads_and_patches_its_configmaps_by_name(

@@ -527,3 +527,67 @@ def standin(*, boot_delay_s: float = 1.0, host: str = "127.0.0.1") -> RedfishBri
 
 
 __all__ = ["INVENTORY", "Machine", "RedfishBridge", "SeedServer", "inventory", "standin"]
+
+
+class WipeImage:
+    """What the operator's wipe image does on a machine that boots it (docs/security.md,
+    "Bare metal between tenants"), played against the emulator: a machine powered on
+    with `image_url` in its virtual CD runs the wipe for `wipe_s`, then powers itself off —
+    the report the worker waits for. The fake driver has no disks to wipe (its systems have
+    no storage), so `wiped` counts the runs; what a real image erases is not shown here.
+
+    Runs while its `with` block does, looking every `poll_s` (each read also lands the fake
+    driver's pending power changes)."""
+
+    def __init__(
+        self, bridge: RedfishBridge, image_url: str, wipe_s: float = 1.0, poll_s: float = 0.2
+    ) -> None:
+        self.bridge = bridge
+        self.image_url = image_url
+        self.wipe_s = wipe_s
+        self.poll_s = poll_s
+        self.wiped: Counter[str] = Counter()
+        self._running_since: dict[str, float] = {}
+        self._powering_off: set[str] = set()  # asked to power off, not off yet
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="wipe-image", daemon=True)
+
+    def __enter__(self) -> WipeImage:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+    def _run(self) -> None:
+        auth = (USER, self.bridge.password)
+        with httpx.Client(auth=auth, timeout=5) as http:
+            while not self._stop.wait(self.poll_s):
+                for machine in self.bridge.machines:
+                    try:
+                        self._look(http, machine)
+                    except (httpx.HTTPError, ValueError):
+                        continue  # the emulator restarting or busy: look again next time
+
+    def _look(self, http: httpx.Client, machine: Machine) -> None:
+        system = f"{self.bridge.endpoint}/Systems/{machine.uuid}"
+        power = http.get(system).json().get("PowerState")
+        media = http.get(f"{system}/VirtualMedia/Cd").json()
+        if machine.name in self._powering_off:
+            if power == "Off":
+                self._powering_off.discard(machine.name)
+            return
+        booted = power == "On" and media.get("Inserted") and media.get("Image") == self.image_url
+        if not booted:
+            self._running_since.pop(machine.name, None)
+            return
+        since = self._running_since.setdefault(machine.name, time.monotonic())
+        if time.monotonic() - since < self.wipe_s:
+            return
+        http.post(
+            f"{system}/Actions/ComputerSystem.Reset", json={"ResetType": "ForceOff"}
+        ).raise_for_status()
+        self.wiped[machine.name] += 1
+        self._running_since.pop(machine.name, None)
+        self._powering_off.add(machine.name)
