@@ -432,8 +432,10 @@ class RedfishProvider(Provider):
                         media.eject_media()
             except sushy_errors.SushyError as exc:
                 raise self._bmc_error(machine, exc, f"{what}: eject the wipe image") from None
-            self._release(machine, what)
+            # The ledger first: a crash before the record goes leaves the record, and the
+            # retried delete wipes the machine once more rather than never freeing it.
             self._change(machine, lambda r: hygiene.cleaned(machine))
+            self._release(machine, what)
             log.info("machine %s wiped and returned", machine)
             return True
         return False
@@ -452,8 +454,12 @@ class RedfishProvider(Provider):
         records = {m: self._record(m, what, creating=True) for m in self.machines}
         for machine, record in records.items():
             if _holds(record, spec):
+                if not self._take(machine, spec)[0]:
+                    # Its record written, the ledger then gave the machine to another claim
+                    # (through another seed server): the record is all it had.
+                    self._release_quietly(machine, what)
+                    continue
                 log.info("machine %s already holds %s; resuming", machine, spec.name)
-                self._take(machine, spec)  # its seed record proves the holding already
                 seen = self._look(machine, what)
                 if seen.power in ("Off", "PoweringOff"):
                     # Not booted yet (a create interrupted before its seed was written, or
@@ -480,20 +486,24 @@ class RedfishProvider(Provider):
                 continue
             if seen.shape != spec.instance_type or seen.power != "Off":
                 continue
-            mine, before = self._take(machine, spec)
-            if not mine:
-                log.info("machine %s was taken meanwhile", machine)
-                continue
+            # The seed record first, then the ledger: whatever line a crash stops at, what
+            # is entered in the ledger has its record, which a retried create resumes and a
+            # delete finds by its labels (a ledger entry alone would hold the machine for
+            # good).
             if not self._claim(machine, spec, what):
                 log.info("machine %s was taken meanwhile", machine)
-                self._untake(machine, spec, before)
+                continue
+            mine, before = self._take(machine, spec)
+            if not mine:
+                log.info("machine %s was taken meanwhile (the ledger)", machine)
+                self._release_quietly(machine, what)
                 continue
             try:
                 self._write_seed(machine, spec, what)
                 return self._boot(machine, spec, what, seen)
             except (FatalError, CapacityError):
-                self._release_quietly(machine, what)
                 self._untake(machine, spec, before)
+                self._release_quietly(machine, what)
                 raise
         if kept:
             log.info("%s: machines not offered to namespace %s: %s", what, spec.namespace, kept)
@@ -615,6 +625,8 @@ class RedfishProvider(Provider):
         if record is None or not _is_holder(record, holder):
             return None  # returned, perhaps held by a later claim now
         wipe = self._ledger_record(machine)
+        if _held_by_another(wipe, holder):
+            return None  # its record lost the machine to a claim the ledger gave it to
         if wipe is not None and wipe.state == hygiene.WIPING:
             if self._advance_wipe(machine, wipe, what):
                 return None
@@ -645,6 +657,12 @@ class RedfishProvider(Provider):
             log.info("%s already returned", instance_id)
             return
         entry = self._ledger_record(machine)
+        if _held_by_another(entry, holder):
+            # The ledger gave the machine to another claim (through another seed server):
+            # this claim never ran on it, and its power is not this claim's to touch.
+            self._release(machine, what)
+            log.info("%s: machine %s is another claim's; its record removed", what, machine)
+            return
         if entry is not None and entry.state == hygiene.WIPING:
             self._advance_wipe(machine, entry, what)
             return
@@ -665,8 +683,10 @@ class RedfishProvider(Provider):
             self._release(machine, what, (ONE_TIME_SEED,))
             log.info("machine %s powering off to be wiped (was %s)", machine, holder)
             return
-        self._release(machine, what)
+        # The ledger first: a crash before the record goes leaves the record, which the
+        # retried delete finds again.
         self._change(machine, lambda r: _to_released(machine, r, record))
+        self._release(machine, what)
         log.info("machine %s powered off and returned (was %s)", machine, holder)
 
     def instance_types(self) -> list[InstanceType]:
@@ -738,6 +758,16 @@ def _ledger_holder(machine: str, seed_record: dict[str, str]) -> MachineRecord:
     """The holder a seed record names, as the ledger records one (a holding taken before the
     ledger kept machines)."""
     return hygiene.taken(machine, seed_record.get(L.NODEPOOL_NAMESPACE, ""), _holder(seed_record))
+
+
+def _held_by_another(entry: MachineRecord | None, holder: str) -> bool:
+    """Whether the ledger says another claim than the holding `holder` holds the machine."""
+    return (
+        entry is not None
+        and entry.state == hygiene.HELD
+        and bool(entry.claim_uid)
+        and entry.claim_uid != holder
+    )
 
 
 def _to_wipe(

@@ -21,14 +21,16 @@ from activities.machine_ledger import tenant_provider
 from activities.providers.base import CapacityError, InstanceSpec, Provider
 from activities.providers.redfish import RedfishProvider
 from cluster.tenancy import Tenancy
-from sim.clouds.redfish import RedfishBridge, WipeImage, inventory
+from sim.clouds.redfish import RedfishBridge, SeedServer, WipeImage, inventory
 from tests.providers.harness_redfish import block, logins
 
 SHAPE = "metal-16c64g"
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def bridge() -> Iterator[RedfishBridge]:
+    """One machine, a fresh emulator per test (what one test leaves in the ledger, a machine
+    released to its namespace, is no other test's start)."""
     with RedfishBridge(machines=inventory((("shared", 1, 16, 64),)), poll_s=0.1) as b:
         b.seed.write("images", "wipe.iso", b"a wipe image")
         yield b
@@ -146,3 +148,56 @@ def test_without_a_wipe_only_the_namespace_that_held_a_machine_takes_it_again(
     assert free(a) == 1
     again = a.create(claim("again", team_a, cluster_id))
     returned(a, again.id, [])
+
+
+def test_a_claim_whose_record_lost_the_machine_in_the_ledger_never_powers_it_off(
+    bridge: RedfishBridge, worker_api_client: client.ApiClient, unique: str
+) -> None:
+    """Two namespaces reach the one machine through two seed servers. team-a's claim holds
+    it; team-b's create wrote its record on its own seed server and stopped there (a crash,
+    or the ledger refused it). team-b's claim is deleted: its record goes, team-a's machine
+    keeps running, and team-b's look finds nothing of its own. Fails without the fix: team-b's
+    delete powered off team-a's node, since its seed server said the machine was team-b's."""
+    team_a, team_b = f"team-a-{unique}", f"team-b-{unique}"
+    tenancy = Tenancy(
+        namespaces=frozenset({team_a, team_b}),
+        allowed_endpoints={"redfish": (bridge.url, bridge.seed.url)},
+    )
+    cluster_id = f"c-{unique}"
+    a = provider_for(team_a, bridge, tenancy, worker_api_client)
+    held = a.create(claim("nc", team_a, cluster_id))
+    while bridge.power_state("shared-01") != "On":
+        time.sleep(0.3)
+
+    other_seeds = SeedServer()
+    other_seeds.start()
+    try:
+        b_claim = claim("nc", team_b, cluster_id)
+        labels = b_claim.holder_labels()
+        other_seeds.write(
+            "shared-01",
+            "meta-data",
+            "".join(
+                f'{k}: "{v}"\n' for k, v in {**labels, "cloudburst-machine": "shared-01"}.items()
+            ).encode(),
+        )
+        core = client.CoreV1Api(worker_api_client)
+        b = tenant_provider(
+            RedfishProvider,
+            block(bridge, seedUrl=other_seeds.url),
+            logins(bridge),
+            team_b,
+            tenancy,
+            core,
+            core,
+        )
+        [found] = b.list_owned(cluster_id)  # the delete of a claim without its id finds this
+        assert b.get(found.id) is None
+        b.delete(found.id)
+        assert other_seeds.read("shared-01", "meta-data") is None
+        time.sleep(2)  # the fake driver would land a power-off within 1-11 s of a read
+        assert bridge.power_state("shared-01") == "On"
+        assert a.get(held.id) is not None
+    finally:
+        other_seeds.stop()
+    returned(a, held.id, [])
