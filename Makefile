@@ -34,7 +34,7 @@ typecheck: setup
 
 # The fast lane: every test that needs no running stack — models, decisions, planning, CLI
 # output, the manifests, and workflow logic with stand-in activities on one Temporal dev server
-# per process. CLOUDBURST_FAST_LANE makes a test that asks for a simulated cluster fail
+# per process (and a time-skipping one where a test skips retries' backoffs). CLOUDBURST_FAST_LANE makes a test that asks for a simulated cluster fail
 # (tests/conftest.py); `slow` ones (real process kills, hundreds of claims) run in `make test`.
 unit: setup helm
 	CLOUDBURST_FAST_LANE=1 $(BIN)/pytest -n 2 -m "not slow" tests/unit tests/workflows tests/deploy
