@@ -61,7 +61,7 @@ test: lint typecheck controlplane helm
 	promtool test rules tests/monitoring/prometheus-rules.test.yaml
 	@# Bytecode, as the image has it: the workflow sandbox loads workflow modules afresh for
 	@# every run, and compiles them each time where none was written (PYTHONDONTWRITEBYTECODE).
-	$(BIN)/python -m compileall -q api activities approver cluster cli planner reporting simulator/sim trigger worker workflows >/dev/null
+	$(BIN)/python -m compileall -q api activities approver cluster cli planner observability simulator/sim trigger worker workflows >/dev/null
 	@# What needs no whole stack, on both cores (what talks to the API server on a control plane
 	@# of each worker's own). Then the end-to-end tests on Kubernetes' own control plane, two
 	@# workers each with a cluster and a Temporal server of its own, handing their histories
