@@ -34,7 +34,7 @@ typecheck: setup
 
 # The fast lane: every test that needs no running stack — models, decisions, planning, CLI
 # output, the manifests, and workflow logic with stand-in activities on one Temporal dev server
-# per process. CLOUDBURST_FAST_LANE makes a test that asks for a simulated cluster fail
+# per process (and a time-skipping one where a test skips retries' backoffs). CLOUDBURST_FAST_LANE makes a test that asks for a simulated cluster fail
 # (tests/conftest.py); `slow` ones (real process kills, hundreds of claims) run in `make test`.
 unit: setup helm
 	CLOUDBURST_FAST_LANE=1 $(BIN)/pytest -n 2 -m "not slow" tests/unit tests/workflows tests/deploy
@@ -61,7 +61,7 @@ test: lint typecheck controlplane helm
 	promtool test rules tests/monitoring/prometheus-rules.test.yaml
 	@# Bytecode, as the image has it: the workflow sandbox loads workflow modules afresh for
 	@# every run, and compiles them each time where none was written (PYTHONDONTWRITEBYTECODE).
-	$(BIN)/python -m compileall -q api activities approver cluster cli planner reporting simulator/sim trigger worker workflows >/dev/null
+	$(BIN)/python -m compileall -q api activities approver cluster cli planner observability simulator/sim trigger worker workflows >/dev/null
 	@# What needs no whole stack, on both cores (what talks to the API server on a control plane
 	@# of each worker's own). Then the end-to-end tests on Kubernetes' own control plane, two
 	@# workers each with a cluster and a Temporal server of its own, handing their histories

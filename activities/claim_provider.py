@@ -23,8 +23,8 @@ from api.events import KubeEvent, ObjectRef
 from api.nodeclass import NodeClassSpec
 from api.nodepool import API_VERSION
 from cluster.tenancy import Tenancy
-from reporting import metrics
-from reporting.events import record_event
+from observability import metrics
+from observability.events import record_event
 
 log = logging.getLogger(__name__)
 

@@ -42,7 +42,7 @@ from api.errors import (
 from api.messages import CreateInstanceInput, InstanceInfo, InstanceRef
 from api.nodeclass import NodeClassSpec
 from cluster.tenancy import Tenancy
-from reporting import metrics
+from observability import metrics
 
 log = logging.getLogger(__name__)
 

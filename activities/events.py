@@ -1,4 +1,4 @@
-"""The `record_events` activity: the Kubernetes Events a workflow asks for (`reporting/events.py`
+"""The `record_events` activity: the Kubernetes Events a workflow asks for (`observability/events.py`
 records them)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from kubernetes import client as k8s
 from temporalio import activity
 
 from api.events import EventBatch
-from reporting.events import record_event
+from observability.events import record_event
 
 
 class EventActivities:

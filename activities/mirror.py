@@ -26,7 +26,7 @@ from api.messages import MirrorInput, MirrorResult
 from api.nodeclaim import NodeClaimStatus
 from api.nodepool import READY, VALIDATION_SUCCEEDED
 from api.nodepool.messages import NodePoolStatusUpdate
-from reporting.events import record_event
+from observability.events import record_event
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +93,7 @@ class MirrorActivities:
     @activity.defn(name="sync_nodepool_status")
     def sync_nodepool_status(self, update: NodePoolStatusUpdate) -> None:
         """The pool's status subresource (`kubectl get nodepools`): what the pool's gauges
-        are read from at scrape time (`reporting/cluster_gauges.py`)."""
+        are read from at scrape time (`observability/cluster_gauges.py`)."""
         pool = update.name
         status = update.status.model_dump(mode="json", by_alias=True, exclude_none=True)
         for _ in range(_CONFLICT_RETRIES):

@@ -26,7 +26,7 @@ from cluster.certificates import (
 )
 from cluster.node_guard import claim_ended
 from cluster.responses import discard
-from reporting.events import record_event
+from observability.events import record_event
 
 log = logging.getLogger(__name__)
 

@@ -25,7 +25,7 @@ from cluster.node_guard import (
     strangers_on_tenant_node,
 )
 from cluster.responses import discard
-from reporting.events import record_event
+from observability.events import record_event
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """The pool and claim gauges on this trigger's metrics endpoint, while it is the one of the
 running triggers that serves them: the NodePools and NodeClaims listed at each scrape, turned
-into series by `reporting/cluster_gauges.py`."""
+into series by `observability/cluster_gauges.py`."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from kubernetes import client as k8s
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from reporting.cluster_gauges import GAUGES_KEY, PendingPod, cluster_families
+from observability.cluster_gauges import GAUGES_KEY, PendingPod, cluster_families
 from trigger.peers import TriggerPeers
 from trigger.pending import PendingPodTrigger
 from worker.telemetry import current_telemetry

@@ -48,8 +48,8 @@ from cluster.matching import ClusterSpecs, described, judge, match
 from cluster.pods import is_unschedulable, pod_fields, pod_model
 from cluster.requirements import pod_demand
 from cluster.tenancy import Refusal, Tenancy
-from reporting import metrics
-from reporting.events import record_event
+from observability import metrics
+from observability.events import record_event
 from trigger.verdicts import SpecVerdicts
 from trigger.watch import Slim, start_watches
 from worker.settings import BATCH_IDLE_S, BATCH_MAX_S, PENDING_RESEND_S, Settings

@@ -30,7 +30,7 @@ from cluster.tenancy import (
     NAMESPACE_NOT_SERVED,
     NAMESPACE_SELECTOR_NOT_ALLOWED,
 )
-from reporting.events import record_event
+from observability.events import record_event
 
 log = logging.getLogger(__name__)
 

@@ -5,7 +5,7 @@
   OTLP/HTTP when `OTEL_EXPORTER_OTLP_ENDPOINT` is set (the exporter reads the standard
   `OTEL_EXPORTER_OTLP_*` variables itself), or to an exporter a test passes.
 - Metrics: the OpenTelemetry SDK, read by a Prometheus reader on `metrics_port` (our own
-  `cloudburst_*` metrics, see `reporting/metrics.py`); the Temporal SDK's own metrics come from
+  `cloudburst_*` metrics, see `observability/metrics.py`); the Temporal SDK's own metrics come from
   its Rust core on `sdk_metrics_port` through a `Runtime`.
 
 OpenTelemetry's global providers can be set only once per process, so nothing here depends on
@@ -33,7 +33,7 @@ from prometheus_client import CollectorRegistry, start_http_server
 from temporalio.client import Interceptor
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 
-from reporting import metrics
+from observability import metrics
 
 log = logging.getLogger(__name__)
 

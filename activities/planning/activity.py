@@ -18,9 +18,9 @@ from activities.planning.inputs import PlanningInputs, RecommenderFactory
 from activities.planning.pending import PendingInCluster
 from api.planning import Plan, PlanRequest
 from cluster.tenancy import Tenancy
+from observability import metrics
 from planner.catalog import oldest_prices, stale_price_notes
 from planner.plan import plan_capacity
-from reporting import metrics
 
 log = logging.getLogger(__name__)
 

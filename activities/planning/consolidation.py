@@ -32,8 +32,8 @@ from api.planning import PlanRequest, PodDemand, Resources, Toleration
 from api.quantity import cpu_millis, memory_bytes
 from cluster.pods import has_do_not_disrupt, is_left_alone
 from cluster.requirements import pod_demand
+from observability.events import record_event
 from planner.plan import plan_capacity
-from reporting.events import record_event
 
 log = logging.getLogger(__name__)
 

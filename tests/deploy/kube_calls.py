@@ -3,10 +3,10 @@
 An AST scan finds every method of `CoreV1Api`, `AppsV1Api`, `PolicyV1Api`,
 `CoordinationV1Api`, `CertificatesV1Api` and `CustomObjectsApi` the code calls or hands to a
 watch, and turns each into the RBAC (apiGroup, resource, verb) it needs. Per process: the
-worker runs everything under `activities/`, `reporting/` and `worker/`; the trigger runs
-`trigger/` and only the functions it imports from `activities/`, `reporting/` and `cluster/`
+worker runs everything under `activities/`, `observability/` and `worker/`; the trigger runs
+`trigger/` and only the functions it imports from `activities/`, `observability/` and `cluster/`
 (followed to the helpers they call in their own module); the CSR approver runs `approver/`
-and what it imports from `reporting/` and `cluster/` likewise.
+and what it imports from `observability/` and `cluster/` likewise.
 """
 
 from __future__ import annotations
@@ -88,7 +88,7 @@ def needs_of(process: str) -> set[Need]:
     if process == "worker":
         files = [
             *sorted((ROOT / "activities").rglob("*.py")),
-            *sorted((ROOT / "reporting").glob("*.py")),
+            *sorted((ROOT / "observability").glob("*.py")),
             *sorted((ROOT / "worker").glob("*.py")),
         ]
         return {need for path in files for need in _scan(path).all()}
@@ -97,7 +97,7 @@ def needs_of(process: str) -> set[Need]:
         for path in sorted((ROOT / "trigger").glob("*.py")):
             scan = _scan(path)
             found |= scan.all()
-            for package in ("activities", "reporting", "cluster"):
+            for package in ("activities", "observability", "cluster"):
                 for module, names in scan.imports_from(package).items():
                     imported = _scan(ROOT / (module.replace(".", "/") + ".py"))
                     found |= imported.of_functions(names)
@@ -107,7 +107,7 @@ def needs_of(process: str) -> set[Need]:
         for path in sorted((ROOT / "approver").glob("*.py")):
             scan = _scan(path)
             approver |= scan.all()
-            for package in ("reporting", "cluster"):
+            for package in ("observability", "cluster"):
                 for module, names in scan.imports_from(package).items():
                     imported = _scan(ROOT / (module.replace(".", "/") + ".py"))
                     approver |= imported.of_functions(names)

@@ -19,7 +19,7 @@ DASHBOARD = DEPLOY / "chart" / "files" / "grafana-dashboard.json"
 COMPONENT = DEPLOY / "components" / "monitoring"
 MONITORING_DOC = ROOT / "docs" / "monitoring.md"
 # Where the series are named: the facade's instruments and the scrape-time gauges.
-EXPORTERS = [ROOT / "reporting" / "metrics.py", ROOT / "reporting" / "cluster_gauges.py"]
+EXPORTERS = [ROOT / "observability" / "metrics.py", ROOT / "observability" / "cluster_gauges.py"]
 SERIES = re.compile(r"\bcloudburst_[a-z_]+")
 # Suffixes Prometheus adds to an OpenTelemetry instrument's name (unit, counter, histogram).
 SUFFIXES = ("_bucket", "_count", "_sum", "_total", "_seconds")
@@ -120,7 +120,7 @@ def test_every_series_the_alerts_and_dashboard_read_is_documented_and_exported()
     assert not undocumented, f"read but not in docs/monitoring.md: {sorted(undocumented)}"
     source = "\n".join(path.read_text() for path in EXPORTERS)
     unexported = {s for s in documented if f'"{instrument_name(s)}' not in source}
-    assert not unexported, f"documented but named nowhere in reporting/: {sorted(unexported)}"
+    assert not unexported, f"documented but named nowhere in observability/: {sorted(unexported)}"
 
 
 def test_the_dashboard_asks_for_its_data_source_and_has_unique_panels() -> None:

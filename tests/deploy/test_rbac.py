@@ -107,13 +107,13 @@ def test_the_scan_sees_the_calls_we_know_about() -> None:
     assert ("", "secrets", "create") in worker
     assert ("", "pods", "watch") in trigger  # a list function handed to the watch loop
     assert ("cloudburst.io", "nodepools", "watch") in trigger
-    assert ("", "events", "create") in trigger  # followed into reporting.events.record_event
+    assert ("", "events", "create") in trigger  # followed into observability.events.record_event
     assert ("", "nodes", "get") in trigger  # a Node gone while no watcher ran
     assert ("", "nodes", "delete") not in trigger  # imports a helper of kube.py, not its calls
     approver = {n.rule for n in needs_of("csr-approver")}
     assert ("certificates.k8s.io", "certificatesigningrequests", "watch") in approver
     assert ("certificates.k8s.io", "certificatesigningrequests/approval", "update") in approver
-    assert ("", "events", "create") in approver  # followed into reporting.events.record_event
+    assert ("", "events", "create") in approver  # followed into observability.events.record_event
 
 
 def test_the_csr_approver_approves_for_the_kubelets_signers_only(

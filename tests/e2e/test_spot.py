@@ -35,7 +35,7 @@ from tests.e2e.harness import (
     running_watcher,
     stack_on,
 )
-from workflows.decisions.disruption import INTERRUPTED
+from workflows.decisions.claim_disruption import INTERRUPTED
 from workflows.nodeclaim import NodeClaimWorkflow
 
 POOL = "e2e-spot"

@@ -21,7 +21,7 @@ from activities.providers.base import CapacityError
 from api.messages import claim_workflow_id
 from api.nodeclaim import Offering
 from api.nodepool.messages import pool_workflow_id
-from reporting import metrics
+from observability import metrics
 from sim.cluster import SimulatedCluster
 from tests.e2e.harness import (
     CLUSTER_ID,

@@ -1,4 +1,4 @@
-"""The pool and claim gauges from the cluster's objects (`reporting/cluster_gauges.py`)."""
+"""The pool and claim gauges from the cluster's objects (`observability/cluster_gauges.py`)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 from kubernetes import client as k8s
 from prometheus_client import CollectorRegistry, generate_latest
 
-from reporting.cluster_gauges import cluster_families
+from observability.cluster_gauges import cluster_families
 from trigger.gauges import ClusterGauges
 
 

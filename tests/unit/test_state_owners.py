@@ -17,7 +17,10 @@ node, registration), and on the pool's `dirty`, `config_error` and `config_retry
 and reconcile), `consolidate_at` (deadlines and disruption), `status_stale` (news and
 reporting), `deleted` (news and claims),
 `disruption_blocked` (news, and claims once it forgets a claim that ended without a word),
-`failed_offerings` (news and the round), `forgotten_by_look` (claims and news).
+`failed_offerings` (news and the round), `forgotten_by_look` (claims and news), and the
+pool's ledgers: `pending` (news, planning), `claims` (claims, news, planning), `blocked`
+(claims, news, planning, reporting, the round), `disruption_queue` (disruption, news, the
+spine's handlers and a transition) and `permits` (disruption, the handlers, a transition).
 """
 
 from __future__ import annotations
@@ -36,18 +39,6 @@ MUTATORS = frozenset(
     | {"discard", "setdefault", "difference_update", "intersection_update", "sort"}
 )
 CONSTRUCTION = frozenset({"__post_init__", "of", "__init__"})
-
-# The pool's ledgers that news (the trigger's and the claims' signals) and the round's phases
-# both still write: the pods it waits for, its claims, why pods wait, the disruption queue and
-# its permits. Each is a gap to close (issue #59), listed with its writers so that none gains
-# another writer and a field given one writer must leave this list.
-POOL_LEDGERS_SHARED: dict[tuple[str, str], frozenset[str]] = {
-    ("pool state", "pending"): frozenset({"news", "planning"}),
-    ("pool state", "claims"): frozenset({"claims", "news", "planning"}),
-    ("pool state", "blocked"): frozenset({"claims", "news", "planning", "reporting", "workflow"}),
-    ("pool state", "disruption_queue"): frozenset({"disruption", "news", "state", "workflow"}),
-    ("pool state", "permits"): frozenset({"disruption", "state", "workflow"}),
-}
 
 
 def fields_of(path: Path, class_name: str) -> list[str]:
@@ -142,28 +133,34 @@ def test_the_fields_are_read() -> None:
     assert {"dirty", "state"} <= set(POOL_RUN)
 
 
-def test_the_reader_finds_writes_through_every_form() -> None:
+def test_the_reader_finds_writes_through_every_form(tmp_path: Path) -> None:
     """The reader itself: a write through an alias, a subscript, a mutator and `del` each
-    count (or the checks below could pass by seeing nothing)."""
+    count, and a transition's write counts as `state` (or the checks below could pass by
+    seeing nothing)."""
     found = writers(*SHAPES["pool state"])
     assert found["config_failures"] == {"news"}  # `state.config_failures += 1`, an alias
-    assert "workflow" in found["blocked"]  # `state.blocked.clear()`, an alias
-    assert "news" in found["claims"]  # `del state.claims[name]`
-    assert "planning" in found["pending"]  # `state.pending.pop(…)`
+    (tmp_path / "phase.py").write_text(
+        "def a(run):\n    state = run.state\n    state.blocked.clear()\n"
+        "def b(run):\n    del run.state.claims[name]\n"
+        "def c(run):\n    run.state.pending.pop(uid, None)\n"
+        "def d(run):\n    run.state.claims[name].nominated.append(uid)\n"
+        "def e(run):\n    run.state.permits[name] = reason\n"
+    )
+    (tmp_path / "state.py").write_text(
+        "class PoolRun:\n    def t(self):\n        self.state.disruption_queue.pop(name)\n"
+    )
+    _, fields, roots, own = SHAPES["pool state"]
+    assert writers(tmp_path, fields, roots, own) == {
+        "blocked": {"phase"},
+        "claims": {"phase"},
+        "pending": {"phase"},
+        "permits": {"phase"},
+        "disruption_queue": {"state"},
+    }
 
 
 @pytest.mark.parametrize("shape", sorted(SHAPES))
 def test_each_field_has_one_writer(shape: str) -> None:
     found = writers(*SHAPES[shape])
-    shared = {
-        field: sorted(modules)
-        for field, modules in found.items()
-        if len(modules) > 1 and (shape, field) not in POOL_LEDGERS_SHARED
-    }
+    shared = {field: sorted(modules) for field, modules in found.items() if len(modules) > 1}
     assert not shared, f"{shape}: fields written from several modules: {shared}"
-
-
-def test_the_pool_ledgers_still_shared_gain_no_writer() -> None:
-    found = {shape: writers(*SHAPES[shape]) for shape in ("pool state", "pool run")}
-    now = {(shape, f): frozenset(found[shape][f]) for shape, f in POOL_LEDGERS_SHARED}
-    assert now == POOL_LEDGERS_SHARED

@@ -14,6 +14,7 @@ from temporalio.client import Client, WorkflowHandle
 from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
+    from activities.heartbeat import heartbeats_itself
     from api import Offering
     from api.claims import new_claim
     from api.events import EventBatch
@@ -49,12 +50,18 @@ def provider_id(node_name: str, region: str = "sim-1") -> str:
 
 class ClaimWorld:
     """The cloud and the cluster a claim sees. `create_errors[offering key]` is raised by a
-    create on that offering; `vm_exists` is what a look at the VM finds; `node_state` what a
-    poll of the node answers; `delete_blocks` holds every VM delete until it is cleared."""
+    create on that offering; `vms` are the VMs the creates made, by id (a create of a name
+    that has a VM in that region finds it, as a cloud's idempotency by name does), a delete
+    removes them; `creates_that_hang` is how many creates, having made their VM, never
+    answer nor heartbeat; with `errors_after_making`, a create that raises has made its VM; `vm_exists` is what a look at the VM finds; `node_state` what a poll of the node
+    answers; `delete_blocks` holds every VM delete until it is cleared."""
 
     def __init__(self) -> None:
         self.calls: list[tuple[str, object]] = []
         self.create_errors: dict[str, ApplicationError] = {}
+        self.vms: dict[str, InstanceInfo] = {}
+        self.creates_that_hang = 0
+        self.errors_after_making = False
         self.vm_exists = True
         self.node_state: Callable[[str], NodeState] = lambda name: NodeState(
             exists=False, ready=False
@@ -95,20 +102,31 @@ class ClaimWorld:
         )
 
     @activity.defn(name="create_instance")
+    @heartbeats_itself  # as the real one: a create that hangs is not kept alive by the worker
     async def create_instance(self, input: CreateInstanceInput) -> InstanceInfo:
         self.calls.append(("create_instance", input))
         error = self.create_errors.get(input.offering.key)
-        if error is not None:
+        if error is not None and not self.errors_after_making:
             raise error
         offering = input.offering
-        return InstanceInfo(
-            instance_id=f"{offering.provider}/{offering.region}/{input.claim_name}",
-            name=input.claim_name,
-            provider=offering.provider,
-            region=offering.region,
-            instance_type=offering.instance_type,
-            state="running",
+        instance_id = f"{offering.provider}/{offering.region}/{input.claim_name}"
+        vm = self.vms.setdefault(
+            instance_id,
+            InstanceInfo(
+                instance_id=instance_id,
+                name=input.claim_name,
+                provider=offering.provider,
+                region=offering.region,
+                instance_type=offering.instance_type,
+                state="running",
+            ),
         )
+        if error is not None:
+            raise error
+        if self.creates_that_hang > 0:
+            self.creates_that_hang -= 1
+            await asyncio.Event().wait()  # made, never answered: until the timeout cancels it
+        return vm
 
     @activity.defn(name="get_node_state")
     async def get_node_state(self, input: NodeRef) -> NodeState:
@@ -163,6 +181,14 @@ class ClaimWorld:
             activity.heartbeat()
             await asyncio.sleep(0.1)
         self.vm_exists = False
+        for instance_id, vm in list(self.vms.items()):
+            # By id, or else by the claim's name on the provider (its label).
+            if instance_id == ref.instance_id or (
+                ref.instance_id is None
+                and vm.name == ref.claim_name
+                and vm.provider == ref.provider
+            ):
+                del self.vms[instance_id]
 
     @activity.defn(name="delete_bootstrap_secrets")
     async def delete_bootstrap_secrets(self, refs: BootstrapRefs) -> None:

@@ -11,8 +11,10 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import pytest
+from temporalio.api.enums.v1 import TimeoutType
 from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 from temporalio.exceptions import ApplicationError
+from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
 from activities.heartbeat import HeartbeatInterceptor
@@ -30,6 +32,7 @@ from api.messages import (
 from api.nodeclaim import NodeClaimStatus
 from tests.workflows.claim_world import ClaimWorld, observation, start_claim
 from workflows.nodeclaim import NodeClaimWorkflow
+from workflows.retries import VM_CREATE
 
 CHEAP = Offering(provider="fake", region="sim-1", instance_type="fk-small", vcpu=2)
 NEXT = Offering(provider="fake", region="sim-2", instance_type="fk-small", vcpu=2)
@@ -138,6 +141,77 @@ async def test_an_invalid_configuration_fails_at_once_without_trying_further_off
         assert await failure_of(handle) == "InvalidConfiguration"
     creates = world.called("create_instance")
     assert [c.offering.key for c in creates if isinstance(c, CreateInstanceInput)] == [CHEAP.key]
+
+
+async def test_a_create_that_timed_out_is_tried_again_and_finds_its_vm_not_a_second(
+    temporal_client: Client,
+) -> None:
+    """The first create makes its VM and never answers (its worker hung): the attempt times
+    out, and the claim tries the same offering again, where the create finds the VM of the
+    claim's name: one VM, the claim Joining on it. Fails without the retry of a timed-out
+    create (VM_CREATE with one attempt): the claim moves on and a second VM runs in sim-2
+    beside the first, which nothing deletes.
+
+    The timeout that fires is the heartbeat's (5 s, `workflows/timeouts.py`), not the
+    create's 10-minute start-to-close: the time-skipping server skips no time while an
+    activity is in flight, and either timeout reaches the claim as the same retryable
+    timeout of the attempt."""
+    world, q = ClaimWorld(), queue()
+    world.creates_that_hang = 1
+    async with worker(temporal_client, q, world):
+        handle = await start_claim(temporal_client, q, offerings=[CHEAP, NEXT])
+        status = await until_phase(handle, NodeClaimPhase.JOINING)
+        history = await handle.fetch_history()
+    tried = [c.offering.key for c in world.called("create_instance")]  # type: ignore[attr-defined]
+    assert tried == [CHEAP.key, CHEAP.key]
+    vm = f"fake/sim-1/{name_of(handle)}"
+    assert list(world.vms) == [vm] and status.instance_id == vm
+    # The create that answered was the second attempt, after the first timed out.
+    [launched] = [
+        e.activity_task_started_event_attributes
+        for e in history.events
+        if e.HasField("activity_task_started_event_attributes")
+        and e.activity_task_started_event_attributes.attempt > 1
+    ]
+    assert launched.attempt == 2
+    timeout = launched.last_failure.timeout_failure_info.timeout_type
+    assert timeout == TimeoutType.TIMEOUT_TYPE_HEARTBEAT
+
+
+async def test_an_outage_that_outlasts_the_retries_fails_the_claim_and_leaks_no_vm(
+    skipping_env: WorkflowEnvironment,
+) -> None:
+    """Every offering's cloud answers 503 to every create, some having made the VM anyway:
+    each offering is tried as often as VM_CREATE allows (its backoffs skipped), then the
+    claim fails InsufficientCapacity, says so in its Ready condition with every offering's
+    error, and deletes by the claim's label what the failed creates made. Fails without the
+    failed claim's VM cleanup (`termination.fail`): the VMs the creates made are left
+    running."""
+    client = skipping_env.client
+    world, q = ClaimWorld(), queue()
+    for offering in (CHEAP, NEXT):
+        world.create_errors[offering.key] = ApplicationError(
+            "503 Service Unavailable", type=errors.PROVIDER_RETRYABLE
+        )
+    world.errors_after_making = True
+    async with worker(client, q, world):
+        handle = await start_claim(client, q, offerings=[CHEAP, NEXT])
+        await skipping_env.fast_forward(handle)  # to its end: every backoff skipped
+        assert await failure_of(handle) == "InsufficientCapacity"
+        status = await handle.query(NodeClaimWorkflow.status)
+    tried = [c.offering.key for c in world.called("create_instance")]  # type: ignore[attr-defined]
+    attempts = VM_CREATE.maximum_attempts
+    assert tried == [CHEAP.key] * attempts + [NEXT.key] * attempts
+    assert status.phase == NodeClaimPhase.FAILED
+    condition = status.condition("Ready")
+    assert condition is not None and condition.status == "False"
+    assert condition.reason == "InsufficientCapacity"
+    assert CHEAP.key in condition.message and NEXT.key in condition.message
+    # The claim never learnt an id: the delete finds its VMs by their label, and none is left.
+    assert [(d.provider, d.instance_id) for d in world.called("delete_instance")] == [  # type: ignore[attr-defined]
+        ("fake", None)
+    ]
+    assert world.vms == {}
 
 
 # --- registration ---------------------------------------------------------------------------

@@ -3,7 +3,7 @@
 Involuntary reasons (node lost, expired, a spot interruption, a forced scale-down) end it at
 once. Voluntary ones (empty, drifted, underutilized, a plain scale-down) of a pool's claim
 wait for the pool's disruption permit, and for do-not-disrupt pods to leave. Deadlines are
-alarms (`workflows/alarms.py`); the decisions are `workflows/decisions/disruption.py`'s. A
+alarms (`workflows/alarms.py`); the decisions are `workflows/decisions/claim_disruption.py`'s. A
 slow poll of the node and the VM is the safety net for a lost signal; the run continues as
 new when Temporal suggests it, so an idle claim's history stays short.
 """
@@ -20,7 +20,7 @@ from activities.kube import KubeActivities
 from api import events
 from api.nodeclaim import ConditionType
 from api.nodepool.messages import DisruptionPermit, DisruptionRequest, PoolSignal
-from workflows.decisions import disruption
+from workflows.decisions import claim_disruption
 from workflows.failures import cause
 from workflows.nodeclaim import node, reporting
 from workflows.nodeclaim.calls import look, on_node
@@ -42,7 +42,7 @@ async def live(state: ClaimState) -> str:
             alarms.clear()
             return forced
         _update_empty_condition(state)
-        wanted = disruption.voluntary_reason(_view(state), alarms.reached)
+        wanted = claim_disruption.voluntary_reason(_view(state), alarms.reached)
         poll_due = alarms.reached(POLL, next_poll_at)
         alarms.settle()
         if wanted and await _may_disrupt(state, wanted):
@@ -83,15 +83,15 @@ async def still_empty_once_cordoned(state: ClaimState) -> bool:
 
 def _involuntary(state: ClaimState) -> str | None:
     """Reasons no budget holds back, each deadline reached only by its alarm."""
-    reason = disruption.involuntary_reason(_view(state), state.alarms.reached)
-    if reason == disruption.EXPIRED:
+    reason = claim_disruption.involuntary_reason(_view(state), state.alarms.reached)
+    if reason == claim_disruption.EXPIRED:
         state.status.set_condition(ConditionType.EXPIRED, True, "Expired", "", workflow.now())
     return reason
 
 
-def _view(state: ClaimState) -> disruption.ClaimView:
+def _view(state: ClaimState) -> claim_disruption.ClaimView:
     assert state.status.created_at is not None
-    return disruption.ClaimView(
+    return claim_disruption.ClaimView(
         disruption=state.spec.disruption,
         created_at=state.status.created_at,
         node=state.node,

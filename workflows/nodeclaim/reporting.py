@@ -13,7 +13,7 @@ from api.messages import FailureReason, MirrorInput
 from api.nodeclaim import Offering
 from api.nodepool import API_VERSION, ON_DEMAND
 from api.nodepool.messages import ClaimReport, PoolSignal
-from workflows.decisions import disruption
+from workflows.decisions import claim_disruption
 from workflows.failures import cause
 from workflows.nodeclaim.calls import kube_call, together
 from workflows.nodeclaim.state import ClaimState
@@ -21,10 +21,10 @@ from workflows.retries import SHOWING
 
 # Reason the claim is deleted -> the Event reason users filter on.
 _DELETION_EVENTS: dict[str, str] = {
-    disruption.EMPTY: events.SCALE_DOWN_EMPTY,
-    disruption.EXPIRED: events.EXPIRED,
-    disruption.NODE_LOST: events.NODE_LOST,
-    disruption.INTERRUPTED: events.INTERRUPTED,
+    claim_disruption.EMPTY: events.SCALE_DOWN_EMPTY,
+    claim_disruption.EXPIRED: events.EXPIRED,
+    claim_disruption.NODE_LOST: events.NODE_LOST,
+    claim_disruption.INTERRUPTED: events.INTERRUPTED,
 }
 
 

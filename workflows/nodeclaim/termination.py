@@ -19,7 +19,7 @@ from activities.tailscale import TailscaleActivities
 from api import events
 from api.messages import DrainInput, TailnetDeviceRef
 from api.nodeclaim import ConditionType, NodeClaimPhase
-from workflows.decisions import disruption
+from workflows.decisions import claim_disruption
 from workflows.failures import cause
 from workflows.nodeclaim import reporting
 from workflows.nodeclaim.calls import delete_bootstrap, on_node, together
@@ -35,7 +35,7 @@ async def delete(state: ClaimState, reason: str) -> None:
     status.deletion_reason = reason
     status.set_condition(ConditionType.DISRUPTING, True, reason, "", now)
     state.set_phase(NodeClaimPhase.DELETING, f"deleting: {reason}")
-    interrupted = reason == disruption.INTERRUPTED
+    interrupted = reason == claim_disruption.INTERRUPTED
     if interrupted:
         notice = state.node.interruption if state.node else None
         status.set_condition(
@@ -100,7 +100,7 @@ async def fail(state: ClaimState, failure: ClaimFailed) -> None:
 
 
 async def _cordon_and_drain(state: ClaimState, reason: str, now: datetime) -> None:
-    if state.node is None or not state.node.exists or reason == disruption.NODE_LOST:
+    if state.node is None or not state.node.exists or reason == claim_disruption.NODE_LOST:
         return  # no node of its own to drain
     if not state.cordoned:  # cordoned already to check it was still empty
         await on_node(KubeActivities.cordon_node, state.node_ref(), "taint + cordon")

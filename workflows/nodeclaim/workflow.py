@@ -26,7 +26,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from api.nodeclaim import ConditionType, NodeClaimPhase, NodeClaimStatus
     from api.nodepool.messages import DisruptionPermit
-    from workflows.decisions import disruption
+    from workflows.decisions import claim_disruption
     from workflows.nodeclaim import launch, liveness, node, registration, termination
     from workflows.nodeclaim.state import ClaimFailed, ClaimState
 
@@ -56,7 +56,7 @@ class NodeClaimWorkflow:
                 else:
                     reason = state.scale_down.reason if state.scale_down else "ScaleDown"
             # "Empty" was true when last observed; pods bound since then must not be evicted.
-            while reason == disruption.EMPTY:
+            while reason == claim_disruption.EMPTY:
                 if await liveness.still_empty_once_cordoned(state):
                     break
                 reason = await liveness.live(state)

@@ -67,19 +67,21 @@ def record(
         annotations={DRIFT_HASH_ANNOTATION: current_hash},
         pool_uid=specs.pool_uid or None,
     )
-    state.claims[name] = PoolClaim(
-        name=name,
-        phase=NodeClaimPhase.PENDING,
-        offering=node.offerings[0],
-        allocatable=node.allocatable if node.allocatable.pods else node.requests,
-        # Only real pending pods: a drift replacement is planned for a synthetic one.
-        nominated=[uid for uid in node.pod_uids if uid in state.pending],
-        started_at=workflow.now(),
-        for_min_nodes=for_min_nodes,
-        requests=node.requests,
-        drift_hash=current_hash,
-        replaces=replaces,
-        replace_reason=replace_reason,
+    run.claim_recorded(
+        PoolClaim(
+            name=name,
+            phase=NodeClaimPhase.PENDING,
+            offering=node.offerings[0],
+            allocatable=node.allocatable if node.allocatable.pods else node.requests,
+            # Only real pending pods: a drift replacement is planned for a synthetic one.
+            nominated=[uid for uid in node.pod_uids if uid in state.pending],
+            started_at=workflow.now(),
+            for_min_nodes=for_min_nodes,
+            requests=node.requests,
+            drift_hash=current_hash,
+            replaces=replaces,
+            replace_reason=replace_reason,
+        )
     )
     return ClaimToStart(name, claim, node)
 
@@ -111,7 +113,7 @@ async def start(
         )
     except BaseException:
         for claim in batch:
-            state.claims.pop(claim.name, None)
+            run.claim_dropped(claim.name)
         raise
     finally:
         run.unconfirmed.difference_update(claim.name for claim in batch)
@@ -123,12 +125,11 @@ async def start(
             workflow.logger.warning(
                 "claim %s was not started: %s", claim.name, result.refused[claim.name]
             )
-            state.claims.pop(claim.name, None)
+            run.claim_dropped(claim.name)
             run.wake()
             continue
         state.claims_started += 1
-        for uid in claim.node.pod_uids:
-            state.blocked.pop(uid, None)
+        run.pods_unblocked(claim.node.pod_uids)
     return set(result.refused)
 
 
@@ -174,7 +175,7 @@ async def forget_those_gone(run: PoolRun) -> None:
 
 def claim_closed(run: PoolRun, name: str) -> PoolClaim | None:
     """Forget a claim whose workflow ended: the claim, or None if it was not known."""
-    claim = run.state.claims.pop(name, None)
+    claim = run.claim_dropped(name)
     if claim is None:
         return None
     workflow.logger.warning("claim %s ended without a final report", name)

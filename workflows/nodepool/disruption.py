@@ -54,11 +54,10 @@ async def grant_permits(run: PoolRun) -> None:
             # A minNodes node is empty by nature: let it go and the floor starts another,
             # which empties and goes the same way. Held until the floor is lowered.
             continue
-        del state.disruption_queue[name]
-        state.permits[name] = reason
+        run.permit_granted(name, reason)
         permit = DisruptionPermit(reason=reason)
         if not await claims.tell(run, name, ClaimSignal.DISRUPTION_PERMITTED, permit):
-            state.permits.pop(name, None)
+            run.permit_undelivered(name)
 
 
 def allowed(run: PoolRun, reason: str) -> int:
@@ -146,10 +145,10 @@ async def consolidate(run: PoolRun, due: bool) -> None:
     state.consolidation_verdicts = decision.verdicts
     name = decision.claim_name
     if decision.action == "delete" and name:
-        state.permits[name] = DisruptionReason.UNDERUTILIZED
+        run.permit_offered(name, DisruptionReason.UNDERUTILIZED)
         permit = DisruptionPermit(reason=DisruptionReason.UNDERUTILIZED)
         if not await claims.tell(run, name, ClaimSignal.DISRUPTION_PERMITTED, permit):
-            state.permits.pop(name, None)
+            run.permit_undelivered(name)
     elif decision.action == "replace" and name and decision.replacement:
         await _start_replacement(
             run, decision.replacement, name, state.claims.get(name), DisruptionReason.UNDERUTILIZED

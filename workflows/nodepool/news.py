@@ -29,11 +29,10 @@ def demand(run: PoolRun, update: DemandUpdate) -> None:
     if update.full_resync:
         listed = {pod.uid for pod in update.pods}
         for uid in [uid for uid in state.pending if uid not in listed]:
-            resolve(run, uid)
-    for pod in update.pods:
-        state.pending[pod.uid] = pod
+            run.pod_resolved(uid)
+    run.pods_pending(update.pods)
     for uid in update.resolved:
-        resolve(run, uid)
+        run.pod_resolved(uid)
     run.wake()
 
 
@@ -43,7 +42,7 @@ def node_usage(run: PoolRun, usage: NodeUsage) -> None:
     state = run.state
     for uid in usage.bound:
         if uid in state.pending:
-            resolve(run, uid)
+            run.pod_resolved(uid)
     for name, requested in usage.requested.items():
         claim = state.claims.get(name)
         if claim is not None:
@@ -68,18 +67,13 @@ def claim_report(run: PoolRun, report: ClaimReport) -> None:
             run.wake()
         return
     if report.phase == NodeClaimPhase.READY and claim.ready_at is None:
-        claim.ready_at = at
-        # While pods wait, its room counts for new ones until the grace is over (the
-        # scheduler is filling it). With none waiting it is the scheduler's alone: pods that
-        # do not fit there once it is Ready are planned elsewhere (and no alarm is armed for
-        # it, which a floor of 1,000 idle claims would pay a thousand times).
-        claim.filling = bool(state.pending)
+        run.claim_ready(claim, at)
     claim.phase = report.phase
     if report.offering:
         claim.offering = report.offering
     if report.phase == NodeClaimPhase.READY and claim.replaces in state.claims:
         # The replacement is up: the replaced node may now go, within the budgets.
-        state.disruption_queue.setdefault(claim.replaces, claim.replace_reason)
+        run.replaced_may_go(claim.replaces, claim.replace_reason)
     if report.reason.startswith("DisruptionBlocked"):
         run.disruption_blocked_by(name, report.reason)
     elif report.phase == NodeClaimPhase.READY:
@@ -89,7 +83,7 @@ def claim_report(run: PoolRun, report: ClaimReport) -> None:
     if report.phase not in LIVE_PHASES:
         run.forget_disruption(claim)
     if report.phase.is_final:
-        del state.claims[name]
+        run.claim_dropped(name)
     run.wake()
 
 
@@ -116,16 +110,6 @@ def apply_specs(run: PoolRun, specs: PoolSpecs) -> None:
 def end_config_backoff(run: PoolRun) -> None:
     run.config_retry()
     run.state.config_failures = 0
-
-
-def resolve(run: PoolRun, uid: str) -> None:
-    """The pod no longer waits (bound, deleted, matched elsewhere)."""
-    state = run.state
-    state.pending.pop(uid, None)
-    state.blocked.pop(uid, None)
-    for claim in state.claims.values():
-        if uid in claim.nominated:
-            claim.nominated.remove(uid)
 
 
 def _claim_failed(run: PoolRun, report: ClaimReport, at: datetime, made_from: str) -> None:

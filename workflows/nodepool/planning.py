@@ -43,7 +43,7 @@ async def plan_uncovered(run: PoolRun, facts: TimeFacts) -> None:
     ):
         return  # only the pods held back are uncovered: they wait for company, or the alarm
     if not uncovered and not missing_floor:
-        state.blocked.clear()
+        run.nothing_blocked()
         state.plan_retry_at = None
         if state.hold_until is not None:
             state.hold_until = None
@@ -71,8 +71,7 @@ async def plan_uncovered(run: PoolRun, facts: TimeFacts) -> None:
     state.plan_retry_at = None
     run.last_plan = made
     # The pool acts on the pods the cluster has pending, not on what it was told.
-    for uid in made.not_pending:
-        state.pending.pop(uid, None)
+    run.pods_not_pending(made.not_pending)
     if made.new_nodes:  # the prices a pool is judged by: those it launched with
         state.stale_prices = made.stale_prices
     # Signals handled while planning may have resolved pods or ended claims: only what is
@@ -80,7 +79,7 @@ async def plan_uncovered(run: PoolRun, facts: TimeFacts) -> None:
     nominations: list[KubeEvent] = []
     for uid, claim_name in made.assignments.items():
         if claim_name in state.claims and uid in state.pending:
-            state.claims[claim_name].nominated.append(uid)
+            run.nominated(claim_name, uid)
             nominations.append(reporting.nominated(run, uid, claim_name))
     # The nodes past this run's starts stay unplanned: the next run plans their pods.
     launching = _launch_now(run, made.new_nodes, facts.hold_over)[: run.starts_left]

@@ -55,9 +55,8 @@ def waiting(run: PoolRun, pods: list[PodDemand], reason: str) -> list[KubeEvent]
     """Record why these pods wait; a Warning Event on each when the reason is new."""
     notices = []
     for pod in pods:
-        if run.state.blocked.get(pod.uid) == reason:
+        if not run.pod_waits(pod.uid, reason):
             continue
-        run.state.blocked[pod.uid] = reason
         notices.append(_pod_warning(run, pod, events.FAILED_PROVISIONING, reason))
     return notices
 
@@ -70,9 +69,8 @@ def blocked(run: PoolRun, plan: Plan) -> list[KubeEvent]:
     reasons = {uid: f"{events.LIMIT_REACHED}: {limit}" for uid in plan.limited}
     reasons.update(plan.unschedulable)
     for uid, reason in reasons.items():
-        if state.blocked.get(uid) == reason or uid not in state.pending:
+        if uid not in state.pending or not run.pod_waits(uid, reason):
             continue
-        state.blocked[uid] = reason
         kind = events.LIMIT_REACHED if uid in plan.limited else events.FAILED_PROVISIONING
         notices.append(_pod_warning(run, state.pending[uid], kind, reason))
     return notices

@@ -4,7 +4,7 @@ input) and what lives only as long as the run (work in flight, the alarms, the l
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -15,7 +15,7 @@ from api.messages import claim_task_queue
 from api.nodeclaim import NodeClaim
 from api.nodepool import Budget
 from api.nodepool.messages import NodePoolInput, PoolClaim, PoolState
-from api.planning import Plan, PlannedNode
+from api.planning import Plan, PlannedNode, PodDemand
 from workflows.alarms import Alarms
 from workflows.decisions import pool as pool_rules
 from workflows.history import HistoryBound
@@ -103,6 +103,109 @@ class PoolRun:
     def pool_created_again(self) -> None:
         """A NodePool of the name exists again (specs of another uid)."""
         self.state.deleted = False
+
+    # The pods the pool waits for (`pending`), and why they wait (`blocked`).
+
+    def pods_pending(self, pods: Iterable[PodDemand]) -> None:
+        """The trigger says these pods wait (a repeat replaces what it said before)."""
+        for pod in pods:
+            self.state.pending[pod.uid] = pod
+
+    def pod_resolved(self, uid: str) -> None:
+        """The pod no longer waits (bound, deleted, matched elsewhere): no reason, and no
+        claim's nomination, is kept for it."""
+        self.state.pending.pop(uid, None)
+        self.state.blocked.pop(uid, None)
+        for claim in self.state.claims.values():
+            if uid in claim.nominated:
+                claim.nominated.remove(uid)
+
+    def pods_not_pending(self, uids: Iterable[str]) -> None:
+        """The plan found these pods no longer pending in the cluster: the pool stops waiting
+        for them (the trigger's word that resolves them follows)."""
+        for uid in uids:
+            self.state.pending.pop(uid, None)
+
+    def pod_waits(self, uid: str, reason: str) -> bool:
+        """Why the pod waits; whether that is news (an Event says so only then)."""
+        if self.state.blocked.get(uid) == reason:
+            return False
+        self.state.blocked[uid] = reason
+        return True
+
+    def pods_unblocked(self, uids: Iterable[str]) -> None:
+        """A claim started for these pods: they wait for it, not for a reason."""
+        for uid in uids:
+            self.state.blocked.pop(uid, None)
+
+    def nothing_blocked(self) -> None:
+        """No pod waits for a reason: none is uncovered, or the pool is deleted."""
+        self.state.blocked.clear()
+
+    # The pool's claims (`claims`).
+
+    def claim_recorded(self, claim: PoolClaim) -> None:
+        """A claim the pool is about to start: counted from now on."""
+        self.state.claims[claim.name] = claim
+
+    def claim_dropped(self, name: str) -> PoolClaim | None:
+        """Forget a claim (ended, refused by Temporal, or not started): it, if it was known."""
+        return self.state.claims.pop(name, None)
+
+    def nominated(self, claim_name: str, uid: str) -> None:
+        """The plan put the pending pod on the claim's node: it waits for that node."""
+        self.state.claims[claim_name].nominated.append(uid)
+
+    def claim_ready(self, claim: PoolClaim, at: datetime) -> None:
+        """The claim reported Ready (first at `at`). While pods wait, its room counts for
+        new ones until the grace is over (the scheduler is filling it). With none waiting it
+        is the scheduler's alone: pods that do not fit there once it is Ready are planned
+        elsewhere (and no alarm is armed for it, which a floor of 1,000 idle claims would pay
+        a thousand times)."""
+        claim.ready_at = at
+        claim.filling = bool(self.state.pending)
+
+    def nominations_lapsed(self, claim: PoolClaim) -> None:
+        """The grace after Ready is over: the pods nominated to it that still wait are the
+        scheduler's business no more, and are planned again."""
+        claim.nominated.clear()
+        claim.filling = False
+
+    def nominations_overflowed(self, claim: PoolClaim, left_out: Collection[str]) -> None:
+        """The scheduler filled the claim's node with others: the pods left out are no
+        longer nominated to it."""
+        claim.nominated = [uid for uid in claim.nominated if uid not in left_out]
+
+    # Disruption: the claims waiting for a budget (`disruption_queue`), and those let go
+    # (`permits`).
+
+    def disruption_requested(self, claim_name: str, reason: str) -> None:
+        """A claim asks to be disrupted for `reason` (asked again: the latest reason, its
+        place in the queue kept)."""
+        self.state.disruption_queue[claim_name] = reason
+
+    def replaced_may_go(self, claim_name: str, reason: str) -> None:
+        """The claim's replacement is Ready: it waits for a budget to go, unless it waits
+        already (for its own reason)."""
+        self.state.disruption_queue.setdefault(claim_name, reason)
+
+    def disruption_withdrawn(self, claim_name: str) -> None:
+        """The claim no longer asks (its pods came back): out of the queue, its permit void."""
+        self.state.disruption_queue.pop(claim_name, None)
+        self.state.permits.pop(claim_name, None)
+
+    def permit_granted(self, claim_name: str, reason: str) -> None:
+        """A waiting claim's turn within the budgets: out of the queue, let go."""
+        del self.state.disruption_queue[claim_name]
+        self.state.permits[claim_name] = reason
+
+    def permit_offered(self, claim_name: str, reason: str) -> None:
+        """A permit the claim did not ask for (consolidation's move)."""
+        self.state.permits[claim_name] = reason
+
+    def permit_undelivered(self, claim_name: str) -> None:
+        """The permit could not be told (the claim's workflow is gone): it does not count."""
+        self.state.permits.pop(claim_name, None)
 
     def forget_disruption(self, claim: PoolClaim) -> None:
         """A claim past Ready: no longer a disruption candidate, and its pods need another

@@ -45,11 +45,10 @@ async def _round(run: PoolRun) -> None:
         if not (claim.nominated or claim.filling) or claim.phase not in LIVE_PHASES:
             continue  # nothing to lapse, nothing nominated that could overflow
         if claim.name in facts.lapsed_nominations:
-            claim.nominated.clear()
-            claim.filling = False
+            run.nominations_lapsed(claim)
         elif left_out := pool_rules.overflowing(claim, state.pending):
             # The scheduler filled its node with others: those left out are planned again.
-            claim.nominated = [uid for uid in claim.nominated if uid not in left_out]
+            run.nominations_overflowed(claim, left_out)
     if facts.config_retry_due:
         run.config_retry()
     if facts.periodic_look:
@@ -58,7 +57,7 @@ async def _round(run: PoolRun) -> None:
     if state.deleted:
         # Nothing new for a deleted pool: no drift replacement, no consolidation's, no floor,
         # no pods (the trigger resolved them).
-        state.blocked.clear()
+        run.nothing_blocked()
         return
     await disruption.replace_drifted(run)
     await disruption.consolidate(run, facts.consolidation_due)
@@ -138,16 +137,13 @@ class NodePoolWorkflow:
 
     @workflow.signal(name=PoolSignal.REQUEST_DISRUPTION)
     def request_disruption(self, request: DisruptionRequest) -> None:
-        state = self._run.state
-        if request.claim_name in state.claims:
-            state.disruption_queue[request.claim_name] = request.reason
+        if request.claim_name in self._run.state.claims:
+            self._run.disruption_requested(request.claim_name, request.reason)
             self._run.wake()
 
     @workflow.signal(name=PoolSignal.WITHDRAW_DISRUPTION)
     def withdraw_disruption(self, request: DisruptionRequest) -> None:
-        state = self._run.state
-        state.disruption_queue.pop(request.claim_name, None)
-        state.permits.pop(request.claim_name, None)
+        self._run.disruption_withdrawn(request.claim_name)
         self._run.wake()
 
     @workflow.query(name=PoolQuery.POD)

@@ -29,7 +29,7 @@ from sim.dev.dr import (
     workload_node,
 )
 from sim.dev.stack import EmbeddedStack
-from workflows.decisions.disruption import INTERRUPTED
+from workflows.decisions.claim_disruption import INTERRUPTED
 from workflows.nodeclaim import NodeClaimWorkflow
 
 POOL, CLASS, APP = "spot-nodepool", "spot-nodeclass", "spot-workload"

@@ -53,7 +53,7 @@ PACKAGES = (
     "activities",
     "cluster",
     "planner",
-    "reporting",
+    "observability",
     "simulator/sim",
     "trigger",
     "worker",

@@ -1,14 +1,14 @@
 """The metrics each process records as it works: counters and histograms, named after
 Karpenter's where the meaning is the same (`cloudburst_` where Karpenter has `karpenter_`).
 
-Activities and watchers record through these functions only (it lives in `reporting/`, below
+Activities and watchers record through these functions only (it lives in `observability/`, below
 both, so that activities and the trigger import it without importing sideways or upwards). They
 are no-ops until `worker.telemetry.setup_telemetry` binds a meter provider (the CLI and unit
 tests record nothing). Served as Prometheus text by the process' metrics endpoint. Every
 process counts only what it did itself, so `sum()` over the replicas is the install's total.
 
 The gauges of pools and claims are not here: they have one writer, computed from the
-cluster's objects when scraped (`reporting/cluster_gauges.py`). docs/monitoring.md lists every
+cluster's objects when scraped (`observability/cluster_gauges.py`). docs/monitoring.md lists every
 series with its labels and meaning; `namespace` is always the NodePool's (or NodeClaim's).
 """
 

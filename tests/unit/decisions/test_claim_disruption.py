@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 from api.messages import NodeObservation, ScaleDownRequest
 from api.nodeclaim import ClaimDisruption
 from api.nodepool.messages import DisruptionPermit
-from workflows.decisions.disruption import ClaimView, involuntary_reason, voluntary_reason
+from workflows.decisions.claim_disruption import ClaimView, involuntary_reason, voluntary_reason
 
 BORN = datetime(2026, 11, 24, 8, 0, tzinfo=UTC)
 
