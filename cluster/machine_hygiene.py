@@ -82,8 +82,9 @@ class MachineRecord:
 
 
 def machine_key(bmc_host_key: str, system_id: str | None) -> str:
-    """The record's key for the hardware behind a BMC (`inventory_key` of its address) and a
-    system id: the same machine whatever a NodeClass calls it. A hash: a ConfigMap's data
+    """The record's key for the hardware behind a BMC (`inventory_key` of its address) and
+    the system's identity as that BMC reports it (its UUID): the same machine whatever a
+    NodeClass calls it. A hash: a ConfigMap's data
     key allows only `[-._a-zA-Z0-9]`."""
     digest = hashlib.sha256(f"{bmc_host_key}/{system_id or ''}".encode()).hexdigest()
     return f"machine-{digest[:24]}"

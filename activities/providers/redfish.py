@@ -138,6 +138,7 @@ class RedfishProvider(Provider):
         self.seed_url = block.seed_url.rstrip("/")
         self._http = httpx.Client(timeout=TIMEOUT_S, verify=block.verify_tls)
         self._bmcs: dict[tuple[str, str], sushy.Sushy] = {}
+        self._keys: dict[str, str] = {}  # machine -> its key in the ledger
 
     def close(self) -> None:
         self._http.close()
@@ -223,6 +224,7 @@ class RedfishProvider(Provider):
             raw = system.json or {}
         except sushy_errors.SushyError as exc:
             raise self._bmc_error(machine, exc, what) from None
+        self._key(machine, system)
         entry = self.machines[machine]
         cpu = (raw.get("ProcessorSummary") or {}).get("Count") or entry.cpu
         memory = (raw.get("MemorySummary") or {}).get("TotalSystemMemoryGiB") or entry.memory_gib
@@ -320,15 +322,33 @@ class RedfishProvider(Provider):
 
     # ---- the worker's ledger of machines (cluster/machine_hygiene.py) ----------------------
 
-    def _key(self, machine: str) -> str:
-        entry = self.machines[machine]
-        return hygiene.machine_key(inventory_key(entry.bmc), entry.system_id)
+    def _key(self, machine: str, system: Any = None) -> str:
+        """The machine's key in the ledger: its BMC's host and the system's identity as the
+        BMC reports it (its UUID), never the NodeClass's words for it — a machine named
+        otherwise, or listed without its `systemId`, is the same machine."""
+        key = self._keys.get(machine)
+        if key is None:
+            if system is None:
+                try:
+                    system = self._system(machine)
+                except sushy_errors.SushyError as exc:
+                    raise self._bmc_error(machine, exc, "identify the machine") from None
+            identity = str(getattr(system, "uuid", None) or system.path)
+            bmc = inventory_key(self.machines[machine].bmc)
+            key = self._keys[machine] = hygiene.machine_key(bmc, identity)
+        return key
 
     def _ledger(self) -> dict[str, MachineRecord | None]:
         """Each machine's record in the ledger (all None without one)."""
         if self.shared is None:
             return dict.fromkeys(self.machines)
-        return {m: self.shared.ledger.read(self._key(m)) for m in self.machines}
+        records: dict[str, MachineRecord | None] = {}
+        for machine in self.machines:
+            try:
+                records[machine] = self.shared.ledger.read(self._key(machine))
+            except RetryableError:
+                records[machine] = _UNIDENTIFIED  # its BMC did not answer: taken by nobody
+        return records
 
     def _refusal(self, record: MachineRecord | None, claim_uid: str) -> str | None:
         """Why the ledger keeps this provider's namespace (a claim of it: `claim_uid`) from
@@ -474,10 +494,6 @@ class RedfishProvider(Provider):
         for machine, record in records.items():
             if record is not None:
                 continue
-            why = self._refusal(ledger[machine], spec.claim_uid or spec.name)
-            if why is not None:
-                kept.append(f"{machine} ({why})")
-                continue
             try:
                 seen = self._look(machine, what)
             except (RetryableError, CapacityError) as exc:
@@ -485,6 +501,10 @@ class RedfishProvider(Provider):
                 unreachable.append(machine)
                 continue
             if seen.shape != spec.instance_type or seen.power != "Off":
+                continue
+            why = self._refusal(ledger[machine], spec.claim_uid or spec.name)
+            if why is not None:
+                kept.append(f"{machine} ({why})")
                 continue
             # The seed record first, then the ledger: whatever line a crash stops at, what
             # is entered in the ledger has its record, which a retried create resumes and a
@@ -758,6 +778,10 @@ def _ledger_holder(machine: str, seed_record: dict[str, str]) -> MachineRecord:
     """The holder a seed record names, as the ledger records one (a holding taken before the
     ledger kept machines)."""
     return hygiene.taken(machine, seed_record.get(L.NODEPOOL_NAMESPACE, ""), _holder(seed_record))
+
+
+# A machine whose BMC did not answer when its ledger key was wanted: nobody takes it now.
+_UNIDENTIFIED = MachineRecord(machine="", state=hygiene.HELD)
 
 
 def _held_by_another(entry: MachineRecord | None, holder: str) -> bool:

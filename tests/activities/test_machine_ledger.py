@@ -11,6 +11,7 @@ image, powering the machine off after a second) nor a BMC's own secure erase (no
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 
@@ -201,3 +202,42 @@ def test_a_claim_whose_record_lost_the_machine_in_the_ledger_never_powers_it_off
     finally:
         other_seeds.stop()
     returned(a, held.id, [])
+
+
+def test_a_machine_named_otherwise_is_still_the_machine_another_namespace_left(
+    bridge: RedfishBridge, worker_api_client: client.ApiClient, unique: str
+) -> None:
+    """team-a returns the machine unwiped; team-b's NodeClass lists the same BMC under another
+    name and without its systemId (the BMC's only system). Fails without the fix: the ledger
+    knew the machine by the NodeClass's systemId, so team-b's words made it another machine
+    and team-b took team-a's disks."""
+    team_a, team_b = f"team-a-{unique}", f"team-b-{unique}"
+    tenancy = Tenancy(
+        namespaces=frozenset({team_a, team_b}),
+        allowed_endpoints={"redfish": (bridge.url, bridge.seed.url)},
+    )
+    cluster_id = f"c-{unique}"
+    a = provider_for(team_a, bridge, tenancy, worker_api_client)
+    first = a.create(claim("first", team_a, cluster_id))
+    returned(a, first.id, [])
+    while bridge.power_state("shared-01") != "Off":
+        time.sleep(0.3)
+
+    alias = block(bridge)
+    [machine] = alias.machines
+    alias = alias.model_copy(
+        update={"machines": [machine.model_copy(update={"name": "rack9-42", "system_id": None})]}
+    )
+    core = client.CoreV1Api(worker_api_client)
+    b = tenant_provider(
+        RedfishProvider,
+        alias,
+        json.dumps({"rack9-42": bridge.credential}),
+        team_b,
+        tenancy,
+        core,
+        core,
+    )
+    assert free(b) == 0
+    with pytest.raises(CapacityError):
+        b.create(claim("nc", team_b, cluster_id))
