@@ -269,7 +269,9 @@ def test_a_node_registering_as_an_ended_claims_is_forgotten(
         )
     for name in (ended, failed):
         wait_for(f"{name}'s Node gone", functools.partial(gone, core.read_node, name))
-        [event] = node_events(core, name, "NodeForgotten")
+        [event] = wait_for(  # the Event is written after the delete it reports
+            f"{name}'s Event", functools.partial(node_events, core, name, "NodeForgotten")
+        )
         assert f"{namespace}/{name}" in str(event.message)
     # The living claim's Node stays as it is, several of the guard's looks later (one a second).
     time.sleep(3.0)
@@ -323,7 +325,10 @@ def test_another_namespaces_pod_bound_before_the_tenant_taint_is_evicted(
         return pod.metadata.deletion_timestamp is not None
 
     wait_for("the stranger evicted", evicted)
-    [event] = node_events(core, name, "PodNotOfTenantEvicted")
+    # The Event is written after the eviction it reports.
+    [event] = wait_for(
+        "the eviction's Event", lambda: node_events(core, name, "PodNotOfTenantEvicted")
+    )
     assert f"{team_b}/stranger" in str(event.message)
     assert core.read_namespaced_pod("own", namespace).metadata.deletion_timestamp is None
     assert core.read_namespaced_pod("tolerated", team_b).metadata.deletion_timestamp is None
