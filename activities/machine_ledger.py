@@ -54,6 +54,11 @@ class KubeMachineLedger:
     def read(self, key: str) -> MachineRecord | None:
         return _record(self._data(self._load()), key)
 
+    def read_all(self) -> dict[str, MachineRecord]:
+        """Every machine's record, in one read."""
+        data = self._data(self._load())
+        return {key: found for key in data if (found := _record(data, key)) is not None}
+
     def change(self, key: str, step: Change) -> MachineRecord | None:
         """Apply `step` to the machine's record (None: none yet) and store what it returns
         (None: leave it as it is); the record as it stands afterwards."""

@@ -342,10 +342,11 @@ class RedfishProvider(Provider):
         """Each machine's record in the ledger (all None without one)."""
         if self.shared is None:
             return dict.fromkeys(self.machines)
+        stored = self.shared.ledger.read_all()
         records: dict[str, MachineRecord | None] = {}
         for machine in self.machines:
             try:
-                records[machine] = self.shared.ledger.read(self._key(machine))
+                records[machine] = stored.get(self._key(machine))
             except RetryableError:
                 records[machine] = _UNIDENTIFIED  # its BMC did not answer: taken by nobody
         return records
@@ -405,21 +406,13 @@ class RedfishProvider(Provider):
         self._release(machine, what, (ONE_TIME_SEED,))
         system = seen.system
         try:
-            for media in system.virtual_media.get_members():
-                types = {str(getattr(t, "value", t)) for t in media.media_types or []}
-                if types & {"CD", "DVD"}:
-                    if media.inserted:
-                        media.eject_media()
-                    media.insert_media(image, inserted=True, write_protected=True)
-                    break
-            else:
-                raise FatalError(
-                    self.name,
-                    f"{what}: the BMC of machine {machine} offers no CD virtual media for the "
-                    "wipe image",
-                    "the wipe between tenants boots CLOUDBURST_MACHINE_WIPE_IMAGE_URL as "
-                    "virtual media; remove the machine from the inventory, or the setting",
-                )
+            self._insert_media(
+                system,
+                f"{what}: the wipe image of machine {machine}",
+                image,
+                "the wipe between tenants boots CLOUDBURST_MACHINE_WIPE_IMAGE_URL as virtual "
+                "media; remove the machine from the inventory, or the setting",
+            )
             system.set_system_boot_options(
                 target=sushy.BootSource.CD, enabled=sushy.BootSourceOverrideEnabled.ONCE
             )
@@ -567,17 +560,25 @@ class RedfishProvider(Provider):
         holder = holder or spec.claim_uid or spec.name
         return self._instance(machine, holder, spec.name, labels, spec.instance_type, seen.power)
 
-    def _insert_media(self, system: Any, what: str) -> None:
+    def _insert_media(
+        self,
+        system: Any,
+        what: str,
+        image: str | None = None,
+        fix: str = "use boot: Pxe for this inventory",
+    ) -> None:
+        """Insert `image` (the NodeClass's `imageUrl` by default) as the BMC's virtual CD,
+        ejecting what is in it first; FatalError with `fix` where the BMC offers none."""
         for media in system.virtual_media.get_members():
             types = {str(getattr(t, "value", t)) for t in media.media_types or []}
             if types & {"CD", "DVD"}:
-                media.insert_media(self.block.image_url, inserted=True, write_protected=True)
+                if media.inserted:
+                    media.eject_media()
+                media.insert_media(
+                    image or self.block.image_url, inserted=True, write_protected=True
+                )
                 return
-        raise FatalError(
-            self.name,
-            f"{what}: the BMC offers no CD virtual media",
-            "use boot: Pxe for this inventory",
-        )
+        raise FatalError(self.name, f"{what}: the BMC offers no CD virtual media", fix)
 
     def _release_quietly(self, machine: str, what: str) -> None:
         try:

@@ -21,6 +21,7 @@ from kubernetes import client
 from activities.machine_ledger import tenant_provider
 from activities.providers.base import CapacityError, InstanceSpec, Provider
 from activities.providers.redfish import RedfishProvider
+from api.nodeclass import RedfishClass
 from cluster.tenancy import Tenancy
 from sim.clouds.redfish import RedfishBridge, SeedServer, WipeImage, inventory
 from tests.providers.harness_redfish import block, logins
@@ -42,13 +43,24 @@ def wipe_url(bridge: RedfishBridge) -> str:
 
 
 def provider_for(
-    namespace: str, bridge: RedfishBridge, tenancy: Tenancy, worker: client.ApiClient
+    namespace: str,
+    bridge: RedfishBridge,
+    tenancy: Tenancy,
+    worker: client.ApiClient,
+    inventory: RedfishClass | None = None,
+    credential: str | None = None,
 ) -> Provider:
-    """What the worker's activities build for a claim of `namespace`: its ledger read and
-    written as the worker."""
+    """What the worker's activities build for a claim of `namespace` (its NodeClass's
+    `inventory`, the bridge's by default): its ledger read and written as the worker."""
     core = client.CoreV1Api(worker)
     return tenant_provider(
-        RedfishProvider, block(bridge), logins(bridge), namespace, tenancy, core, core
+        RedfishProvider,
+        inventory or block(bridge),
+        credential or logins(bridge),
+        namespace,
+        tenancy,
+        core,
+        core,
     )
 
 
@@ -182,15 +194,8 @@ def test_a_claim_whose_record_lost_the_machine_in_the_ledger_never_powers_it_off
                 f'{k}: "{v}"\n' for k, v in {**labels, "cloudburst-machine": "shared-01"}.items()
             ).encode(),
         )
-        core = client.CoreV1Api(worker_api_client)
-        b = tenant_provider(
-            RedfishProvider,
-            block(bridge, seedUrl=other_seeds.url),
-            logins(bridge),
-            team_b,
-            tenancy,
-            core,
-            core,
+        b = provider_for(
+            team_b, bridge, tenancy, worker_api_client, block(bridge, seedUrl=other_seeds.url)
         )
         [found] = b.list_owned(cluster_id)  # the delete of a claim without its id finds this
         assert b.get(found.id) is None
@@ -228,15 +233,13 @@ def test_a_machine_named_otherwise_is_still_the_machine_another_namespace_left(
     alias = alias.model_copy(
         update={"machines": [machine.model_copy(update={"name": "rack9-42", "system_id": None})]}
     )
-    core = client.CoreV1Api(worker_api_client)
-    b = tenant_provider(
-        RedfishProvider,
+    b = provider_for(
+        team_b,
+        bridge,
+        tenancy,
+        worker_api_client,
         alias,
         json.dumps({"rack9-42": bridge.credential}),
-        team_b,
-        tenancy,
-        core,
-        core,
     )
     assert free(b) == 0
     with pytest.raises(CapacityError):
