@@ -69,7 +69,20 @@ def as_token(plane: KubernetesControlPlane, token: str) -> client.ApiClient:
     ca = plane.work_dir / "ca-for-tokens.crt"
     ca.write_text(plane.ca_cert_pem)
     configuration.ssl_ca_cert = str(ca)
-    return client.ApiClient(configuration)
+    api = client.ApiClient(configuration)
+
+    def authenticated() -> bool:
+        try:
+            client.AuthenticationV1Api(api).create_self_subject_review(client.V1SelfSubjectReview())
+        except ApiException as err:
+            if err.status == 401:
+                return False
+            raise
+        return True
+
+    # The API server learns a new token Secret from its informer, a moment after its create.
+    wait_for("the token known to the API server", authenticated)
+    return api
 
 
 def ask_for_client_certificate(api: client.ApiClient, node: str) -> str:
